@@ -1,0 +1,65 @@
+/* On-disk kernel cache (src/cache.c): signature -> entry file, as in DESIGN.md "Signature and cache".
+ * Entry: <root>/v<NJ_CACHE_FORMAT>/<2 hex>/<hash>.<ext>, hash = nj_hash_hex(signature).
+ * Holds header (magic, format, lengths, checksums), the signature text, metadata text (launches), binary.
+ * Publish: temp file in the same directory, fsync, rename. Read: verify everything; a bad entry is a
+ * miss and is removed. Cross-process: per-key lock file (flock) with a timeout; look again after taking it.
+ * Bounded: total size limit with LRU eviction (entry mtime is touched on hit). Root safety: dirs 0700,
+ * files 0600; a root owned by another user, writable by group/others, or a symlink is refused
+ * (NJ_ERR_CACHE_UNSAFE) and the caller carries on in memory. A read-only root serves hits. */
+#ifndef NJ_CACHE_H
+#define NJ_CACHE_H
+
+#include "internal.h"
+
+#define NJ_CACHE_FORMAT 1
+
+typedef struct nj_cache nj_cache;
+
+typedef struct nj_cache_entry {
+    char *signature; /* malloc'd */
+    char *meta;      /* malloc'd, NUL-terminated */
+    void *payload;   /* malloc'd */
+    size_t payload_size;
+} nj_cache_entry;
+NJ_HIDDEN void nj_cache_entry_free(nj_cache_entry *e);
+
+typedef struct nj_cache_counters {
+    uint64_t hits, misses, stores, evictions, corrupt;
+} nj_cache_counters;
+
+/* Opens (creating with 0700) root. NJ_ERR_CACHE_UNSAFE / NJ_ERR_CACHE_IO with the path in the detail. */
+NJ_HIDDEN nj_status nj_cache_open(const char *root, uint64_t max_bytes, nj_cache **out);
+NJ_HIDDEN void nj_cache_close(nj_cache *c);
+NJ_HIDDEN const char *nj_cache_root(const nj_cache *c);
+NJ_HIDDEN int nj_cache_read_only(const nj_cache *c);
+
+/* Root from the rules: explicit, else NORMJIT_CACHE_DIR, else $XDG_CACHE_HOME/normjit, else
+ * $HOME/.cache/normjit. Caller frees. */
+NJ_HIDDEN char *nj_cache_default_root(const char *explicit_root);
+
+/* Looks up; NJ_ERR_NOT_CACHED on a miss (including an entry that failed verification, which is removed
+ * and counted as corrupt). ext names the binary kind ("cubin", "ptx", "so"). */
+NJ_HIDDEN nj_status nj_cache_get(nj_cache *c, const char *signature, const char *ext, nj_cache_entry *out);
+/* Publishes atomically, then evicts least recently used entries beyond the size bound. */
+NJ_HIDDEN nj_status nj_cache_put(nj_cache *c, const char *signature, const char *ext, const char *meta,
+                                 const void *payload, size_t payload_size);
+
+/* Cross-process per-key lock (blocking up to timeout_ms; NJ_ERR_LOCK_TIMEOUT). Pass the fd to unlock. */
+NJ_HIDDEN nj_status nj_cache_lock(nj_cache *c, const char *signature, int32_t timeout_ms, int *lock_fd);
+NJ_HIDDEN void nj_cache_unlock(nj_cache *c, int lock_fd);
+
+NJ_HIDDEN void nj_cache_counters_get(nj_cache *c, nj_cache_counters *out);
+
+/* Maintenance (used by the tool). */
+typedef void (*nj_cache_visit_fn)(void *user, const char *path, const char *signature, uint64_t bytes,
+                                  int64_t mtime, nj_status verify_status);
+/* Visits every entry; with verify, fully verifies each and removes bad ones (reported to visit). */
+NJ_HIDDEN nj_status nj_cache_scan(nj_cache *c, int verify, nj_cache_visit_fn visit, void *user);
+NJ_HIDDEN nj_status nj_cache_gc(nj_cache *c, uint64_t max_bytes, uint64_t *evicted);
+NJ_HIDDEN nj_status nj_cache_clear(nj_cache *c);
+NJ_HIDDEN nj_status nj_cache_usage(nj_cache *c, uint64_t *bytes, uint64_t *entries);
+/* One-file archive of every valid entry, and its import (each entry re-verified). */
+NJ_HIDDEN nj_status nj_cache_export(nj_cache *c, const char *file, uint64_t *count);
+NJ_HIDDEN nj_status nj_cache_import(nj_cache *c, const char *file, uint64_t *count, uint64_t *rejected);
+
+#endif

@@ -1,0 +1,41 @@
+/* NVRTC compilation (src/compile_nvrtc.c). NVRTC is loaded with dlopen (libnvrtc.so.13, .so.12, .so,
+ * then $CUDA_HOME/lib64), never linked, so a machine without it gets NJ_ERR_NVRTC_MISSING. */
+#ifndef NJ_COMPILE_H
+#define NJ_COMPILE_H
+
+#include "internal.h"
+
+typedef struct nj_binary {
+    void *data;   /* malloc'd; caller frees with nj_binary_free */
+    size_t size;
+    int32_t is_ptx; /* 1 when PTX text (target newer than NVRTC supports), 0 for a cubin */
+} nj_binary;
+NJ_HIDDEN void nj_binary_free(nj_binary *b);
+
+/* Resource report parsed from ptxas -v output in the NVRTC log, per kernel. */
+typedef struct nj_kernel_resources {
+    char kernel[64];
+    int32_t registers, spill_stores, spill_loads, stack_bytes, shared_bytes, barriers;
+} nj_kernel_resources;
+
+typedef struct nj_compile_result {
+    nj_binary bin;
+    int32_t nkernels;
+    nj_kernel_resources kernels[8];
+    double millis; /* wall time of the compile */
+} nj_compile_result;
+
+/* "nvrtc-13.0" (loads NVRTC on first call). Static storage. */
+NJ_HIDDEN nj_status nj_nvrtc_version_string(const char **out);
+/* Highest SM NVRTC can emit SASS for (e.g. 121). */
+NJ_HIDDEN nj_status nj_nvrtc_max_arch(int32_t *out);
+
+/* Compiles CUDA source for sm_<arch> into a cubin (PTX for compute_<max> when arch is above what NVRTC
+ * supports). On NJ_ERR_COMPILE the NVRTC log is in nj_last_error(). Thread-safe; the number of compiles
+ * running at once is bounded by nj_nvrtc_set_parallelism (default: number of cores). */
+NJ_HIDDEN nj_status nj_nvrtc_compile(const char *source, const char *name, int32_t arch, nj_compile_result *out);
+NJ_HIDDEN void nj_nvrtc_set_parallelism(int32_t n);
+/* Parses a ptxas -v log into per-kernel resources (exposed for tests). Returns the number found. */
+NJ_HIDDEN int32_t nj_parse_ptxas_log(const char *log, nj_kernel_resources *out, int32_t cap);
+
+#endif

@@ -1,0 +1,65 @@
+/* Planner (src/planner.c): canonical problem + device properties -> plan for one pass.
+ * A plan is a list of launches of kernels that one rendered source defines, plus the template
+ * parameters codegen needs. Everything in it is a function of (canonical problem, pass, device props),
+ * and all of it goes into the signature (nj_plan_text). */
+#ifndef NJ_PLANNER_H
+#define NJ_PLANNER_H
+
+#include "problem.h"
+
+typedef struct nj_device_props {
+    int32_t arch;               /* 80, 90, ... */
+    int32_t sm_count;           /* 0 when unknown (compile-only): planner uses a default of 132 */
+    int32_t max_threads_per_block;
+    int32_t max_shared_per_block; /* bytes, opt-in maximum */
+    int32_t regs_per_sm;
+} nj_device_props;
+
+/* Fills conservative properties for an architecture (compile-only targets, emulator). */
+NJ_HIDDEN void nj_device_props_default(int32_t arch, nj_device_props *out);
+
+typedef enum nj_family {
+    NJ_FAMILY_ROW = 1,     /* forward/backward of row problems: a block (or warp) per row */
+    NJ_FAMILY_GENERAL = 2, /* any canonical problem: a block per statistic, strided walks */
+    NJ_FAMILY_PARAM_GRAD = 3 /* backward dgamma/dbeta: deterministic reductions over non-feature axes */
+} nj_family;
+
+#define NJ_MAX_LAUNCHES 4
+
+/* grid.x = grid_x ? grid_x : min(ceil(rows * row_mult / row_div), grid_x_cap) ; grid.y, grid.z fixed. */
+typedef struct nj_launch {
+    char kernel[48];    /* extern "C" name in the rendered source */
+    int32_t block[3];
+    int32_t grid_x, grid_y, grid_z;
+    int64_t row_mult, row_div, grid_x_cap;
+    uint32_t shmem;     /* dynamic shared memory bytes */
+} nj_launch;
+
+typedef struct nj_plan_params {
+    int32_t pass;        /* nj_pass */
+    int32_t family;      /* nj_family of the main kernel */
+    const char *template_name; /* e.g. "fwd_row.cu": the template rendered for this pass */
+    int32_t block;       /* threads per block of the main kernel */
+    int32_t vec;         /* elements per vector access (1, 2, 4, 8) */
+    int32_t rows_per_block; /* rows handled by one block (warp-per-row variants > 1) */
+    int32_t split;       /* blocks cooperating on one row (1 = none) */
+    int32_t regs_cache;  /* elements per thread kept in registers (0 = re-read x) */
+    int32_t nlaunch;
+    nj_launch launch[NJ_MAX_LAUNCHES];
+    uint64_t workspace_per_row; /* workspace bytes = workspace_fixed + rows * workspace_per_row */
+    uint64_t workspace_fixed;
+} nj_plan_params;
+
+NJ_HIDDEN nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *out);
+
+/* Grid of a launch for `rows` batch rows. */
+NJ_HIDDEN void nj_launch_grid(const nj_launch *l, int64_t rows, uint32_t grid[3]);
+
+/* One-line text of the plan parameters (goes into the signature and `normjit plan`). Caller frees. */
+NJ_HIDDEN char *nj_plan_text(const nj_plan_params *pp);
+
+/* Serializes the launches (cache entry metadata) and parses them back. */
+NJ_HIDDEN char *nj_launches_to_text(const nj_plan_params *pp);
+NJ_HIDDEN nj_status nj_launches_from_text(const char *text, nj_plan_params *pp);
+
+#endif

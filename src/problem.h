@@ -1,0 +1,75 @@
+/* Problem model: validation, canonical form, keys and text form (src/problem.c).
+ *
+ * The canonical form is what kernels are generated from. Axes are listed outermost first (descending x
+ * stride). Axis 0 is always the batch axis: a kept (not reduced), non-feature axis whose extent and strides
+ * are run-time values (nj_kargs.rows / bstride). It is synthesized with extent 1 and zero strides when
+ * the problem has none, so a problem differing only in batch gets the same canonical key.
+ * Size-1 axes are dropped, and neighbours merge when they play the same role and are contiguous with
+ * each other in every operand present (x, y, residual, residual_out, dy, dx, param, stats).
+ */
+#ifndef NJ_PROBLEM_H
+#define NJ_PROBLEM_H
+
+#include "internal.h"
+
+/* Operands whose element offsets the kernels compute from per-axis strides. */
+typedef enum nj_operand {
+    NJ_OPD_X = 0,
+    NJ_OPD_Y,
+    NJ_OPD_RES,
+    NJ_OPD_RESOUT,
+    NJ_OPD_DY,
+    NJ_OPD_DX,
+    NJ_OPD_PARAM, /* gamma, beta, dgamma, dbeta: x restricted to feature axes, contiguous; 0 elsewhere */
+    NJ_OPD_STATS, /* mean, rstd: x restricted to kept axes, contiguous; 0 on reduced axes */
+    NJ_OPD_COUNT
+} nj_operand;
+
+typedef enum nj_kind {
+    NJ_KIND_ROW = 1,     /* one reduced axis, innermost, x stride 1 */
+    NJ_KIND_COLUMN = 2,  /* innermost axis kept with x stride 1, reduction outside it */
+    NJ_KIND_GENERAL = 3  /* anything else */
+} nj_kind;
+
+#define NJ_CANON_MAX_AXES (NJ_MAX_RANK + 1)
+
+typedef struct nj_canon_axis {
+    int64_t extent;
+    int32_t reduce;  /* 1 = reduced axis (in R), 0 = kept */
+    int32_t feature; /* 1 = in F (param stride may still be 0 only if extent is 1, which is dropped) */
+    int64_t stride[NJ_OPD_COUNT]; /* elements; 0 for an absent operand */
+} nj_canon_axis;
+
+typedef struct nj_canon {
+    int32_t rank;  /* number of axes including the batch axis 0 */
+    int32_t kind;  /* nj_kind */
+    uint32_t flags;
+    int32_t act;
+    int32_t dtype[NJ_OPD_COUNT]; /* dtype per operand; NJ_DTYPE_NONE when absent (STATS is NJ_F32) */
+    uint32_t present;            /* bit per nj_operand: operand used by forward or backward */
+    int64_t reduce_size;         /* product of reduced extents (elements per statistic) */
+    int64_t kept_inner;          /* product of kept extents other than the batch axis */
+    int64_t param_size;          /* product of feature extents (gamma elements); 0 without scale/bias */
+    nj_canon_axis axes[NJ_CANON_MAX_AXES];
+} nj_canon;
+
+/* Validates p (see nj_problem_validate) and fills its canonical form. Pure function of the problem. */
+NJ_HIDDEN nj_status nj_canonicalize(const nj_problem_desc *p, nj_canon *out);
+
+/* Bytes that identify a canonical form with the batch extent and batch strides left out: equal
+ * problems (up to batch) give equal bytes, whatever padding or axis order the caller used.
+ * Writes at most cap bytes; returns the number of bytes of the key. */
+NJ_HIDDEN size_t nj_canon_key(const nj_canon *c, void *out, size_t cap);
+
+/* Canonical text (goes into signatures): one line, batch extent printed as '*'. Caller frees. */
+NJ_HIDDEN char *nj_canon_text(const nj_canon *c);
+
+/* Packs a descriptor into a key with every padding byte and unused field zeroed, so that equal problems
+ * compare equal byte for byte (the in-memory plan table key). Includes batch. Returns bytes written. */
+NJ_HIDDEN size_t nj_problem_key(const nj_problem_desc *p, void *out, size_t cap);
+#define NJ_PROBLEM_KEY_MAX 1024
+
+/* Batch extent and per-operand batch strides of the problem (the run-time part of the canonical form). */
+NJ_HIDDEN void nj_canon_batch(const nj_canon *c, int64_t *rows, int64_t bstride[NJ_OPD_COUNT]);
+
+#endif
