@@ -1,0 +1,226 @@
+/* Template engine, template sets, the codegen environment, and rendered forward kernels. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codegen.h"
+#include "kernel_abi.h"
+
+/* The device side declares the same struct (templates/prelude.cuh, with its own static_asserts). */
+_Static_assert(sizeof(nj_kargs) == 184, "nj_kargs size changed: update templates/prelude.cuh");
+_Static_assert(offsetof(nj_kargs, workspace) == 96, "nj_kargs.workspace offset");
+_Static_assert(offsetof(nj_kargs, rows) == 104, "nj_kargs.rows offset");
+_Static_assert(offsetof(nj_kargs, bstride) == 112, "nj_kargs.bstride offset");
+_Static_assert(offsetof(nj_kargs, eps) == 176, "nj_kargs.eps offset");
+
+static char *render_ok(const char *tpl, const char *env)
+{
+    char *out = NULL;
+    nj_status s = nj_render_string("t.cu", tpl, env, &out);
+    if (s != NJ_OK) fprintf(stderr, "render failed: %s\n", nj_last_error());
+    assert_int_equal(s, NJ_OK);
+    assert_non_null(out);
+    return out;
+}
+
+static void expect_render(const char *tpl, const char *env, const char *want)
+{
+    char *out = render_ok(tpl, env);
+    assert_string_equal(out, want);
+    free(out);
+}
+
+/* Renders a failing template; the detail must start with `prefix` and contain `part`. */
+static void expect_fail(const char *tpl, const char *env, const char *prefix, const char *part)
+{
+    char *out = (char *)1;
+    nj_status s = nj_render_string("t.cu", tpl, env, &out);
+    assert_int_equal(s, NJ_ERR_TEMPLATE);
+    assert_null(out);
+    const char *e = nj_last_error();
+    if (strncmp(e, prefix, strlen(prefix)) != 0 || !strstr(e, part)) fprintf(stderr, "detail: %s\n", e);
+    assert_int_equal(strncmp(e, prefix, strlen(prefix)), 0);
+    assert_non_null(strstr(e, part));
+}
+
+static void test_expressions(void **state)
+{
+    (void)state;
+    expect_render("a{{ 1 + 2 }}b", NULL, "a3b");
+    expect_render("{{ P.n * 2 }} {{ P.n / 2 }} {{ P.n / 4 }}", "{n = 3}", "6 1.5 0.75");
+    expect_render("{{ 2.0 }} {{ 4 // 2 }} {{ -7 }} {{ 1e20 }}", NULL, "2 2 -7 1e+20");
+    expect_render("{{ 0.1 }} {{ 1/3 }}", NULL, "0.1 0.3333333333333333");
+    expect_render("{{ 'x' .. P.s }} {{ true }}", "{s = 'yz'}", "xyz true");
+    expect_render("{{ f32(1.5) }} {{ f32(2) }} {{ f32(-0.25) }} {{ f32(1e-8) }}", NULL, "1.5f 2.0f -0.25f 1e-08f");
+    expect_render("{{ ceil_div(10, 4) }} {{ join({1, 2, 3}) }}", NULL, "3 1, 2, 3");
+    expect_render("quote \" back \\ tab\there", NULL, "quote \" back \\ tab\there");
+}
+
+static void test_statements_and_lines(void **state)
+{
+    (void)state;
+    /* tag-only lines leave nothing behind; inline tags keep their line */
+    expect_render("a\n{% for i = 1, 3 do %}\n  v{{ i }};\n{% end %}\nb\n", NULL, "a\n  v1;\n  v2;\n  v3;\nb\n");
+    expect_render("  {# a comment #}  \nx {# inline #}y\n", NULL, "x y\n");
+    expect_render("{% if P.on then %}on{% else %}off{% end %}\n", "{on = false}", "off\n");
+    expect_render("{%\n local k = 5\n%}\n{{ k }}", NULL, "5");
+    expect_render("no newline at end {% local z = 1 %}", NULL, "no newline at end ");
+    expect_render("", NULL, "");
+}
+
+static void test_errors_fail(void **state)
+{
+    (void)state;
+    /* a missing P field used as a number, on line 3 */
+    expect_fail("line1\nline2\nx = {{ P.missing * 4 }};\n", "{}", "t.cu:3:", "nil");
+    /* a Lua syntax error inside a statement on line 2 */
+    expect_fail("ok\n{% if then %}\n", NULL, "t.cu:2:", "");
+    /* a runtime error() raised by the template on line 4 */
+    expect_fail("1\n2\n3\n{% error('boom') %}\n", NULL, "t.cu:4:", "boom");
+    /* outputting nil, an unterminated tag, f32 of a non-number */
+    expect_fail("\n{{ P.nothing }}", "{}", "t.cu:2:", "nil");
+    expect_fail("a\nb {{ 1 + \n", NULL, "t.cu:2:", "unterminated");
+    expect_fail("{{ f32('x') }}", NULL, "t.cu:1:", "f32");
+    /* a bad environment and a missing include */
+    expect_fail("x", "{ = }", "env:", "");
+    expect_fail("x", "42", "env", "not a table");
+    expect_fail("\n{% include('no_such_template.cu') %}", NULL, "t.cu:2:", "no_such_template.cu");
+}
+
+static void test_sandbox(void **state)
+{
+    (void)state;
+    expect_render("{{ tostring(io) }} {{ tostring(os) }} {{ tostring(require) }} {{ tostring(load) }}", NULL,
+                  "nil nil nil nil");
+    expect_render("{{ tostring(loadfile) }} {{ tostring(dofile) }} {{ tostring(collectgarbage) }}", NULL,
+                  "nil nil nil");
+    expect_render("{{ tostring(debug) }} {{ tostring(print) }} {{ tostring(string.dump) }} {{ tostring(package) }}",
+                  NULL, "nil nil nil nil");
+    expect_render("{{ type(string.format) }} {{ type(table.concat) }} {{ math.floor(2.5) }}", NULL,
+                  "function function 2");
+    /* runaway templates end with an error instead of hanging or eating memory */
+    expect_fail("\n{% while true do end %}", NULL, "t.cu:2:", "too long");
+    expect_fail("{% local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1000) .. i end %}", NULL, "", "memory");
+}
+
+/* ---- template sets: embedded and NORMJIT_TEMPLATE_DIR */
+
+static void write_file(const char *dir, const char *name, const char *text, size_t len)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *slash = strrchr(path, '/');
+    if (slash && slash > path + strlen(dir)) {
+        *slash = 0;
+        mkdir(path, 0700);
+        *slash = '/';
+    }
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    fclose(f);
+}
+
+static char tmpdir[256];
+
+static int make_tmpdir(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/nj_test_codegen_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int remove_tmpdir(void **state)
+{
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_embedded_set(void **state)
+{
+    (void)state;
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    assert_true(nj_embedded_template_count >= 3);
+    const char *text;
+    size_t len;
+    assert_int_equal(nj_template_get("prelude.cuh", &text, &len), NJ_OK);
+    assert_int_equal(len, strlen(text));
+    assert_non_null(strstr(text, "nj_kargs"));
+    assert_int_equal(nj_template_get("missing.cu", &text, &len), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "missing.cu"));
+    const char *h = nj_template_set_hash();
+    assert_int_equal(strlen(h), 32);
+    assert_ptr_equal(h, nj_template_set_hash()); /* computed once */
+}
+
+static void test_template_dir(void **state)
+{
+    (void)state;
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    char embedded_hash[33];
+    snprintf(embedded_hash, sizeof embedded_hash, "%s", nj_template_set_hash());
+    /* a copy of the embedded set, read from a folder, hashes the same */
+    for (size_t i = 0; i < nj_embedded_template_count; i++)
+        write_file(tmpdir, nj_embedded_templates[i].name, nj_embedded_templates[i].text, nj_embedded_templates[i].len);
+    setenv("NORMJIT_TEMPLATE_DIR", tmpdir, 1);
+    assert_string_equal(nj_template_set_hash(), embedded_hash);
+    /* an edit changes the hash and what nj_template_get returns */
+    const char *marker = "/* edited */\n";
+    write_file(tmpdir, "prelude.cuh", marker, strlen(marker));
+    char edited_hash[33];
+    snprintf(edited_hash, sizeof edited_hash, "%s", nj_template_set_hash());
+    assert_string_not_equal(edited_hash, embedded_hash);
+    const char *text;
+    size_t len;
+    assert_int_equal(nj_template_get("prelude.cuh", &text, &len), NJ_OK);
+    assert_int_equal(len, strlen(marker));
+    assert_memory_equal(text, marker, len);
+    /* a renamed file with the same content changes the hash too */
+    write_file(tmpdir, "zz_extra.cu", "", 0);
+    assert_string_not_equal(nj_template_set_hash(), edited_hash);
+    /* includes are resolved in the folder, errors name the included file and its line */
+    const char *inc = "inc {{ P.v }}\n{{ P.v + nil }}\n";
+    write_file(tmpdir, "inc.cuh", inc, strlen(inc));
+    char *out = NULL;
+    assert_int_equal(nj_render_string("main.cu", "{% include('inc.cuh') %}", "{v = 1}", &out), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "inc.cuh:2:"));
+    write_file(tmpdir, "inc.cuh", "inc {{ P.v }}\n", 14);
+    out = render_ok("<{% include('inc.cuh') %}>\n{% include('inc.cuh') %}\nend", "{v = 7}");
+    assert_string_equal(out, "<inc 7\n>\ninc 7\nend");
+    free(out);
+    assert_int_equal(nj_template_get("../etc/passwd", &text, &len), NJ_ERR_TEMPLATE);
+    /* an include cycle is an error, not a crash */
+    write_file(tmpdir, "loop.cuh", "{% include('loop.cuh') %}", 25);
+    assert_int_equal(nj_render_string("main.cu", "{% include('loop.cuh') %}", NULL, &out), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "nesting"));
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    assert_string_equal(nj_template_set_hash(), embedded_hash);
+}
+
+int main(void)
+{
+    const struct CMUnitTest engine[] = {
+        cmocka_unit_test(test_expressions),
+        cmocka_unit_test(test_statements_and_lines),
+        cmocka_unit_test(test_errors_fail),
+        cmocka_unit_test(test_sandbox),
+    };
+    const struct CMUnitTest sets[] = {
+        cmocka_unit_test(test_embedded_set),
+        cmocka_unit_test(test_template_dir),
+    };
+    int fails = cmocka_run_group_tests_name("engine", engine, NULL, NULL);
+    fails += cmocka_run_group_tests_name("template_sets", sets, make_tmpdir, remove_tmpdir);
+    return fails;
+}
