@@ -9,8 +9,9 @@
  *   P.axes[1..rank]   {extent=, reduce=bool, feature=bool, runtime=bool,
  *                      stride={x=,y=,res=,resout=,dy=,dx=,param=,stats=}}   (elements)
  *                     axis 1 is the batch axis: runtime=true, extent = "A.rows" and its strides are the
- *                     C expressions "A.bstride[<operand>]" (kernels read them from nj_kargs); every other
- *                     axis has integer extent and strides baked in.
+ *                     C expressions "A.bstride[<operand>]" (kernels read them from nj_kargs), except
+ *                     param, which is 0 (the batch axis is never a feature); every other axis has
+ *                     integer extent and strides baked in.
  *   P.flags           {center=,scale=,bias=,residual=,resout=,stats=} booleans
  *   P.act             "none" | "relu" | "silu" | "gelu_tanh" | "gelu_erf" | "sigmoid"
  *   P.dtype           per operand {x=,y=,res=,resout=,dy=,dx=,param=,stats=}: "f32" | "f16" | "bf16" | "none"
@@ -92,7 +93,9 @@ static void env_axis(lua_State *L, const nj_canon *c, int i)
     env_bool(L, "runtime", batch);
     lua_createtable(L, 0, NJ_OPD_COUNT);
     for (int o = 0; o < NJ_OPD_COUNT; o++) {
-        if (batch) {
+        if (batch && o == NJ_OPD_PARAM) {
+            env_int(L, nj_opd_names[o], 0); /* the batch axis is never a feature axis */
+        } else if (batch) {
             char expr[32];
             snprintf(expr, sizeof expr, "A.bstride[%d]", o);
             env_str(L, nj_opd_names[o], expr);

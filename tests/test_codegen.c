@@ -13,6 +13,7 @@
 
 #include "codegen.h"
 #include "kernel_abi.h"
+#include "planner_canon.h"
 
 /* The device side declares the same struct (templates/prelude.cuh, with its own static_asserts). */
 _Static_assert(sizeof(nj_kargs) == 184, "nj_kargs size changed: update templates/prelude.cuh");
@@ -208,6 +209,172 @@ static void test_template_dir(void **state)
     assert_string_equal(nj_template_set_hash(), embedded_hash);
 }
 
+
+/* ---- forward kernels rendered from plans */
+
+/* A canonical problem under a name, for the render matrix. */
+typedef struct fwd_case {
+    const char *name;
+    nj_canon c;
+} fwd_case;
+
+static int nfwd;
+static fwd_case fwd[32];
+
+static nj_canon *add_case(const char *name)
+{
+    fwd[nfwd].name = name;
+    return &fwd[nfwd++].c;
+}
+
+static void build_cases(void)
+{
+    const uint32_t ln = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    nfwd = 0;
+    tc_row(add_case("row_warp_f32_vec4"), NJ_F32, 768, ln);
+    tc_row(add_case("row_warp_f16_vec8_rms"), NJ_F16, 1024, NJ_FLAG_SCALE);
+    tc_row(add_case("row_warp_bf16_odd"), NJ_BF16, 333, ln | NJ_FLAG_SAVE_STATS);
+    nj_canon *c = add_case("row_warp_res_resout_stats_gelu");
+    tc_begin(c, NJ_F16, NJ_F16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT | NJ_FLAG_SAVE_STATS,
+             NJ_ACT_GELU_TANH, 64);
+    tc_axis(c, 512, true, true);
+    tc_finish(c);
+    tc_row(add_case("row_block_f32_cached"), NJ_F32, 8192, ln | NJ_FLAG_SAVE_STATS);
+    tc_row(add_case("row_block_f16_cached_1024"), NJ_F16, 16384, ln);
+    tc_row(add_case("row_block_odd_cached"), NJ_F32, 4097, NJ_FLAG_CENTER);
+    tc_row(add_case("row_stream_f32"), NJ_F32, 1 << 20, ln | NJ_FLAG_SAVE_STATS);
+    tc_row(add_case("row_stream_rms_bf16"), NJ_BF16, 100003, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
+    c = add_case("row_kept_axis_silu_scalar_gamma");
+    tc_begin(c, NJ_F32, NJ_F32, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_SILU, 8); /* features on the kept axis */
+    tc_axis(c, 12, false, true);
+    tc_axis(c, 256, true, false);
+    tc_finish(c);
+    c = add_case("column_bn_nhwc_relu");
+    tc_begin(c, NJ_F16, NJ_F32, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_RELU, 1);
+    tc_axis(c, 32, true, false);
+    tc_axis(c, 3136, true, false);
+    tc_axis(c, 64, false, true);
+    tc_finish(c);
+    c = add_case("general_gn_nhwc_res_sigmoid");
+    tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT | NJ_FLAG_SAVE_STATS,
+             NJ_ACT_SIGMOID, 2);
+    tc_axis(c, 1024, true, false); /* HW */
+    tc_axis(c, 8, false, true);    /* G */
+    tc_axis(c, 4, true, true);     /* C/G */
+    tc_finish(c);
+    c = add_case("general_rms_gelu_erf");
+    tc_begin(c, NJ_F32, NJ_F32, NJ_FLAG_SCALE, NJ_ACT_GELU_ERF, 4);
+    tc_axis(c, 6, true, true);
+    tc_axis(c, 5, false, false);
+    tc_axis(c, 7, true, true);
+    tc_finish(c);
+}
+
+static void dump_source(const char *name, const char *src)
+{
+    const char *dir = getenv("NJ_DUMP_DIR"); /* manual checks: compile the sources with nvcc */
+    if (!dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.cu", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fputs(src, f);
+    fclose(f);
+}
+
+static void test_forward_variants(void **state)
+{
+    (void)state;
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    build_cases();
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    int families[4] = {0};
+    for (int i = 0; i < nfwd; i++) {
+        nj_plan_params pp;
+        assert_int_equal(nj_plan_pass(&fwd[i].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+        families[pp.family]++;
+        char *src = NULL;
+        nj_status s = nj_codegen(&fwd[i].c, &pp, &src);
+        if (s != NJ_OK) fail_msg("%s: %s", fwd[i].name, nj_last_error());
+        dump_source(fwd[i].name, src);
+        assert_null(strstr(src, "{{"));
+        assert_null(strstr(src, "{%"));
+        assert_null(strstr(src, "{#"));
+        assert_non_null(strstr(src, "struct nj_kargs"));
+        char want[128];
+        snprintf(want, sizeof want, "NJ_KERNEL(%s, %d)", pp.launch[0].kernel, pp.block);
+        assert_non_null(strstr(src, want));
+        snprintf(want, sizeof want, "#define NJ_N %lldLL", (long long)fwd[i].c.reduce_size);
+        assert_non_null(strstr(src, want));
+        static const char *const acts[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
+        snprintf(want, sizeof want, "= nj_act_%s(", acts[fwd[i].c.act]);
+        if (pp.family == NJ_FAMILY_GENERAL) snprintf(want, sizeof want, ", nj_act_%s(u)", acts[fwd[i].c.act]);
+        assert_non_null(strstr(src, want));
+        if (pp.vec > 1) {
+            snprintf(want, sizeof want, "nj_fwd_row_body<%d>(A", pp.vec);
+            assert_non_null(strstr(src, want));
+        }
+        bool stats = fwd[i].c.flags & NJ_FLAG_SAVE_STATS, center = fwd[i].c.flags & NJ_FLAG_CENTER;
+        assert_int_equal(strstr(src, "A.rstd[") != NULL, stats);
+        assert_int_equal(strstr(src, "A.mean[") != NULL, stats && center);
+        assert_int_equal(strstr(src, "A.res_out") != NULL, (fwd[i].c.flags & NJ_FLAG_RESIDUAL_OUT) != 0);
+        free(src);
+    }
+    assert_true(families[NJ_FAMILY_ROW] >= 8);
+    assert_true(families[NJ_FAMILY_GENERAL] >= 3);
+}
+
+/* The general template is a correct fallback for ROW problems too. */
+static void test_general_renders_row(void **state)
+{
+    (void)state;
+    nj_canon c;
+    tc_row(&c, NJ_F32, 1000, NJ_FLAG_CENTER);
+    nj_plan_params pp;
+    nj_device_props dev;
+    nj_device_props_default(80, &dev);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+    pp.template_name = "fwd_general.cu";
+    snprintf(pp.launch[0].kernel, sizeof pp.launch[0].kernel, "nj_fwd_general");
+    char *src = NULL;
+    assert_int_equal(nj_codegen(&c, &pp, &src), NJ_OK);
+    dump_source("row_via_general", src);
+    assert_non_null(strstr(src, "NJ_KERNEL(nj_fwd_general"));
+    free(src);
+}
+
+static void test_codegen_fail(void **state)
+{
+    (void)state;
+    nj_canon c;
+    nj_plan_params pp;
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    char *src = NULL;
+    /* a ROW template given a problem with two reduced axes stops with its own error and line */
+    tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
+    tc_axis(&c, 6, true, false);
+    tc_axis(&c, 7, true, false);
+    tc_finish(&c);
+    tc_row(&fwd[0].c, NJ_F32, 42, NJ_FLAG_CENTER);
+    assert_int_equal(nj_plan_pass(&fwd[0].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+    assert_int_equal(nj_codegen(&c, &pp, &src), NJ_ERR_TEMPLATE);
+    assert_null(src);
+    assert_int_equal(strncmp(nj_last_error(), "fwd_row.cu:", 11), 0);
+    assert_non_null(strstr(nj_last_error(), "exactly one reduced axis"));
+    /* a template that does not exist */
+    pp.template_name = "fwd_nothing.cu";
+    assert_int_equal(nj_codegen(&fwd[0].c, &pp, &src), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "fwd_nothing.cu"));
+    /* an environment the templates cannot describe */
+    assert_int_equal(nj_plan_pass(&fwd[0].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+    fwd[0].c.act = 99;
+    assert_int_equal(nj_codegen(&fwd[0].c, &pp, &src), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "activation"));
+    assert_int_equal(nj_codegen(NULL, &pp, &src), NJ_ERR_NULL_POINTER);
+}
+
 int main(void)
 {
     const struct CMUnitTest engine[] = {
@@ -220,7 +387,13 @@ int main(void)
         cmocka_unit_test(test_embedded_set),
         cmocka_unit_test(test_template_dir),
     };
+    const struct CMUnitTest kernels[] = {
+        cmocka_unit_test(test_forward_variants),
+        cmocka_unit_test(test_general_renders_row),
+        cmocka_unit_test(test_codegen_fail),
+    };
     int fails = cmocka_run_group_tests_name("engine", engine, NULL, NULL);
+    fails += cmocka_run_group_tests_name("kernels", kernels, NULL, NULL);
     fails += cmocka_run_group_tests_name("template_sets", sets, make_tmpdir, remove_tmpdir);
     return fails;
 }
