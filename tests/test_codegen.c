@@ -270,15 +270,30 @@ static void build_cases(void)
     tc_finish(c);
 }
 
-static void dump_source(const char *name, const char *src)
+/* NJ_DUMP_DIR=<dir>: writes each rendered source and a description of its problem and launch, for
+ * manual checks (nvcc -Xptxas -v resource reports, host runs against a reference). */
+static void dump_source(const char *name, const char *src, const nj_canon *c, const nj_plan_params *pp)
 {
-    const char *dir = getenv("NJ_DUMP_DIR"); /* manual checks: compile the sources with nvcc */
+    const char *dir = getenv("NJ_DUMP_DIR");
     if (!dir) return;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.cu", dir, name);
     FILE *f = fopen(path, "w");
     if (!f) return;
     fputs(src, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s.txt", dir, name);
+    if (!(f = fopen(path, "w"))) return;
+    uint32_t grid[3];
+    nj_launch_grid(&pp->launch[0], c->axes[0].extent, grid);
+    fprintf(f, "%d %u %d %s %d %u\n", c->rank, c->flags, c->act, pp->launch[0].kernel, pp->block, grid[0]);
+    for (int o = 0; o < NJ_OPD_COUNT; o++) fprintf(f, "%d ", c->dtype[o]);
+    fprintf(f, "\n");
+    for (int i = 0; i < c->rank; i++) {
+        fprintf(f, "%lld %d %d", (long long)c->axes[i].extent, c->axes[i].reduce, c->axes[i].feature);
+        for (int o = 0; o < NJ_OPD_COUNT; o++) fprintf(f, " %lld", (long long)c->axes[i].stride[o]);
+        fprintf(f, "\n");
+    }
     fclose(f);
 }
 
@@ -297,7 +312,7 @@ static void test_forward_variants(void **state)
         char *src = NULL;
         nj_status s = nj_codegen(&fwd[i].c, &pp, &src);
         if (s != NJ_OK) fail_msg("%s: %s", fwd[i].name, nj_last_error());
-        dump_source(fwd[i].name, src);
+        dump_source(fwd[i].name, src, &fwd[i].c, &pp);
         assert_null(strstr(src, "{{"));
         assert_null(strstr(src, "{%"));
         assert_null(strstr(src, "{#"));
@@ -339,7 +354,7 @@ static void test_general_renders_row(void **state)
     snprintf(pp.launch[0].kernel, sizeof pp.launch[0].kernel, "nj_fwd_general");
     char *src = NULL;
     assert_int_equal(nj_codegen(&c, &pp, &src), NJ_OK);
-    dump_source("row_via_general", src);
+    dump_source("row_via_general", src, &c, &pp);
     assert_non_null(strstr(src, "NJ_KERNEL(nj_fwd_general"));
     free(src);
 }
