@@ -6,6 +6,10 @@
  * the problem has none, so a problem differing only in batch gets the same canonical key.
  * Size-1 axes are dropped, and neighbours merge when they play the same role and are contiguous with
  * each other in every operand present (x, y, residual, residual_out, dy, dx, param, stats).
+ * Ordering: descending x stride, stable (equal x strides keep x's axis order, so broadcast x axes with
+ * stride 0 go innermost). Without scale/bias no axis is a feature axis (there is no param operand).
+ * When every reduced axis has extent 1, one reduced axis of extent 1 (activation strides 1) is kept
+ * innermost, so rank >= 2 always: the batch axis and at least one reduced axis.
  */
 #ifndef NJ_PROBLEM_H
 #define NJ_PROBLEM_H
@@ -26,8 +30,13 @@ typedef enum nj_operand {
 } nj_operand;
 
 typedef enum nj_kind {
-    NJ_KIND_ROW = 1,     /* one reduced axis, innermost, x stride 1 */
-    NJ_KIND_COLUMN = 2,  /* innermost axis kept with x stride 1, reduction outside it */
+    NJ_KIND_ROW = 1,     /* the reduced axes are the innermost block and form one flat run of reduce_size
+                          * elements in every activation operand present (x, y, res, resout, dy, dx:
+                          * innermost stride 1, each outer reduced stride = inner stride * inner extent).
+                          * Usually one reduced axis; several when only their param role differs
+                          * (GroupNorm NCHW: C/G is a feature axis, spatial is not), so the gamma index
+                          * within the row comes from the per-axis param strides. */
+    NJ_KIND_COLUMN = 2,  /* not ROW; innermost axis kept with x stride 1, reduction outside it */
     NJ_KIND_GENERAL = 3  /* anything else */
 } nj_kind;
 
