@@ -221,7 +221,8 @@ nj_status nj_problem_validate(const nj_problem_desc *p)
 
 /* ---- Canonical form ---- */
 
-/* One canonical axis per x axis, in x's order, with every operand's stride. */
+/* One canonical axis per x axis, in x's order, with every operand's stride. Zero extents read as 1:
+ * a zero-size problem is then a well-formed shape that runs with rows = 0 (see nj_canonicalize). */
 static void raw_axes(const nj_problem_desc *p, const nj_canon *c, nj_canon_axis *ax)
 {
     int32_t rank = p->x.rank;
@@ -230,7 +231,7 @@ static void raw_axes(const nj_problem_desc *p, const nj_canon *c, nj_canon_axis 
     for (int i = rank - 1; i >= 0; i--) {
         nj_canon_axis *a = &ax[i];
         memset(a, 0, sizeof *a);
-        a->extent = p->x.extents[i];
+        a->extent = p->x.extents[i] ? p->x.extents[i] : 1;
         a->reduce = (p->reduce_axes >> i) & 1u;
         a->feature = param && ((p->feature_axes >> i) & 1u);
         for (int o = NJ_OPD_X; o <= NJ_OPD_DX; o++)
@@ -294,21 +295,18 @@ static void set_operands(const nj_problem_desc *p, nj_canon *c)
     c->dtype[NJ_OPD_STATS] = NJ_F32;
 }
 
-/* ROW: the reduced axes are the innermost block and form one flat run in every activation operand
- * (stride 1 innermost, each outer reduced stride = inner stride * inner extent). They stay separate axes
- * only when their feature role or param/stats strides differ (GroupNorm NCHW: C/G and spatial). */
+/* ROW: exactly one reduced axis, innermost, stride 1 in every activation operand present (x, y, res,
+ * resout, dy, dx), so a row is one flat run. Reduced axes that stay apart because their param role
+ * differs (GroupNorm NCHW with an affine: C/G is a feature axis, spatial is not) make a GENERAL problem;
+ * the row kernels index gamma with one stride. */
 static bool is_row(const nj_canon *c)
 {
-    int first = c->rank;
-    while (first > 1 && c->axes[first - 1].reduce) first--;
-    for (int i = 1; i < first; i++)
+    const nj_canon_axis *inner = &c->axes[c->rank - 1];
+    if (!inner->reduce) return false;
+    for (int i = 1; i < c->rank - 1; i++)
         if (c->axes[i].reduce) return false;
-    for (int o = NJ_OPD_X; o <= NJ_OPD_DX; o++) {
-        if (!((c->present >> o) & 1u)) continue;
-        if (c->axes[c->rank - 1].stride[o] != 1) return false;
-        for (int i = first; i < c->rank - 1; i++)
-            if (c->axes[i].stride[o] != c->axes[i + 1].stride[o] * c->axes[i + 1].extent) return false;
-    }
+    for (int o = NJ_OPD_X; o <= NJ_OPD_DX; o++)
+        if (((c->present >> o) & 1u) && inner->stride[o] != 1) return false;
     return true;
 }
 
@@ -363,6 +361,8 @@ nj_status nj_canonicalize(const nj_problem_desc *p, nj_canon *out)
     memcpy(&c.axes[first], ax, (size_t)n * sizeof ax[0]);
     c.rank = n + first;
     classify(&c);
+    for (int i = 0; i < p->x.rank; i++)
+        if (p->x.extents[i] == 0) c.axes[0].extent = 0; /* nothing to compute: no rows */
     *out = c;
     return NJ_OK;
 }
@@ -459,14 +459,37 @@ static const char *kind_name(int32_t k)
 
 static const char *short_dtype(int32_t d) { return d == NJ_DTYPE_NONE ? "-" : nj_dtype_name((nj_dtype)d); }
 
+static void text_flags(nj_buf *b, uint32_t flags)
+{
+    static const char *const names[] = {"center", "scale", "bias", "residual", "resout", "stats"};
+    bool first = true;
+    for (size_t i = 0; i < NJ_ARRAY_LEN(names); i++)
+        if (flags >> i & 1u) {
+            nj_buf_printf(b, "%s%s", first ? "" : ",", names[i]);
+            first = false;
+        }
+    if (first) nj_buf_printf(b, "none");
+}
+
+static const char *act_name(int32_t a)
+{
+    static const char *const names[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
+    return a >= 0 && a < (int32_t)NJ_ARRAY_LEN(names) ? names[a] : "?";
+}
+
+/* e.g. "kind=row dt=bf16/bf16/-/-/bf16/bf16/f32/f32 flags=center,scale,bias act=none rs=4096 ki=1
+ * ps=4096 axes=[*:k|4096:rf:1,1,0,0,1,1,1,0]": per axis extent, role (r/k, f = feature) and the strides of
+ * x,y,res,resout,dy,dx,param,stats; the batch axis shows only its role. */
 char *nj_canon_text(const nj_canon *c)
 {
     nj_buf b;
     nj_buf_init(&b);
     nj_buf_printf(&b, "kind=%s dt=", kind_name(c->kind));
     for (int o = 0; o < NJ_OPD_COUNT; o++) nj_buf_printf(&b, "%s%s", o ? "/" : "", short_dtype(c->dtype[o]));
-    nj_buf_printf(&b, " flags=0x%x act=%d rs=%lld ki=%lld ps=%lld axes=[", c->flags, c->act,
-                  (long long)c->reduce_size, (long long)c->kept_inner, (long long)c->param_size);
+    nj_buf_printf(&b, " flags=");
+    text_flags(&b, c->flags);
+    nj_buf_printf(&b, " act=%s rs=%lld ki=%lld ps=%lld axes=[", act_name(c->act), (long long)c->reduce_size,
+                  (long long)c->kept_inner, (long long)c->param_size);
     for (int i = 0; i < c->rank; i++) {
         const nj_canon_axis *a = &c->axes[i];
         const char *role = a->reduce ? (a->feature ? "rf" : "r") : (a->feature ? "kf" : "k");

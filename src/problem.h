@@ -10,6 +10,8 @@
  * stride 0 go innermost). Without scale/bias no axis is a feature axis (there is no param operand).
  * When every reduced axis has extent 1, one reduced axis of extent 1 (activation strides 1) is kept
  * innermost, so rank >= 2 always: the batch axis and at least one reduced axis.
+ * A zero-size x (some extent 0) canonicalizes as if its zero extents were 1, with batch extent 0: no
+ * kernel has work (statistics of an empty reduction are not written), and every non-batch extent >= 1.
  */
 #ifndef NJ_PROBLEM_H
 #define NJ_PROBLEM_H
@@ -30,12 +32,9 @@ typedef enum nj_operand {
 } nj_operand;
 
 typedef enum nj_kind {
-    NJ_KIND_ROW = 1,     /* the reduced axes are the innermost block and form one flat run of reduce_size
-                          * elements in every activation operand present (x, y, res, resout, dy, dx:
-                          * innermost stride 1, each outer reduced stride = inner stride * inner extent).
-                          * Usually one reduced axis; several when only their param role differs
-                          * (GroupNorm NCHW: C/G is a feature axis, spatial is not), so the gamma index
-                          * within the row comes from the per-axis param strides. */
+    NJ_KIND_ROW = 1,     /* exactly one reduced axis, innermost, stride 1 in x, y, res, resout, dy, dx
+                          * (those present). GroupNorm NCHW with an affine keeps C/G (feature) and
+                          * spatial (not) as two reduced axes, so it is GENERAL; without one it is ROW. */
     NJ_KIND_COLUMN = 2,  /* not ROW; innermost axis kept with x stride 1, reduction outside it */
     NJ_KIND_GENERAL = 3  /* anything else */
 } nj_kind;

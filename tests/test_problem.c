@@ -391,7 +391,9 @@ static void test_canon_groupnorm_nchw(void **state)
     ok(nj_preset_groupnorm(&p, NJ_F16, 4, e, 32, 0, DEF_FLAGS | NJ_FLAG_SAVE_STATS));
     nj_canon c;
     ok(nj_canonicalize(&p, &c));
-    assert_int_equal(c.kind, NJ_KIND_ROW);
+    /* C/G (a feature axis) and HW (not) stay two reduced axes: the row is flat in x, but gamma varies
+     * along it, so the one-reduced-axis ROW kind does not apply */
+    assert_int_equal(c.kind, NJ_KIND_GENERAL);
     assert_int_equal(c.rank, 4);
     expect_axis(&c, 0, 2, 0, 0, 128 * 256, 0, 32);
     expect_axis(&c, 1, 32, 0, 1, 4 * 256, 4, 1);
@@ -529,6 +531,52 @@ static void test_canon_special_axes(void **state)
     assert_int_equal(c.axes[1].stride[NJ_OPD_X], 32);
 }
 
+static void test_canon_row_rules(void **state)
+{
+    nj_canon c;
+    /* a row that is contiguous in x but strided in y (or dx) is not ROW; the innermost axis is reduced,
+     * so not COLUMN either */
+    nj_problem_desc p = layernorm(4, 6, 32, DEF_FLAGS);
+    like_x(&p.y, &p.x);
+    int64_t ys[3] = {6 * 64, 64, 2};
+    memcpy(p.y.strides, ys, sizeof ys);
+    ok(nj_canonicalize(&p, &c));
+    assert_int_equal(c.kind, NJ_KIND_GENERAL);
+    p = layernorm(4, 6, 32, DEF_FLAGS);
+    like_x(&p.dx, &p.x);
+    memcpy(p.dx.strides, ys, sizeof ys);
+    ok(nj_canonicalize(&p, &c));
+    assert_int_equal(c.kind, NJ_KIND_GENERAL);
+    /* a residual laid out differently only matters under NJ_FLAG_RESIDUAL */
+    p = layernorm(4, 6, 32, DEF_FLAGS);
+    like_x(&p.residual, &p.x);
+    memcpy(p.residual.strides, ys, sizeof ys);
+    ok(nj_canonicalize(&p, &c));
+    assert_int_equal(c.kind, NJ_KIND_ROW);
+    key k1 = canon_key(&p, NULL);
+    p.flags |= NJ_FLAG_RESIDUAL;
+    ok(nj_canonicalize(&p, &c));
+    assert_int_equal(c.kind, NJ_KIND_GENERAL);
+    assert_int_equal(c.dtype[NJ_OPD_RES], NJ_BF16);
+    key k2 = canon_key(&p, NULL);
+    assert_false(key_eq(&k1, &k2));
+}
+
+static void test_canon_zero_size(void **state)
+{
+    nj_canon c, full;
+    nj_problem_desc p = layernorm(0, 5, 4096, DEF_FLAGS), q = layernorm(3, 5, 4096, DEF_FLAGS);
+    key kp = canon_key(&p, &c), kq = canon_key(&q, &full);
+    assert_true(key_eq(&kp, &kq)); /* an empty batch is just batch 0 */
+    assert_int_equal(c.axes[0].extent, 0);
+    p = layernorm(4, 5, 0, DEF_FLAGS); /* empty rows: nothing runs, every other extent stays >= 1 */
+    ok(nj_canonicalize(&p, &c));
+    assert_int_equal(c.axes[0].extent, 0);
+    for (int i = 1; i < c.rank; i++) assert_true(c.axes[i].extent >= 1);
+    assert_true(c.reduce_size >= 1);
+    assert_true(c.kept_inner >= 1);
+}
+
 static void test_canon_key_garbage(void **state)
 {
     nj_problem_desc clean = layernorm(8, 3, 512, DEF_FLAGS | NJ_FLAG_SAVE_STATS);
@@ -586,6 +634,8 @@ static void test_canon_text(void **state)
     assert_null(strstr(ta, "111")); /* batch 37*3 never appears */
     assert_non_null(strstr(ta, "4096"));
     assert_null(strchr(ta, '\n'));
+    assert_string_equal(ta, "kind=row dt=bf16/bf16/-/-/bf16/bf16/f32/f32 flags=center,scale,bias act=none "
+                            "rs=4096 ki=1 ps=4096 axes=[*:k|4096:rf:1,1,0,0,1,1,1,0]");
     free(ta);
     free(tb);
     nj_problem_desc c = layernorm(5, 1, 4096, NJ_FLAG_SCALE);
@@ -842,6 +892,8 @@ int main(void)
         cmocka_unit_test(test_canon_instancenorm),
         cmocka_unit_test(test_canon_batchnorm),
         cmocka_unit_test(test_canon_special_axes),
+        cmocka_unit_test(test_canon_row_rules),
+        cmocka_unit_test(test_canon_zero_size),
         cmocka_unit_test(test_canon_key_garbage),
         cmocka_unit_test(test_canon_text),
         cmocka_unit_test(test_text_round_trip_all),
