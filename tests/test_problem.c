@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "problem.h"
+#include "problem_gen.h"
 
 #define DEF_FLAGS (NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS)
 
@@ -363,6 +364,14 @@ static void test_canon_layernorm_llm(void **state)
     assert_int_equal(c.dtype[NJ_OPD_PARAM], NJ_F32);
     assert_int_equal(c.dtype[NJ_OPD_STATS], NJ_F32);
     assert_int_equal(c.dtype[NJ_OPD_RES], NJ_DTYPE_NONE);
+    nj_problem_desc r;
+    int64_t re[3] = {8, 100, 4096};
+    ok(nj_preset_rmsnorm(&r, NJ_BF16, 3, re, 1, DEF_FLAGS));
+    nj_canon cr;
+    key kr = canon_key(&r, &cr);
+    assert_false(key_eq(&ka, &kr)); /* RMS differs from LayerNorm only by the center flag */
+    assert_int_equal(cr.kind, NJ_KIND_ROW);
+    assert_int_equal(cr.flags, NJ_FLAG_SCALE | NJ_FLAG_BIAS);
     assert_int_equal(c.present, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX) |
                                     (1u << NJ_OPD_PARAM) | (1u << NJ_OPD_STATS));
 }
@@ -875,6 +884,183 @@ static void test_text_malformed_fail(void **state)
     expect_status(nj_problem_from_text(line, 1, &p), NJ_ERR_PARSE, "too long");
 }
 
+/* ---- properties over random strided problems ---- */
+
+#define NJ_PT_MAX 4096
+typedef struct tuple8 {
+    int64_t v[NJ_OPD_COUNT];
+} tuple8;
+
+static int cmp_tuple(const void *a, const void *b)
+{
+    const tuple8 *x = a, *y = b;
+    for (int o = 0; o < NJ_OPD_COUNT; o++)
+        if (x->v[o] != y->v[o]) return x->v[o] < y->v[o] ? -1 : 1;
+    return 0;
+}
+
+/* Per element of x: each operand's offset straight from the descriptor; gamma and statistics as
+ * row-major indices over the feature / kept axes in x's order. */
+static int64_t desc_tuples(const nj_problem_desc *p, tuple8 *out)
+{
+    const nj_tensor_desc *t[6] = {&p->x, &p->y, &p->residual, &p->residual_out, &p->dy, &p->dx};
+    bool used[6] = {true, true, p->flags & NJ_FLAG_RESIDUAL, p->flags & NJ_FLAG_RESIDUAL_OUT, true, true};
+    bool param = p->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+    int64_t idx[NJ_MAX_RANK] = {0}, n = 0;
+    for (;;) {
+        tuple8 *e = &out[n++];
+        memset(e, 0, sizeof *e);
+        for (int o = 0; o < 6; o++)
+            for (int i = 0; used[o] && i < p->x.rank; i++)
+                e->v[o] += idx[i] * (t[o]->rank ? t[o]->strides[i] : p->x.strides[i]);
+        for (int i = 0; i < p->x.rank; i++) {
+            if (param && (p->feature_axes >> i & 1u)) e->v[NJ_OPD_PARAM] = e->v[NJ_OPD_PARAM] * p->x.extents[i] + idx[i];
+            if (!(p->reduce_axes >> i & 1u)) e->v[NJ_OPD_STATS] = e->v[NJ_OPD_STATS] * p->x.extents[i] + idx[i];
+        }
+        int i = p->x.rank - 1;
+        while (i >= 0 && ++idx[i] == p->x.extents[i]) idx[i--] = 0;
+        if (i < 0) return n;
+    }
+}
+
+static int64_t canon_tuples(const nj_canon *c, tuple8 *out)
+{
+    int64_t idx[NJ_CANON_MAX_AXES] = {0}, n = 0;
+    for (;;) {
+        tuple8 *e = &out[n++];
+        memset(e, 0, sizeof *e);
+        for (int i = 0; i < c->rank; i++)
+            for (int o = 0; o < NJ_OPD_COUNT; o++) e->v[o] += idx[i] * c->axes[i].stride[o];
+        int i = c->rank - 1;
+        while (i >= 0 && ++idx[i] == c->axes[i].extent) idx[i--] = 0;
+        if (i < 0) return n;
+    }
+}
+
+static bool mergeable(const nj_canon_axis *a, const nj_canon_axis *b)
+{
+    if (a->reduce != b->reduce || a->feature != b->feature) return false;
+    for (int o = 0; o < NJ_OPD_COUNT; o++)
+        if (a->stride[o] != b->stride[o] * b->extent) return false;
+    return true;
+}
+
+/* Structure promised by problem.h, checked from the outside. */
+static void check_canon_shape(const nj_canon *c, int64_t numel)
+{
+    assert_true(c->rank >= 2 && c->rank <= NJ_CANON_MAX_AXES);
+    assert_false(c->axes[0].reduce || c->axes[0].feature);
+    assert_int_equal(c->axes[0].extent * c->kept_inner * c->reduce_size, numel);
+    int nred = 0;
+    for (int i = 1; i < c->rank; i++) {
+        const nj_canon_axis *a = &c->axes[i];
+        nred += a->reduce;
+        assert_true(a->extent > 1 || (a->reduce && c->reduce_size == 1 && i == c->rank - 1));
+        if (i + 1 < c->rank) { /* sorted, except that a kept extent-1 reduced axis may carry any stride */
+            assert_true(a->stride[NJ_OPD_X] >= c->axes[i + 1].stride[NJ_OPD_X] || c->axes[i + 1].extent == 1);
+            assert_false(mergeable(a, &c->axes[i + 1]));
+        }
+    }
+    assert_true(nred >= 1);
+    if (c->axes[0].extent > 1) assert_false(mergeable(&c->axes[0], &c->axes[1]));
+    const nj_canon_axis *in = &c->axes[c->rank - 1];
+    if (c->kind == NJ_KIND_ROW) {
+        assert_true(nred == 1 && in->reduce);
+        assert_true(in->stride[NJ_OPD_X] == 1 && in->stride[NJ_OPD_Y] == 1 && in->stride[NJ_OPD_DX] == 1);
+    } else if (c->kind == NJ_KIND_COLUMN) {
+        assert_true(!in->reduce && in->stride[NJ_OPD_X] == 1);
+    } else {
+        assert_int_equal(c->kind, NJ_KIND_GENERAL);
+    }
+}
+
+/* The same problem with a size-1 axis inserted at `pos` (any stride, any role): the canonical key is
+ * unchanged. */
+static void insert_unit_axis(nj_problem_desc *p, nj_pg_rng *r)
+{
+    int pos = (int)nj_pg_int(r, 0, p->x.rank);
+    nj_tensor_desc *t[6] = {&p->x, &p->y, &p->residual, &p->residual_out, &p->dy, &p->dx};
+    for (int o = 0; o < 6; o++) {
+        if (t[o]->rank == 0) continue;
+        for (int i = t[o]->rank; i > pos; i--) {
+            t[o]->extents[i] = t[o]->extents[i - 1];
+            t[o]->strides[i] = t[o]->strides[i - 1];
+        }
+        t[o]->extents[pos] = 1;
+        t[o]->strides[pos] = nj_pg_int(r, 0, 100);
+        t[o]->rank++;
+    }
+    uint32_t low = (1u << pos) - 1u;
+    p->reduce_axes = (p->reduce_axes & low) | (p->reduce_axes & ~low) << 1 | (uint32_t)nj_pg_int(r, 0, 1) << pos;
+    p->feature_axes = (p->feature_axes & low) | (p->feature_axes & ~low) << 1 | (uint32_t)nj_pg_int(r, 0, 1) << pos;
+}
+
+static void test_canon_properties_random(void **state)
+{
+    static tuple8 a[NJ_PT_MAX], b[NJ_PT_MAX];
+    nj_pg_rng r = {12345};
+    int kinds[4] = {0};
+    for (int iter = 0; iter < 3000; iter++) {
+        nj_problem_desc p;
+        nj_pg_problem(&r, NULL, &p);
+        nj_status s = nj_problem_validate(&p);
+        if (s != NJ_OK) fail_msg("iteration %d: generated problem invalid: %s", iter, nj_last_error());
+        nj_canon c;
+        key k1 = canon_key(&p, &c);
+        kinds[c.kind]++;
+        int64_t n = desc_tuples(&p, a), m = canon_tuples(&c, b);
+        check_canon_shape(&c, n);
+        assert_int_equal(n, m);
+        qsort(a, (size_t)n, sizeof a[0], cmp_tuple);
+        qsort(b, (size_t)m, sizeof b[0], cmp_tuple);
+        if (memcmp(a, b, (size_t)n * sizeof a[0]) != 0) {
+            char *t = nj_canon_text(&c);
+            fail_msg("iteration %d: canonical offsets differ from the descriptor's: %s", iter, t);
+        }
+        round_trip(&p, p.x.extents[0]);
+        if (p.x.rank < NJ_MAX_RANK) {
+            insert_unit_axis(&p, &r);
+            key k2 = canon_key(&p, NULL);
+            if (!key_eq(&k1, &k2)) fail_msg("iteration %d: a size-1 axis changed the canonical key", iter);
+        }
+    }
+    /* the generator reaches every kind */
+    assert_true(kinds[NJ_KIND_ROW] > 50 && kinds[NJ_KIND_COLUMN] > 50 && kinds[NJ_KIND_GENERAL] > 50);
+}
+
+/* Random bytes and random text never crash; failures always say why. */
+static void test_fuzz_fail(void **state)
+{
+    nj_pg_rng r = {777};
+    for (int iter = 0; iter < 20000; iter++) {
+        nj_problem_desc p;
+        uint8_t *bytes = (uint8_t *)&p;
+        for (size_t i = 0; i < sizeof p; i++) bytes[i] = (uint8_t)nj_pg_next(&r);
+        if (iter % 2) { /* mostly sane headers so the deeper checks are reached */
+            nj_pg_problem(&r, NULL, &p);
+            int64_t *f = (int64_t *)&p.x + nj_pg_int(&r, 0, sizeof(nj_tensor_desc) * 6 / 8 - 1);
+            *f = nj_pg_int(&r, -3, 3) * ((int64_t)1 << nj_pg_int(&r, 0, 61));
+        }
+        nj_status s = nj_problem_validate(&p);
+        if (s != NJ_OK) assert_true(nj_last_error()[0] != '\0');
+        nj_canon c;
+        assert_int_equal(nj_canonicalize(&p, &c), s);
+        uint8_t k[NJ_PROBLEM_KEY_MAX];
+        assert_true(nj_problem_key(&p, k, sizeof k) <= sizeof k);
+    }
+    static const char alphabet[] = "layernorm rmsgroup*x0123456789,=.-f16bf32nchwdtypshaeflgs ";
+    for (int iter = 0; iter < 20000; iter++) {
+        char line[64];
+        int len = (int)nj_pg_int(&r, 0, sizeof line - 1);
+        for (int i = 0; i < len; i++) line[i] = alphabet[nj_pg_int(&r, 0, sizeof alphabet - 2)];
+        line[len] = '\0';
+        nj_problem_desc p;
+        nj_status s = nj_problem_from_text(line, 3, &p);
+        if (s != NJ_OK) assert_true(nj_last_error()[0] != '\0');
+        else ok(nj_problem_validate(&p));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -901,6 +1087,8 @@ int main(void)
         cmocka_unit_test(test_text_exact_print),
         cmocka_unit_test(test_text_short_forms),
         cmocka_unit_test(test_text_malformed_fail),
+        cmocka_unit_test(test_canon_properties_random),
+        cmocka_unit_test(test_fuzz_fail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
