@@ -2,7 +2,8 @@
  *
  * Grammar (tokens are separated by blanks; keys and words are lower case):
  *   line    := preset token*
- *   preset  := layernorm | rmsnorm | instancenorm | groupnorm | batchnorm | norm     (norm = general)
+ *   preset  := layernorm | rmsnorm | instancenorm | groupnorm | batchnorm | norm | general
+ *              (any case; norm and general name the general problem, printed as norm)
  *   token   := dtype | layout | shape | key '=' value
  *   dtype   := f32 | f16 | bf16
  *   layout  := 'n' 'c' [dhwl]*  (channels first)  |  'n' [dhwl]+ 'c'  (channels last); one letter per axis
@@ -33,6 +34,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define NJ_TEXT_OPDS 5
 static const char *const opd_keys[NJ_TEXT_OPDS] = {"y", "res", "resout", "dy", "dx"};
@@ -162,6 +164,14 @@ static int find_name(const char *s, const char *const *names, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (strcmp(s, names[i]) == 0) return (int)i;
+    return -1;
+}
+
+static int find_preset(const char *s)
+{
+    if (strcasecmp(s, "general") == 0) return NJ_PRESET_GENERAL;
+    for (size_t i = 0; i < NJ_ARRAY_LEN(preset_names); i++)
+        if (strcasecmp(s, preset_names[i]) == 0) return (int)i;
     return -1;
 }
 
@@ -353,7 +363,7 @@ static nj_status tokenize(const char *text, nj_parsed *r)
         tok[n] = '\0';
         s += n;
         if (first) {
-            r->preset = find_name(tok, preset_names, NJ_ARRAY_LEN(preset_names));
+            r->preset = find_preset(tok);
             if (r->preset < 0)
                 return bad(tok, "unknown problem kind (layernorm, rmsnorm, instancenorm, groupnorm, batchnorm, norm)");
             first = false;

@@ -808,6 +808,21 @@ static void test_text_short_forms(void **state)
     ok(nj_preset_layernorm(&p, NJ_F16, 4, cn, 3, NJ_FLAG_SAVE_STATS));
     p.param_dtype = NJ_F16;
     short_form("layernorm f16 4x96x56x56 last=3 flags=stats param=f16", 1, &p);
+    /* manifest lines as the tool writes them; kind words in any case, `general` for `norm` */
+    ok(nj_preset_layernorm_axes(&p, &x, axes, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS));
+    short_form("LayerNorm f32 nchw *x96x56x56 axes=1 flags=scale,bias", 4, &p);
+    int64_t sd[4] = {2, 320, 64, 64};
+    ok(nj_preset_groupnorm(&p, NJ_F16, 4, sd, 32, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS));
+    p.activation = NJ_ACT_SILU;
+    short_form("groupnorm f16 nhwc *x320x64x64 groups=32 act=silu flags=scale,bias", 2, &p);
+    int64_t g[2] = {4, 8};
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.flags = DEF_FLAGS;
+    p.reduce_axes = 2;
+    ok(nj_tensor_contiguous(&p.x, NJ_F32, 2, g));
+    short_form("general dtype=f32 shape=4x8 reduce=1", 1, &p);
+    short_form("norm dtype=f32 shape=*x8 reduce=1", 4, &p);
 }
 
 typedef struct bad_text {
