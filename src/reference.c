@@ -175,10 +175,11 @@ void nj_ref_sizes(const nj_problem_desc *p, int64_t *numel, int64_t *kept, int64
         rank = 0;
     }
     for (int a = 0; a < rank; a++) {
-        int64_t e = p->x.extents[a];
-        n *= e;
-        if (!((p->reduce_axes >> a) & 1u)) k *= e;
-        if ((p->feature_axes >> a) & 1u) f *= e;
+        int64_t e = p->x.extents[a] > 0 ? p->x.extents[a] : 0;
+        /* Saturate rather than overflow: the caller validates before allocating anything this big. */
+        if (__builtin_mul_overflow(n, e, &n)) n = INT64_MAX;
+        if (!((p->reduce_axes >> a) & 1u) && __builtin_mul_overflow(k, e, &k)) k = INT64_MAX;
+        if (((p->feature_axes >> a) & 1u) && __builtin_mul_overflow(f, e, &f)) f = INT64_MAX;
     }
     if (numel) *numel = n;
     if (kept) *kept = k;

@@ -13,8 +13,11 @@
 #include "reference.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- building problems by hand (no dependency on src/problem.c) ---- */
 
@@ -944,6 +947,115 @@ static void test_sizes(void **state)
     assert_int_equal(n, 0);
 }
 
+/* ---- the shared helpers in tests/support/nj_testutil.c (other suites rely on them) ---- */
+
+static void test_testutil_rng(void **state)
+{
+    (void)state;
+    nj_rng a, b, c;
+    nj_rng_seed(&a, 7);
+    nj_rng_seed(&b, 7);
+    nj_rng_seed(&c, 8);
+    int same_c = 0;
+    for (int i = 0; i < 100; i++) {
+        uint64_t va = nj_rng_u64(&a);
+        assert_true(va == nj_rng_u64(&b));
+        same_c += va == nj_rng_u64(&c);
+    }
+    assert_int_equal(same_c, 0);
+    nj_rng_seed(&a, 0); /* seed 0 must not get stuck at 0 */
+    assert_true(nj_rng_u64(&a) != 0 || nj_rng_u64(&a) != 0);
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 20000; i++) {
+        double u = nj_rng_uniform(&a), n = nj_rng_normal(&a);
+        assert_true(u >= 0 && u < 1);
+        int64_t k = nj_rng_int(&a, -3, 3);
+        assert_true(k >= -3 && k <= 3);
+        s += n;
+        s2 += n * n;
+    }
+    assert_close("normal mean", s / 20000, 0, 0.05);
+    assert_close("normal variance", s2 / 20000, 1, 0.05);
+}
+
+static void test_testutil_tensors(void **state)
+{
+    (void)state;
+    int64_t ext[2] = {3, 4};
+    nj_tensor_desc t = nj_tu_contiguous(NJ_F16, 2, ext);
+    assert_int_equal(t.strides[0], 4);
+    assert_int_equal(t.strides[1], 1);
+    t.strides[0] = 1, t.strides[1] = 5; /* column-major with padding */
+    assert_int_equal(nj_tu_numel(&t), 12);
+    assert_int_equal(nj_tu_span(&t), 18);
+    assert_int_equal(nj_tu_bytes(&t), 36);
+    uint16_t *buf = nj_tu_alloc(&t);
+    assert_non_null(buf);
+    nj_rng g;
+    nj_rng_seed(&g, 9);
+    nj_tu_fill_uniform(buf, &t, &g, -2, 2, 0.25);
+    double d[12], back[12];
+    nj_tu_gather(buf, &t, d);
+    for (int i = 0; i < 12; i++) {
+        assert_true(d[i] >= -2 && d[i] < 2);
+        assert_true(d[i] * 4 == floor(d[i] * 4)); /* on the 0.25 grid */
+    }
+    assert_int_equal(buf[3], 0); /* offset 3 is padding (elements sit at i + 5 j): untouched */
+    nj_tu_fill_const(buf, &t, 1.5);
+    nj_tu_gather(buf, &t, back);
+    for (int i = 0; i < 12; i++) assert_true(back[i] == 1.5);
+    nj_tu_scatter(buf, &t, d);
+    nj_tu_gather(buf, &t, back);
+    assert_dense_close("scatter/gather", back, d, 12, 0, 0);
+    nj_tensor_desc none;
+    memset(&none, 0, sizeof none);
+    nj_tensor_desc r = nj_tu_resolve(&none, &t);
+    assert_int_equal(r.rank, 2);
+    assert_int_equal(r.dtype, NJ_F16);
+    assert_int_equal(r.strides[1], 5);
+    double atol, rtol;
+    nj_tu_default_tol(NJ_BF16, &atol, &rtol);
+    assert_true(atol > 0 && rtol > 0);
+    double want[2] = {1, NAN}, got[2] = {1, NAN};
+    assert_int_equal(nj_tu_compare_dense("nan", got, want, 2, 0, 0, 0).mismatches, 0);
+    got[1] = 0;
+    assert_int_equal(nj_tu_compare_dense("nan (expected mismatch)", got, want, 2, 0, 0, 0).mismatches, 1);
+    free(buf);
+}
+
+static void test_testutil_dirs(void **state)
+{
+    (void)state;
+    char dir[512], outside[512], path[1024];
+    assert_true(nj_tu_make_temp_dir("reftest", dir, sizeof dir));
+    assert_true(nj_tu_make_temp_dir("reftest-outside", outside, sizeof outside));
+    snprintf(path, sizeof path, "%s/keep", outside);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/a/b", dir);
+    char sub[1024];
+    snprintf(sub, sizeof sub, "%s/a", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/a/b/file", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/a/link", dir); /* a link out of the tree must not be followed */
+    assert_int_equal(symlink(outside, path), 0);
+    assert_int_equal(nj_tu_remove_tree(dir), 0);
+    struct stat st;
+    assert_int_not_equal(lstat(dir, &st), 0);
+    snprintf(path, sizeof path, "%s/keep", outside);
+    assert_int_equal(lstat(path, &st), 0);
+    assert_int_equal(nj_tu_remove_tree(outside), 0);
+    assert_int_equal(nj_tu_remove_tree(outside), 0); /* already gone: fine */
+    char tiny[8];
+    assert_false(nj_tu_make_temp_dir("much-too-long-for-the-buffer", tiny, sizeof tiny));
+    assert_int_equal(tiny[0], '\0');
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -971,6 +1083,9 @@ int main(void)
         cmocka_unit_test(test_grad_projection),
         cmocka_unit_test(test_reference_fail),
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_testutil_rng),
+        cmocka_unit_test(test_testutil_tensors),
+        cmocka_unit_test(test_testutil_dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
