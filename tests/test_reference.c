@@ -1,7 +1,8 @@
 /* Tests for the double-precision reference (src/reference.c): hand-computed values, invariants of the
  * normalized output, backward against central finite differences of the whole forward, a large mean
  * offset, size-1 and zero-size cases, half-precision inputs, residuals, strided operands, bad input.
- * Expected values come from arithmetic written out here, never from the code under test. */
+ * Expected values come from arithmetic written out here, never from the code under test.
+ * Also tests the shared helpers in tests/support/ (nj_testutil, ref_harness) that other suites use. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include "nj_testutil.h"
+#include "ref_harness.h"
 #include "reference.h"
 
 #include <math.h>
@@ -19,52 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- building problems by hand (no dependency on src/problem.c) ---- */
-
-static nj_problem_desc make_desc(nj_dtype dt, int rank, const int64_t *ext, uint32_t reduce, uint32_t feature,
-                                 uint32_t flags, int act)
-{
-    nj_problem_desc p;
-    memset(&p, 0, sizeof p);
-    p.struct_size = sizeof p;
-    p.flags = flags;
-    p.activation = act;
-    p.reduce_axes = reduce;
-    p.feature_axes = feature;
-    p.x = nj_tu_contiguous(dt, rank, ext);
-    return p;
-}
-
-/* Kept (statistic) and feature (parameter) index of dense element `lin`, by division: deliberately a
- * different method from the reference's odometer. */
-static void split_index(const nj_problem_desc *p, int64_t lin, int64_t *kept, int64_t *feat)
-{
-    int64_t k = 0, f = 0, kmul = 1, fmul = 1;
-    for (int a = p->x.rank - 1; a >= 0; a--) {
-        int64_t i = lin % p->x.extents[a];
-        lin /= p->x.extents[a];
-        if (!((p->reduce_axes >> a) & 1u)) {
-            k += i * kmul;
-            kmul *= p->x.extents[a];
-        }
-        if ((p->feature_axes >> a) & 1u) {
-            f += i * fmul;
-            fmul *= p->x.extents[a];
-        }
-    }
-    *kept = k;
-    *feat = f;
-}
-
-/* Everything one reference call needs: host buffers in the descriptor's layout and dense outputs. */
-typedef struct run {
-    nj_problem_desc p;
-    nj_tensor_desc xt, rt, dyt, pt; /* resolved x, residual, dy, and the 1-D param tensor */
-    void *x, *res, *gamma, *beta, *dy;
-    double *y, *resout, *mean, *rstd, *dx, *dgamma, *dbeta;
-    int64_t n, k, f;
-    double eps;
-} run;
+/* The buffers-plus-reference harness lives in tests/support/ref_harness.c so kernel suites can reuse it;
+ * these wrappers turn its statuses into test failures. */
+typedef nj_refh run;
 
 static double *dalloc(int64_t n)
 {
@@ -73,73 +32,17 @@ static double *dalloc(int64_t n)
     return d;
 }
 
-static void run_init(run *r, const nj_problem_desc *p)
-{
-    memset(r, 0, sizeof *r);
-    r->p = *p;
-    r->eps = 1e-5;
-    nj_ref_sizes(p, &r->n, &r->k, &r->f);
-    r->xt = p->x;
-    r->rt = nj_tu_resolve(&p->residual, &p->x);
-    r->dyt = nj_tu_resolve(&p->dy, &p->x);
-    int64_t fe = r->f;
-    r->pt = nj_tu_contiguous(p->param_dtype ? (nj_dtype)p->param_dtype : NJ_F32, 1, &fe);
-    r->x = nj_tu_alloc(&r->xt);
-    r->res = nj_tu_alloc(&r->rt);
-    r->dy = nj_tu_alloc(&r->dyt);
-    r->gamma = nj_tu_alloc(&r->pt);
-    r->beta = nj_tu_alloc(&r->pt);
-    r->y = dalloc(r->n);
-    r->resout = dalloc(r->n);
-    r->dx = dalloc(r->n);
-    r->mean = dalloc(r->k);
-    r->rstd = dalloc(r->k);
-    r->dgamma = dalloc(r->f);
-    r->dbeta = dalloc(r->f);
-}
-
-static void run_free(run *r)
-{
-    void *bufs[] = {r->x, r->res, r->dy, r->gamma, r->beta, r->y, r->resout, r->dx, r->mean, r->rstd, r->dgamma, r->dbeta};
-    for (size_t i = 0; i < NJ_ARRAY_LEN(bufs); i++) free(bufs[i]);
-    memset(r, 0, sizeof *r);
-}
-
-/* Random data: x in [lo, hi), gamma in [0.5, 1.5), beta in [-0.5, 0.5), residual and dy in [-1, 1). */
-static void run_fill(run *r, uint64_t seed, double lo, double hi, double quantum)
-{
-    nj_rng g;
-    nj_rng_seed(&g, seed);
-    nj_tu_fill_uniform(r->x, &r->xt, &g, lo, hi, quantum);
-    nj_tu_fill_uniform(r->res, &r->rt, &g, -1, 1, quantum);
-    nj_tu_fill_uniform(r->dy, &r->dyt, &g, -1, 1, 0);
-    nj_tu_fill_uniform(r->gamma, &r->pt, &g, 0.5, 1.5, quantum);
-    nj_tu_fill_uniform(r->beta, &r->pt, &g, -0.5, 0.5, quantum);
-}
-
-static nj_ref_inputs run_inputs(const run *r)
-{
-    nj_ref_inputs in = {.x = r->x, .eps = r->eps};
-    if (r->p.flags & NJ_FLAG_RESIDUAL) in.residual = r->res;
-    if (r->p.flags & NJ_FLAG_SCALE) in.gamma = r->gamma;
-    if (r->p.flags & NJ_FLAG_BIAS) in.beta = r->beta;
-    in.dy = r->dy;
-    return in;
-}
+static void run_init(run *r, const nj_problem_desc *p) { assert_int_equal(nj_refh_init(r, p), NJ_OK); }
 
 static void run_fwd(run *r)
 {
-    nj_ref_inputs in = run_inputs(r);
-    nj_ref_outputs out = {.y = r->y, .residual_out = r->resout, .mean = r->mean, .rstd = r->rstd};
-    nj_status s = nj_ref_forward(&r->p, &in, &out);
+    nj_status s = nj_refh_forward(r);
     if (s != NJ_OK) fail_msg("forward: %s: %s", nj_status_name(s), nj_last_error());
 }
 
 static void run_bwd(run *r)
 {
-    nj_ref_inputs in = run_inputs(r);
-    nj_ref_outputs out = {.dx = r->dx, .dgamma = r->dgamma, .dbeta = r->dbeta, .mean = r->mean, .rstd = r->rstd};
-    nj_status s = nj_ref_backward(&r->p, &in, &out);
+    nj_status s = nj_refh_backward(r);
     if (s != NJ_OK) fail_msg("backward: %s: %s", nj_status_name(s), nj_last_error());
 }
 
@@ -166,7 +69,7 @@ static void test_hand_layernorm(void **state)
 {
     (void)state;
     int64_t ext[2] = {2, 4};
-    nj_problem_desc p = make_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SAVE_STATS, NJ_ACT_NONE);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SAVE_STATS, NJ_ACT_NONE);
     run r;
     run_init(&r, &p);
     memcpy(r.x, hand_x, sizeof hand_x);
@@ -184,7 +87,7 @@ static void test_hand_layernorm(void **state)
     run_fwd(&r);
     for (int i = 0; i < 8; i++)
         assert_close("affine y", r.y[i], hand_dev[i] / sqrt(hand_var[i / 4] + 1e-5) * g[i % 4] + b[i % 4], 1e-14);
-    run_free(&r);
+    nj_refh_free(&r);
 }
 
 /* The same two sets stored as columns of a [4, 2] tensor: a reduction over the outer axis. */
@@ -192,7 +95,7 @@ static void test_hand_layernorm_columns(void **state)
 {
     (void)state;
     int64_t ext[2] = {4, 2};
-    nj_problem_desc p = make_desc(NJ_F32, 2, ext, 1u, 0u, NJ_FLAG_CENTER, NJ_ACT_NONE);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 2, ext, 1u, 0u, NJ_FLAG_CENTER, NJ_ACT_NONE);
     run r;
     run_init(&r, &p);
     r.eps = 0;
@@ -207,14 +110,14 @@ static void test_hand_layernorm_columns(void **state)
         assert_close("col 1", r.y[2 * i + 1], hand_dev[4 + i] / sqrt(12.0), 1e-14);
         assert_close("mean", r.mean[i % 2], hand_mean[i % 2], 1e-15);
     }
-    run_free(&r);
+    nj_refh_free(&r);
 }
 
 static void test_hand_rmsnorm(void **state)
 {
     (void)state;
     int64_t ext[1] = {4};
-    nj_problem_desc p = make_desc(NJ_F32, 1, ext, 1u, 1u, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS, NJ_ACT_NONE);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 1, ext, 1u, 1u, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS, NJ_ACT_NONE);
     run r;
     run_init(&r, &p);
     memcpy(r.x, hand_x, 4 * sizeof(float));
@@ -225,7 +128,7 @@ static void test_hand_rmsnorm(void **state)
     for (int i = 0; i < 4; i++) assert_close("rms y", r.y[i], hand_x[i] * g[i] / sqrt(ms + 1e-5), 1e-14);
     assert_close("rms mean", r.mean[0], 0, 0);
     assert_close("rms rstd", r.rstd[0], 1 / sqrt(ms + 1e-5), 1e-15);
-    run_free(&r);
+    nj_refh_free(&r);
 }
 
 /* x = [-1, 1] normalizes to exactly [-1, 1] with eps = 0; each activation's value there, from libm. */
@@ -247,7 +150,7 @@ static void test_hand_activations(void **state)
     };
     int64_t ext[1] = {2};
     for (size_t c = 0; c < NJ_ARRAY_LEN(cases); c++) {
-        nj_problem_desc p = make_desc(NJ_F32, 1, ext, 1u, 1u, NJ_FLAG_CENTER, cases[c].act);
+        nj_problem_desc p = nj_refh_desc(NJ_F32, 1, ext, 1u, 1u, NJ_FLAG_CENTER, cases[c].act);
         run r;
         run_init(&r, &p);
         r.eps = 0;
@@ -256,7 +159,7 @@ static void test_hand_activations(void **state)
         run_fwd(&r);
         assert_close("act(-1)", r.y[0], cases[c].at_m1, 1e-15);
         assert_close("act(+1)", r.y[1], cases[c].at_p1, 1e-15);
-        run_free(&r);
+        nj_refh_free(&r);
     }
     /* Published constants as a cross-check of the formulas above: GELU(1) = 0.8413447 (erf), 0.8411920 (tanh). */
     assert_close("gelu_erf(1)", phi1, 0.8413447460685429, 1e-15);
@@ -272,7 +175,7 @@ static void check_normalized(const run *r, double tol)
     double *s1 = dalloc(r->k), *s2 = dalloc(r->k), *cnt = dalloc(r->k), g = 1, b = 0;
     for (int64_t i = 0; i < r->n; i++) {
         int64_t k, f;
-        split_index(p, i, &k, &f);
+        nj_refh_split_index(p, i, &k, &f);
         if (p->flags & NJ_FLAG_SCALE) g = nj_load_as_double(r->gamma, f, (nj_dtype)r->pt.dtype);
         if (p->flags & NJ_FLAG_BIAS) b = nj_load_as_double(r->beta, f, (nj_dtype)r->pt.dtype);
         double u = (r->y[i] - b) / g;
@@ -295,17 +198,17 @@ static void test_invariants_channel_axis(void **state)
 {
     (void)state;
     int64_t ext[4] = {2, 5, 3, 4};
-    nj_problem_desc p = make_desc(NJ_F32, 4, ext, 1u << 1, 1u << 1, NJ_FLAG_CENTER, NJ_ACT_NONE);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 4, ext, 1u << 1, 1u << 1, NJ_FLAG_CENTER, NJ_ACT_NONE);
     for (int affine = 0; affine < 2; affine++) {
         if (affine) p.flags |= NJ_FLAG_SCALE | NJ_FLAG_BIAS;
         run r;
         run_init(&r, &p);
         r.eps = 0;
-        run_fill(&r, 11, -3, 3, 0);
+        nj_refh_fill(&r, 11, -3, 3, 0);
         run_fwd(&r);
         assert_int_equal(r.k, 2 * 3 * 4);
         check_normalized(&r, 1e-12);
-        run_free(&r);
+        nj_refh_free(&r);
     }
 }
 
@@ -315,11 +218,11 @@ static void test_permuted_view_matches(void **state)
 {
     (void)state;
     int64_t ext[4] = {2, 5, 3, 4};
-    nj_problem_desc p = make_desc(NJ_F32, 4, ext, 1u << 1, 1u << 1, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS,
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 4, ext, 1u << 1, 1u << 1, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS,
                                   NJ_ACT_GELU_ERF);
     run a, b;
     run_init(&a, &p);
-    run_fill(&a, 12, -2, 2, 0);
+    nj_refh_fill(&a, 12, -2, 2, 0);
     run_fwd(&a);
     nj_problem_desc q = p;
     int64_t qe[4] = {2, 3, 4, 5}, qs[4] = {60, 4, 1, 12};
@@ -340,8 +243,8 @@ static void test_permuted_view_matches(void **state)
                 }
     /* Statistics: NCHW keeps (n, h, w), the view keeps (n, h, w) too, in the same order. */
     assert_dense_close("permuted mean", b.mean, a.mean, 24, 1e-14, 0);
-    run_free(&a);
-    run_free(&b);
+    nj_refh_free(&a);
+    nj_refh_free(&b);
 }
 
 /* GroupNorm: [N, C, H*W] = [2, 6, 6] viewed as [N, G, C/G, HW] = [2, 3, 2, 6]; R = {C/G, HW}, F = {G, C/G}.
@@ -351,11 +254,11 @@ static void test_groupnorm_layouts(void **state)
     (void)state;
     int64_t ext[4] = {2, 3, 2, 6};
     uint32_t flags = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS | NJ_FLAG_SAVE_STATS;
-    nj_problem_desc p = make_desc(NJ_F32, 4, ext, (1u << 2) | (1u << 3), (1u << 1) | (1u << 2), flags, NJ_ACT_NONE);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 4, ext, (1u << 2) | (1u << 3), (1u << 1) | (1u << 2), flags, NJ_ACT_NONE);
     run a, b;
     run_init(&a, &p);
     a.eps = 0;
-    run_fill(&a, 21, -1, 4, 0);
+    nj_refh_fill(&a, 21, -1, 4, 0);
     run_fwd(&a);
     assert_int_equal(a.k, 6);
     assert_int_equal(a.f, 6);
@@ -379,8 +282,8 @@ static void test_groupnorm_layouts(void **state)
     for (int i = 60; i < 72; i++) m += dense[i];
     assert_close("group mean", a.mean[5], m / 12, 1e-13);
     free(dense);
-    run_free(&a);
-    run_free(&b);
+    nj_refh_free(&a);
+    nj_refh_free(&b);
 }
 
 /* BatchNorm: [N, C, HW] = [4, 3, 5], R = {N, HW}, F = {C}: per channel, mean(y) = beta, var(y) = gamma^2. */
@@ -388,12 +291,12 @@ static void test_batchnorm_invariants(void **state)
 {
     (void)state;
     int64_t ext[3] = {4, 3, 5};
-    nj_problem_desc p = make_desc(NJ_F32, 3, ext, 1u | 4u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS,
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 3, ext, 1u | 4u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS,
                                   NJ_ACT_NONE);
     run r;
     run_init(&r, &p);
     r.eps = 0;
-    run_fill(&r, 31, 0, 10, 0);
+    nj_refh_fill(&r, 31, 0, 10, 0);
     run_fwd(&r);
     const float *g = r.gamma, *b = r.beta;
     for (int c = 0; c < 3; c++) {
@@ -409,7 +312,7 @@ static void test_batchnorm_invariants(void **state)
         assert_close("bn var = gamma^2", s2 / 20 - m * m, (double)g[c] * g[c], 1e-12);
     }
     check_normalized(&r, 1e-12);
-    run_free(&r);
+    nj_refh_free(&r);
 }
 
 /* x = 1e4 + noise must normalize like the noise alone: shifting by 1e4 is exact in f32 here (Sterbenz). */
@@ -417,7 +320,7 @@ static void test_large_offset(void **state)
 {
     (void)state;
     int64_t ext[2] = {8, 64};
-    nj_problem_desc p = make_desc(NJ_F32, 2, ext, 2u, 0u, NJ_FLAG_CENTER, NJ_ACT_NONE);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 2, ext, 2u, 0u, NJ_FLAG_CENTER, NJ_ACT_NONE);
     run a, b;
     run_init(&a, &p);
     run_init(&b, &p);
@@ -436,8 +339,8 @@ static void test_large_offset(void **state)
     assert_dense_close("offset y", a.y, b.y, 512, 1e-10, 1e-10);
     for (int k = 0; k < 8; k++) assert_close("offset mean", a.mean[k] - 1e4, b.mean[k], 1e-11);
     check_normalized(&a, 1e-11);
-    run_free(&a);
-    run_free(&b);
+    nj_refh_free(&a);
+    nj_refh_free(&b);
 }
 
 /* ---- size-1 and zero-size ---- */
@@ -448,7 +351,8 @@ static void test_size_one_reduction(void **state)
     int64_t ext[2] = {3, 1};
     const float xs[3] = {2, -3, 0.5f};
     /* LayerNorm: var = 0, y = beta, rstd = 1/sqrt(eps), dx = 0. */
-    nj_problem_desc p = make_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE);
+    uint32_t flags = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 2, ext, 2u, 2u, flags, NJ_ACT_NONE);
     run r;
     run_init(&r, &p);
     r.eps = 1e-2;
@@ -463,7 +367,7 @@ static void test_size_one_reduction(void **state)
         assert_close("size-1 rstd", r.rstd[i], 1 / sqrt(1e-2), 1e-14);
         assert_close("size-1 dx", r.dx[i], 0, 1e-15);
     }
-    run_free(&r);
+    nj_refh_free(&r);
     /* RMS: y = g x / sqrt(x^2 + eps), dy/dx = g eps / (x^2 + eps)^1.5. */
     p.flags = NJ_FLAG_SCALE;
     run_init(&r, &p);
@@ -481,7 +385,7 @@ static void test_size_one_reduction(void **state)
     }
     assert_close("rms size-1 dgamma", r.dgamma[0], 2 / sqrt(4.01) - 0.5 * -3 / sqrt(9.01) + 3 * 0.5 / sqrt(0.26),
                  1e-13);
-    run_free(&r);
+    nj_refh_free(&r);
 }
 
 /* A size-1 axis in the middle changes nothing: [2, 1, 4] over {1, 2} equals [2, 4] over {1}. */
@@ -489,13 +393,13 @@ static void test_size_one_axis(void **state)
 {
     (void)state;
     int64_t e3[3] = {2, 1, 4}, e2[2] = {2, 4};
-    nj_problem_desc p3 = make_desc(NJ_F32, 3, e3, 6u, 6u, NJ_FLAG_CENTER | NJ_FLAG_SCALE, NJ_ACT_SILU);
-    nj_problem_desc p2 = make_desc(NJ_F32, 2, e2, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE, NJ_ACT_SILU);
+    nj_problem_desc p3 = nj_refh_desc(NJ_F32, 3, e3, 6u, 6u, NJ_FLAG_CENTER | NJ_FLAG_SCALE, NJ_ACT_SILU);
+    nj_problem_desc p2 = nj_refh_desc(NJ_F32, 2, e2, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE, NJ_ACT_SILU);
     p3.x.strides[1] = 1000; /* a size-1 axis's stride is never used */
     run a, b;
     run_init(&a, &p3);
     run_init(&b, &p2);
-    run_fill(&b, 51, -1, 1, 0);
+    nj_refh_fill(&b, 51, -1, 1, 0);
     float *xa = a.x, *xb = b.x;
     for (int n = 0; n < 2; n++)
         for (int i = 0; i < 4; i++) xa[n * 4 + i] = xb[n * 4 + i];
@@ -503,8 +407,8 @@ static void test_size_one_axis(void **state)
     run_fwd(&a);
     run_fwd(&b);
     assert_dense_close("size-1 axis", a.y, b.y, 8, 0, 0);
-    run_free(&a);
-    run_free(&b);
+    nj_refh_free(&a);
+    nj_refh_free(&b);
 }
 
 static void test_zero_size(void **state)
@@ -512,7 +416,7 @@ static void test_zero_size(void **state)
     (void)state;
     /* No rows: nothing written except the parameter gradients, which are empty sums. */
     int64_t e1[2] = {0, 4};
-    nj_problem_desc p = make_desc(NJ_F32, 2, e1, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_RELU);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 2, e1, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_RELU);
     double y = 7, dg[4] = {9, 9, 9, 9}, db[4] = {9, 9, 9, 9};
     float x = 0, g[4] = {1, 1, 1, 1};
     nj_ref_inputs in = {.x = &x, .gamma = g, .beta = g, .dy = &x, .eps = 1e-5};
@@ -525,7 +429,7 @@ static void test_zero_size(void **state)
     for (int i = 0; i < 4; i++) assert_true(dg[i] == 0 && db[i] == 0);
     /* Empty reductions: statistics with no data behind them are left alone. */
     int64_t e2[2] = {3, 0};
-    p = make_desc(NJ_F32, 2, e2, 2u, 0u, NJ_FLAG_CENTER, NJ_ACT_NONE);
+    p = nj_refh_desc(NJ_F32, 2, e2, 2u, 0u, NJ_FLAG_CENTER, NJ_ACT_NONE);
     double mean[3] = {5, 5, 5};
     nj_ref_outputs sout = {.y = &y, .mean = mean};
     assert_int_equal(nj_ref_forward(&p, &in, &sout), NJ_OK);
@@ -569,13 +473,13 @@ static void test_half_inputs(void **state)
     int64_t ext[3] = {3, 4, 10};
     uint32_t flags = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS | NJ_FLAG_RESIDUAL;
     for (int d = 0; d < 2; d++) {
-        nj_problem_desc ph = make_desc(dts[d], 3, ext, 4u, 4u, flags, NJ_ACT_GELU_TANH);
+        nj_problem_desc ph = nj_refh_desc(dts[d], 3, ext, 4u, 4u, flags, NJ_ACT_GELU_TANH);
         ph.param_dtype = dts[d];
-        nj_problem_desc pf = make_desc(NJ_F32, 3, ext, 4u, 4u, flags, NJ_ACT_GELU_TANH);
+        nj_problem_desc pf = nj_refh_desc(NJ_F32, 3, ext, 4u, 4u, flags, NJ_ACT_GELU_TANH);
         run h, f;
         run_init(&h, &ph);
         run_init(&f, &pf);
-        run_fill(&h, 61 + (uint64_t)d, -3, 3, 0);
+        nj_refh_fill(&h, 61 + (uint64_t)d, -3, 3, 0);
         double *tmp = dalloc(h.n);
         nj_tu_gather(h.x, &h.xt, tmp);
         nj_tu_scatter(f.x, &f.xt, tmp);
@@ -599,8 +503,8 @@ static void test_half_inputs(void **state)
         assert_dense_close("half dx", h.dx, f.dx, h.n, 0, 0);
         assert_dense_close("half dgamma", h.dgamma, f.dgamma, h.f, 0, 0);
         free(tmp);
-        run_free(&h);
-        run_free(&f);
+        nj_refh_free(&h);
+        nj_refh_free(&f);
     }
 }
 
@@ -613,7 +517,7 @@ static void test_residual(void **state)
     (void)state;
     int64_t ext[2] = {5, 12};
     uint32_t flags = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT;
-    nj_problem_desc p = make_desc(NJ_F32, 2, ext, 2u, 2u, flags, NJ_ACT_NONE);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 2, ext, 2u, 2u, flags, NJ_ACT_NONE);
     p.residual.dtype = NJ_BF16;
     p.residual.rank = 2;
     p.residual.extents[0] = 5, p.residual.extents[1] = 12;
@@ -621,12 +525,12 @@ static void test_residual(void **state)
     run a, b;
     run_init(&a, &p);
     assert_int_equal(a.rt.dtype, NJ_BF16);
-    run_fill(&a, 71, -4, 4, 1.0 / 64);
+    nj_refh_fill(&a, 71, -4, 4, 1.0 / 64);
     nj_rng rg;
     nj_rng_seed(&rg, 72);
     nj_tu_fill_uniform(a.res, &a.rt, &rg, -4, 4, 1.0 / 16); /* exact in bf16 */
     run_fwd(&a);
-    nj_problem_desc q = make_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE, NJ_ACT_NONE);
+    nj_problem_desc q = nj_refh_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE, NJ_ACT_NONE);
     run_init(&b, &q);
     double *xd = dalloc(60), *rd = dalloc(60), *sum = dalloc(60);
     nj_tu_gather(a.x, &a.xt, xd);
@@ -645,8 +549,8 @@ static void test_residual(void **state)
     free(xd);
     free(rd);
     free(sum);
-    run_free(&a);
-    run_free(&b);
+    nj_refh_free(&a);
+    nj_refh_free(&b);
 }
 
 /* Padded x, y and dy strides: the reference reads x and dy through their strides and writes dense
@@ -656,7 +560,7 @@ static void test_strided_operands(void **state)
     (void)state;
     int64_t ext[2] = {3, 5};
     uint32_t flags = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS;
-    nj_problem_desc pc = make_desc(NJ_F32, 2, ext, 2u, 2u, flags, NJ_ACT_SIGMOID);
+    nj_problem_desc pc = nj_refh_desc(NJ_F32, 2, ext, 2u, 2u, flags, NJ_ACT_SIGMOID);
     nj_problem_desc ps = pc;
     ps.x.strides[0] = 7, ps.x.strides[1] = 1;
     ps.y = ps.x;
@@ -666,7 +570,7 @@ static void test_strided_operands(void **state)
     run a, b;
     run_init(&a, &pc);
     run_init(&b, &ps);
-    run_fill(&a, 81, -2, 2, 0);
+    nj_refh_fill(&a, 81, -2, 2, 0);
     double *tmp = dalloc(15);
     nj_tu_gather(a.x, &a.xt, tmp);
     nj_tu_scatter(b.x, &b.xt, tmp);
@@ -696,8 +600,8 @@ static void test_strided_operands(void **state)
     assert_int_equal(c.mismatches, 1);
     assert_int_equal(c.worst_index, 7);
     free(tmp);
-    run_free(&a);
-    run_free(&b);
+    nj_refh_free(&a);
+    nj_refh_free(&b);
 }
 
 /* ---- backward against central finite differences of the whole forward ---- */
@@ -741,14 +645,14 @@ static void assert_z_away_from_zero(const run *r)
     run_fwd(&z);
     for (int64_t i = 0; i < z.n; i++)
         if (fabs(z.y[i]) < 1e-3) fail_msg("test setup: z[%lld] = %g too close to the ReLU kink", (long long)i, z.y[i]);
-    run_free(&z);
+    nj_refh_free(&z);
 }
 
 static void grad_check(const nj_problem_desc *p, uint64_t seed)
 {
     run r;
     run_init(&r, p);
-    run_fill(&r, seed, -2, 2, 1.0 / 4096);
+    nj_refh_fill(&r, seed, -2, 2, 1.0 / 4096);
     if (p->activation == NJ_ACT_RELU) assert_z_away_from_zero(&r);
     run_bwd(&r);
     double *dyd = dalloc(r.n), maxdx = 0;
@@ -770,7 +674,7 @@ static void grad_check(const nj_problem_desc *p, uint64_t seed)
     }
     free(offs);
     free(dyd);
-    run_free(&r);
+    nj_refh_free(&r);
 }
 
 static void test_grad_layernorm_activations(void **state)
@@ -778,7 +682,7 @@ static void test_grad_layernorm_activations(void **state)
     (void)state;
     int64_t ext[2] = {3, 8};
     for (int act = NJ_ACT_NONE; act <= NJ_ACT_SIGMOID; act++) {
-        nj_problem_desc p = make_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, act);
+        nj_problem_desc p = nj_refh_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, act);
         grad_check(&p, 100 + (uint64_t)act);
     }
 }
@@ -787,7 +691,7 @@ static void test_grad_rmsnorm(void **state)
 {
     (void)state;
     int64_t ext[2] = {3, 8};
-    nj_problem_desc p = make_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_SCALE, NJ_ACT_NONE);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_SCALE, NJ_ACT_NONE);
     grad_check(&p, 201);
     p.activation = NJ_ACT_SILU;
     p.flags |= NJ_FLAG_BIAS;
@@ -799,11 +703,11 @@ static void test_grad_groupnorm_batchnorm(void **state)
     (void)state;
     uint32_t affine = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS;
     int64_t eg[4] = {2, 2, 2, 3};
-    nj_problem_desc g = make_desc(NJ_F32, 4, eg, (1u << 2) | (1u << 3), (1u << 1) | (1u << 2), affine,
+    nj_problem_desc g = nj_refh_desc(NJ_F32, 4, eg, (1u << 2) | (1u << 3), (1u << 1) | (1u << 2), affine,
                                   NJ_ACT_GELU_TANH);
     grad_check(&g, 301);
     int64_t eb[3] = {3, 2, 4};
-    nj_problem_desc b = make_desc(NJ_F32, 3, eb, 1u | 4u, 2u, affine, NJ_ACT_SIGMOID);
+    nj_problem_desc b = nj_refh_desc(NJ_F32, 3, eb, 1u | 4u, 2u, affine, NJ_ACT_SIGMOID);
     grad_check(&b, 302);
 }
 
@@ -812,7 +716,7 @@ static void test_grad_strided(void **state)
 {
     (void)state;
     int64_t ext[3] = {2, 4, 3};
-    nj_problem_desc p = make_desc(NJ_F32, 3, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS,
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 3, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS,
                                   NJ_ACT_GELU_ERF);
     p.x.strides[0] = 12, p.x.strides[1] = 1, p.x.strides[2] = 4;
     p.dy = p.x;
@@ -826,9 +730,9 @@ static void test_grad_axis_sets(void **state)
     (void)state;
     uint32_t affine = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS;
     int64_t ext[3] = {3, 4, 5};
-    nj_problem_desc a = make_desc(NJ_F32, 3, ext, 1u | 4u, 1u | 4u, affine, NJ_ACT_RELU);
+    nj_problem_desc a = nj_refh_desc(NJ_F32, 3, ext, 1u | 4u, 1u | 4u, affine, NJ_ACT_RELU);
     grad_check(&a, 501);
-    nj_problem_desc b = make_desc(NJ_F32, 3, ext, 2u | 4u, 1u | 4u, affine, NJ_ACT_SILU);
+    nj_problem_desc b = nj_refh_desc(NJ_F32, 3, ext, 2u | 4u, 1u | 4u, affine, NJ_ACT_SILU);
     grad_check(&b, 502);
 }
 
@@ -838,12 +742,12 @@ static void test_grad_projection(void **state)
 {
     (void)state;
     int64_t ext[2] = {4, 6};
-    nj_problem_desc p = make_desc(NJ_F32, 2, ext, 2u, 0u, NJ_FLAG_CENTER, NJ_ACT_NONE);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 2, ext, 2u, 0u, NJ_FLAG_CENTER, NJ_ACT_NONE);
     grad_check(&p, 601);
     run r;
     run_init(&r, &p);
     r.eps = 0;
-    run_fill(&r, 602, -2, 2, 0);
+    nj_refh_fill(&r, 602, -2, 2, 0);
     run_fwd(&r);
     run_bwd(&r);
     for (int k = 0; k < 4; k++) {
@@ -855,7 +759,7 @@ static void test_grad_projection(void **state)
         assert_close("sum dx", s, 0, 1e-13);
         assert_close("sum dx*xhat", sx, 0, 1e-13);
     }
-    run_free(&r);
+    nj_refh_free(&r);
 }
 
 /* ---- bad input ---- */
@@ -877,7 +781,7 @@ static void test_reference_fail(void **state)
     (void)state;
     int64_t ext[2] = {2, 2};
     float x[4] = {1, 2, 3, 4};
-    const nj_problem_desc good = make_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE, NJ_ACT_NONE);
+    const nj_problem_desc good = nj_refh_desc(NJ_F32, 2, ext, 2u, 2u, NJ_FLAG_CENTER | NJ_FLAG_SCALE, NJ_ACT_NONE);
     nj_ref_inputs in = {.x = x, .gamma = x, .dy = x, .eps = 1e-5};
     nj_ref_outputs out = {0};
     assert_int_equal(nj_ref_forward(NULL, &in, &out), NJ_ERR_NULL_POINTER);
@@ -934,7 +838,7 @@ static void test_sizes(void **state)
 {
     (void)state;
     int64_t ext[4] = {2, 3, 2, 6};
-    nj_problem_desc p = make_desc(NJ_F32, 4, ext, (1u << 2) | (1u << 3), (1u << 1) | (1u << 2), 0, 0);
+    nj_problem_desc p = nj_refh_desc(NJ_F32, 4, ext, (1u << 2) | (1u << 3), (1u << 1) | (1u << 2), 0, 0);
     int64_t n, k, f;
     nj_ref_sizes(&p, &n, &k, &f);
     assert_int_equal(n, 72);
