@@ -404,6 +404,9 @@ static nvrtcResult nj_run_compile(nvrtcProgram p, const char *target_opt)
     opts[n++] = "--std=c++17";
     opts[n++] = "--ptxas-options=-v";
     opts[n++] = "-DNJ_CUDA=1";
+    /* Source lines for compute-sanitizer and profilers; the code itself is unchanged, so the cache key is too. */
+    const char *li = getenv("NORMJIT_NVRTC_LINEINFO");
+    if (li && li[0] == '1') opts[n++] = "-lineinfo";
     pthread_mutex_lock(&nj_minimal_mu);
     int minimal = nj_use_minimal;
     pthread_mutex_unlock(&nj_minimal_mu);

@@ -204,6 +204,25 @@ static void test_long_log_truncated_fail(void **state)
     free(src);
 }
 
+static int has_debug_line(const nj_binary *b) { return memmem(b->data, b->size, ".debug_line", 11) != NULL; }
+
+/* NORMJIT_NVRTC_LINEINFO=1 adds line tables (for compute-sanitizer reports) and nothing else. */
+static void test_lineinfo(void **state)
+{
+    nj_compile_result plain, lined;
+    unsetenv("NORMJIT_NVRTC_LINEINFO");
+    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 90, &plain), NJ_OK);
+    setenv("NORMJIT_NVRTC_LINEINFO", "1", 1);
+    nj_status s = nj_nvrtc_compile(k_small, "small.cu", 90, &lined);
+    unsetenv("NORMJIT_NVRTC_LINEINFO");
+    assert_int_equal(s, NJ_OK);
+    assert_false(has_debug_line(&plain.bin));
+    assert_true(has_debug_line(&lined.bin));
+    assert_int_equal(plain.kernels[0].registers, lined.kernels[0].registers);
+    nj_binary_free(&plain.bin);
+    nj_binary_free(&lined.bin);
+}
+
 typedef struct compile_job {
     pthread_t th;
     nj_status status;
@@ -281,6 +300,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_parse_log),
         cmocka_unit_test(test_syntax_error_fail),
         cmocka_unit_test(test_long_log_truncated_fail),
+        cmocka_unit_test(test_lineinfo),
         cmocka_unit_test(test_concurrent_bounded),
         cmocka_unit_test(test_nvrtc_missing_fail),
     };
