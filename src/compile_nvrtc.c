@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +64,7 @@ static struct {
 
 /* -minimal skips the runtime headers NVRTC implicitly includes (measured: ~10% faster); an NVRTC that
  * rejects it makes us drop it for the rest of the process. */
-static int nj_use_minimal = 1;
-static pthread_mutex_t nj_minimal_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int nj_use_minimal = 1;
 
 /* The one checker for nvrtc* results. */
 static nj_status nj_nvrtc_check(nvrtcResult r, const char *call, const char *what)
@@ -394,8 +394,7 @@ static nj_status nj_extract_binary(nvrtcProgram p, int ptx, const char *name, nj
     return NJ_OK;
 }
 
-/* Runs nvrtcCompileProgram, dropping -minimal once and for all if this NVRTC rejects it. */
-static nvrtcResult nj_run_compile(nvrtcProgram p, const char *target_opt)
+static nvrtcResult nj_run_compile(nvrtcProgram p, const char *target_opt, int minimal)
 {
     const char *opts[8];
     int n = 0;
@@ -407,25 +406,22 @@ static nvrtcResult nj_run_compile(nvrtcProgram p, const char *target_opt)
     /* Source lines for compute-sanitizer and profilers; the code itself is unchanged, so the cache key is too. */
     const char *li = getenv("NORMJIT_NVRTC_LINEINFO");
     if (li && li[0] == '1') opts[n++] = "-lineinfo";
-    pthread_mutex_lock(&nj_minimal_mu);
-    int minimal = nj_use_minimal;
-    pthread_mutex_unlock(&nj_minimal_mu);
-    if (minimal) opts[n] = "-minimal";
-    nvrtcResult r = nj_nv.api.nvrtcCompileProgram(p, n + minimal, opts);
-    if (r == NVRTC_ERROR_INVALID_OPTION && minimal) {
-        pthread_mutex_lock(&nj_minimal_mu);
-        nj_use_minimal = 0;
-        pthread_mutex_unlock(&nj_minimal_mu);
-        r = nj_nv.api.nvrtcCompileProgram(p, n, opts);
-    }
-    return r;
+    if (minimal) opts[n++] = "-minimal";
+    return nj_nv.api.nvrtcCompileProgram(p, n, opts);
 }
 
-static nj_status nj_compile_program(nvrtcProgram p, const char *name, const nj_target *t, nj_compile_result *out)
+/* One program from creation to destruction (NVRTC yields no binary when a program is compiled twice).
+ * *retry is set when this NVRTC rejected -minimal: the caller drops it and compiles again. */
+static nj_status nj_compile_once(const char *source, const char *name, const nj_target *t, int minimal,
+                                 nj_compile_result *out, bool *retry)
 {
-    nvrtcResult r = nj_run_compile(p, t->option);
+    nvrtcProgram p = NULL;
+    NJ_TRY(nj_nvrtc_check(nj_nv.api.nvrtcCreateProgram(&p, source, name, 0, NULL, NULL), "nvrtcCreateProgram",
+                          name));
+    nvrtcResult r = nj_run_compile(p, t->option, minimal);
     char *log = nj_program_log(p);
     nj_status s;
+    *retry = r == NVRTC_ERROR_INVALID_OPTION && minimal;
     if (r == NVRTC_ERROR_COMPILATION)
         s = nj_fail_with_log(name, t->option, log);
     else if ((s = nj_nvrtc_check(r, "nvrtcCompileProgram", name)) == NJ_OK)
@@ -433,6 +429,19 @@ static nj_status nj_compile_program(nvrtcProgram p, const char *name, const nj_t
     if (s == NJ_OK && log) /* PTX has no ptxas step, hence no report: nkernels stays 0 */
         out->nkernels = nj_parse_ptxas_log(log, out->kernels, (int32_t)NJ_ARRAY_LEN(out->kernels));
     free(log);
+    nj_nv.api.nvrtcDestroyProgram(&p);
+    return s;
+}
+
+static nj_status nj_compile_slot(const char *source, const char *name, const nj_target *t, nj_compile_result *out)
+{
+    bool retry = false;
+    int minimal = atomic_load(&nj_use_minimal);
+    nj_status s = nj_compile_once(source, name, t, minimal, out, &retry);
+    if (retry) {
+        atomic_store(&nj_use_minimal, 0);
+        s = nj_compile_once(source, name, t, 0, out, &retry);
+    }
     return s;
 }
 
@@ -448,11 +457,7 @@ nj_status nj_nvrtc_compile(const char *source, const char *name, int32_t arch, n
     nj_sem_acquire();
     /* millis is the compile itself, not the wait for a slot: it is what a cache hit saves. */
     uint64_t t0 = nj_now_ns();
-    nvrtcProgram p = NULL;
-    nj_status s = nj_nvrtc_check(nj_nv.api.nvrtcCreateProgram(&p, source, name, 0, NULL, NULL),
-                                 "nvrtcCreateProgram", name);
-    if (s == NJ_OK) s = nj_compile_program(p, name, &t, out);
-    if (p) nj_nv.api.nvrtcDestroyProgram(&p);
+    nj_status s = nj_compile_slot(source, name, &t, out);
     out->millis = (double)(nj_now_ns() - t0) / 1e6;
     nj_sem_release();
     if (s != NJ_OK) nj_binary_free(&out->bin);
