@@ -234,7 +234,7 @@ static void *compile_thread(void *arg)
 {
     compile_job *j = arg;
     nj_compile_result r;
-    j->status = nj_nvrtc_compile(k_small, "small.cu", 90, &r);
+    j->status = nj_nvrtc_compile(k_spill, "spill.cu", 90, &r); /* ~50 ms of ptxas: the threads overlap */
     j->nkernels = r.nkernels;
     j->ptx = r.bin.is_ptx;
     nj_binary_free(&r.bin);
@@ -254,7 +254,7 @@ static void test_concurrent_bounded(void **state)
         assert_int_equal(jobs[i].ptx, 0);
     }
     int32_t peak = nj_nvrtc_peak_parallelism(true);
-    assert_true(peak >= 2); /* 8 threads waiting on ~50 ms compiles do overlap */
+    assert_true(peak >= 2);
     assert_true(peak <= 3);
     nj_nvrtc_set_parallelism(0); /* back to the default */
 }
