@@ -86,7 +86,8 @@ static nj_status nj_cu_check(CUresult r, const char *call)
     if (r == CUDA_SUCCESS) return NJ_OK;
     return nj_fail(NJ_ERR_CUDA, "%s failed: %s (%d: %s)", call, nj_cu_name(r), (int)r, nj_cu_string(r));
 }
-#define NJ_CU(call) nj_cu_check(nj_cu.api.call, #call)
+/* NJ_CU(cuFoo, args...): calls through the table and names the function in any failure. */
+#define NJ_CU(fn, ...) nj_cu_check(nj_cu.api.fn(__VA_ARGS__), #fn)
 
 static nj_status nj_cu_resolve(void *h, const char *lib)
 {
@@ -175,9 +176,9 @@ static nj_status nj_ctx_enter(nj_cuda_backend *cb, bool *pushed)
 {
     CUcontext cur = NULL;
     *pushed = false;
-    NJ_TRY(NJ_CU(cuCtxGetCurrent(&cur)));
+    NJ_TRY(NJ_CU(cuCtxGetCurrent, &cur));
     if (cur == cb->ctx) return NJ_OK;
-    NJ_TRY(NJ_CU(cuCtxPushCurrent_v2(cb->ctx)));
+    NJ_TRY(NJ_CU(cuCtxPushCurrent_v2, cb->ctx));
     *pushed = true;
     return NJ_OK;
 }
@@ -202,7 +203,7 @@ static nj_status nj_cuda_load_in_ctx(const void *bin, void **module)
 {
     CUmodule m = NULL;
     /* cuModuleLoadData takes a cubin or NUL-terminated PTX alike (the PTX from nj_nvrtc_compile ends in NUL). */
-    NJ_TRY(NJ_CU(cuModuleLoadData(&m, bin)));
+    NJ_TRY(NJ_CU(cuModuleLoadData, &m, bin));
     *module = m;
     return NJ_OK;
 }
@@ -217,7 +218,7 @@ static nj_status nj_cuda_function(nj_backend *b, void *module, const char *name,
 {
     NJ_RETURN_IF(!module || !name || !fn, NJ_ERR_NULL_POINTER, "cuda function: NULL module, name or output");
     CUfunction f = NULL;
-    nj_status s = NJ_CU(cuModuleGetFunction(&f, (CUmodule)module, name));
+    nj_status s = NJ_CU(cuModuleGetFunction, &f, (CUmodule)module, name);
     if (s != NJ_OK) return nj_fail_context(s, "looking up kernel %s", name);
     *fn = f;
     return NJ_OK;
@@ -228,10 +229,11 @@ static nj_status nj_cuda_launch_in_ctx(void *fn, const uint32_t grid[3], const i
 {
     /* Above 48 KiB a kernel must opt in to its dynamic shared memory; below it the call is not needed. */
     if (shmem > 48u * 1024u)
-        NJ_TRY(NJ_CU(cuFuncSetAttribute((CUfunction)fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shmem)));
+        NJ_TRY(NJ_CU(cuFuncSetAttribute, (CUfunction)fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                     (int)shmem));
     void *params[1] = {(void *)args}; /* the one nj_kargs parameter, copied by value by the driver */
-    return NJ_CU(cuLaunchKernel((CUfunction)fn, grid[0], grid[1], grid[2], (unsigned)block[0], (unsigned)block[1],
-                                (unsigned)block[2], shmem, (CUstream)stream, params, NULL));
+    return NJ_CU(cuLaunchKernel, (CUfunction)fn, grid[0], grid[1], grid[2], (unsigned)block[0], (unsigned)block[1],
+                 (unsigned)block[2], shmem, (CUstream)stream, params, NULL);
 }
 
 static nj_status nj_cuda_launch(nj_backend *b, void *fn, const uint32_t grid[3], const int32_t block[3],
@@ -254,7 +256,7 @@ static void nj_cuda_unload(nj_backend *b, void *module)
 static nj_status nj_cuda_mem_alloc_in_ctx(size_t bytes, void **out)
 {
     CUdeviceptr p = 0;
-    NJ_TRY(NJ_CU(cuMemAlloc_v2(&p, bytes)));
+    NJ_TRY(NJ_CU(cuMemAlloc_v2, &p, bytes));
     *out = (void *)(uintptr_t)p;
     return NJ_OK;
 }
@@ -279,20 +281,21 @@ static nj_status nj_cuda_upload(nj_backend *b, void *dst, const void *src, size_
 {
     if (bytes == 0) return NJ_OK;
     NJ_RETURN_IF(!dst || !src, NJ_ERR_NULL_POINTER, "cuda upload: NULL pointer");
-    NJ_IN_CTX(nj_cb(b), NJ_CU(cuMemcpyHtoD_v2((CUdeviceptr)(uintptr_t)dst, src, bytes)));
+    NJ_IN_CTX(nj_cb(b), NJ_CU(cuMemcpyHtoD_v2, (CUdeviceptr)(uintptr_t)dst, src, bytes));
 }
 
 static nj_status nj_cuda_download(nj_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (bytes == 0) return NJ_OK;
     NJ_RETURN_IF(!dst || !src, NJ_ERR_NULL_POINTER, "cuda download: NULL pointer");
-    NJ_IN_CTX(nj_cb(b), NJ_CU(cuMemcpyDtoH_v2(dst, (CUdeviceptr)(uintptr_t)src, bytes)));
+    NJ_IN_CTX(nj_cb(b), NJ_CU(cuMemcpyDtoH_v2, dst, (CUdeviceptr)(uintptr_t)src, bytes));
 }
 
 static nj_status nj_cuda_synchronize(nj_backend *b, void *stream)
 {
     /* No stream means "everything this backend launched": the whole context. */
-    NJ_IN_CTX(nj_cb(b), stream ? NJ_CU(cuStreamSynchronize((CUstream)stream)) : NJ_CU(cuCtxSynchronize()));
+    NJ_IN_CTX(nj_cb(b), stream ? NJ_CU(cuStreamSynchronize, (CUstream)stream)
+                               : nj_cu_check(nj_cu.api.cuCtxSynchronize(), "cuCtxSynchronize"));
 }
 
 static void nj_cuda_destroy(nj_backend *b)
@@ -323,7 +326,7 @@ static const nj_backend_ops nj_cuda_ops = {
 static nj_status nj_cuda_attr(CUdevice dev, CUdevice_attribute a, int32_t *out)
 {
     int v = 0;
-    NJ_TRY(NJ_CU(cuDeviceGetAttribute(&v, a, dev)));
+    NJ_TRY(NJ_CU(cuDeviceGetAttribute, &v, a, dev));
     *out = v;
     return NJ_OK;
 }
@@ -356,14 +359,14 @@ static nj_status nj_cuda_pick_arch(const nj_backend_config *cfg, nj_device_props
 static nj_status nj_cuda_open_device(const nj_backend_config *cfg, nj_cuda_backend *cb)
 {
     int count = 0;
-    NJ_TRY(NJ_CU(cuDeviceGetCount(&count)));
+    NJ_TRY(NJ_CU(cuDeviceGetCount, &count));
     NJ_RETURN_IF(count == 0, NJ_ERR_NO_DEVICE, "the CUDA driver reports no device");
     NJ_RETURN_IF(cfg->device < 0 || cfg->device >= count, NJ_ERR_NO_DEVICE, "CUDA device %d requested; %d present",
                  (int)cfg->device, count);
-    NJ_TRY(NJ_CU(cuDeviceGet(&cb->dev, cfg->device)));
+    NJ_TRY(NJ_CU(cuDeviceGet, &cb->dev, cfg->device));
     NJ_TRY(nj_cuda_props(cb->dev, &cb->base.props));
     NJ_TRY(nj_cuda_pick_arch(cfg, &cb->base.props));
-    NJ_TRY(NJ_CU(cuDevicePrimaryCtxRetain(&cb->ctx, cb->dev)));
+    NJ_TRY(NJ_CU(cuDevicePrimaryCtxRetain, &cb->ctx, cb->dev));
     return NJ_OK;
 }
 

@@ -73,7 +73,7 @@ static nj_status nj_nvrtc_check(nvrtcResult r, const char *call, const char *wha
     const char *msg = nj_nv.api.nvrtcGetErrorString ? nj_nv.api.nvrtcGetErrorString(r) : "?";
     return nj_fail(NJ_ERR_COMPILE, "%s failed (%s, code %d) while compiling %s", call, msg, (int)r, what);
 }
-#define NJ_NVRTC_CHECK(call, what) NJ_TRY(nj_nvrtc_check(nj_nv.api.call, #call, what))
+#define NJ_NVRTC_CHECK(fn, what, ...) NJ_TRY(nj_nvrtc_check(nj_nv.api.fn(__VA_ARGS__), #fn, what))
 
 /* Lists each failed path for the error message and remembers the one that opened. */
 static void *nj_nvrtc_try_open(const char *path, nj_buf *tried)
@@ -127,11 +127,11 @@ static nj_status nj_nvrtc_resolve(void *h, const char *path)
 static nj_status nj_nvrtc_query(void)
 {
     int major = 0, minor = 0, n = 0;
-    NJ_NVRTC_CHECK(nvrtcVersion(&major, &minor), "(version query)");
+    NJ_NVRTC_CHECK(nvrtcVersion, "(version query)", &major, &minor);
     snprintf(nj_nv.version, sizeof nj_nv.version, "nvrtc-%d.%d", major, minor);
-    NJ_NVRTC_CHECK(nvrtcGetNumSupportedArchs(&n), "(arch query)");
+    NJ_NVRTC_CHECK(nvrtcGetNumSupportedArchs, "(arch query)", &n);
     NJ_RETURN_IF(n <= 0 || n > NJ_MAX_ARCHS, NJ_ERR_NVRTC_MISSING, "NVRTC reports %d supported archs", n);
-    NJ_NVRTC_CHECK(nvrtcGetSupportedArchs(nj_nv.archs), "(arch query)");
+    NJ_NVRTC_CHECK(nvrtcGetSupportedArchs, "(arch query)", nj_nv.archs);
     nj_nv.narchs = n;
     return NJ_OK;
 }
@@ -248,8 +248,13 @@ static nj_status nj_pick_target(int32_t arch, nj_target *t)
         }
         if (nj_nv.archs[i] > maxa) maxa = nj_nv.archs[i];
     }
-    NJ_RETURN_IF(arch < maxa, NJ_ERR_UNSUPPORTED, "sm_%d is not a target %s can compile for (supported: sm_%d to sm_%d)",
-                 (int)arch, nj_nv.version, nj_nv.archs[0], (int)maxa);
+    if (arch < maxa) {
+        char list[NJ_MAX_ARCHS * 5] = "";
+        for (int i = 0; i < nj_nv.narchs; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? " " : "", nj_nv.archs[i]);
+        return nj_fail(NJ_ERR_UNSUPPORTED, "sm_%d is not a target %s compiles for (supported: %s)", (int)arch,
+                       nj_nv.version, list);
+    }
     snprintf(t->option, sizeof t->option, "--gpu-architecture=compute_%d", (int)maxa);
     t->ptx = 1;
     return NJ_OK;
@@ -375,9 +380,9 @@ static nj_status nj_extract_binary(nvrtcProgram p, int ptx, const char *name, nj
 {
     size_t n = 0;
     if (ptx)
-        NJ_NVRTC_CHECK(nvrtcGetPTXSize(p, &n), name);
+        NJ_NVRTC_CHECK(nvrtcGetPTXSize, name, p, &n);
     else
-        NJ_NVRTC_CHECK(nvrtcGetCUBINSize(p, &n), name);
+        NJ_NVRTC_CHECK(nvrtcGetCUBINSize, name, p, &n);
     NJ_RETURN_IF(n == 0, NJ_ERR_COMPILE, "NVRTC produced an empty binary for %s", name);
     char *data = malloc(n);
     NJ_RETURN_IF(!data, NJ_ERR_OUT_OF_MEMORY, "allocating %zu bytes for the binary of %s", n, name);

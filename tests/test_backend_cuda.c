@@ -11,8 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+
 #include "backend.h"
 #include "compile_child.h"
+#include "kernel_abi.h"
 
 static const char k_src[] =
     "extern \"C\" __global__ void k_add(float *y, float v) { y[threadIdx.x] += v; }\n";
@@ -154,11 +157,191 @@ static void test_compile_only_future_arch(void **state)
     b->ops->destroy(b);
 }
 
+/* ---- the CUDA backend against a fake driver (tests/support/backend_cuda_fake_driver.c) ---- */
+
+static char fake_lib[512];
+
+static int build_fake_driver(void **state)
+{
+    char dir[] = "/tmp/nj_fakecuda_XXXXXX";
+    if (!mkdtemp(dir)) return -1;
+    snprintf(fake_lib, sizeof fake_lib, "%s/libcuda.so.1", dir);
+    const char *cc = getenv("CC");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s -shared -fPIC -O1 -DNJ_FAKE_LIBCUDA -o %s %s/%s", cc && cc[0] ? cc : "cc", fake_lib,
+             NJ_SOURCE_DIR, "tests/support/backend_cuda_fake_driver.c");
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int remove_fake_driver(void **state)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", fake_lib);
+    unlink(fake_lib);
+    *strrchr(dir, '/') = '\0';
+    rmdir(dir);
+    return 0;
+}
+
+typedef struct fake_api {
+    int (*refs)(void);
+    int (*depth)(void);
+    int (*launches)(void);
+    void (*last)(unsigned grid[3], unsigned block[3], unsigned *shmem, void *args, size_t n);
+    int (*push)(void *ctx);
+    int (*pop)(void **ctx);
+} fake_api;
+
+/* The fake is already loaded by the backend; dlopen hands back the same handle. */
+static int fake_bind(fake_api *f)
+{
+    void *h = dlopen(getenv("NORMJIT_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return -1;
+    *(void **)&f->refs = dlsym(h, "fake_ctx_refs");
+    *(void **)&f->depth = dlsym(h, "fake_ctx_depth");
+    *(void **)&f->launches = dlsym(h, "fake_launches");
+    *(void **)&f->last = dlsym(h, "fake_last_launch");
+    *(void **)&f->push = dlsym(h, "cuCtxPushCurrent_v2");
+    *(void **)&f->pop = dlsym(h, "cuCtxPopCurrent_v2");
+    return f->refs && f->depth && f->launches && f->last && f->push && f->pop ? 0 : -1;
+}
+
+#define CHILD_CHECK(cond, code) \
+    do {                        \
+        if (!(cond)) {          \
+            fprintf(stderr, "child check %d failed: %s (%s)\n", code, #cond, nj_last_error()); \
+            return code;        \
+        }                       \
+    } while (0)
+
+static int fake_launch_checks(nj_backend *b, const fake_api *f, void *fn)
+{
+    nj_kargs a, seen;
+    memset(&a, 0, sizeof a);
+    a.x = (void *)0x1000;
+    a.rows = 77;
+    a.bstride[7] = -5;
+    a.eps = 1e-5f;
+    a.reserved = 9;
+    uint32_t grid[3] = {3, 2, 1};
+    int32_t block[3] = {128, 1, 1};
+    unsigned g[3], bl[3], sh = 1;
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 0, NULL, &a, sizeof a) == NJ_OK, 40);
+    f->last(g, bl, &sh, &seen, sizeof seen);
+    CHILD_CHECK(g[0] == 3 && g[1] == 2 && g[2] == 1 && bl[0] == 128 && bl[1] == 1 && sh == 0, 41);
+    CHILD_CHECK(memcmp(&seen, &a, sizeof a) == 0, 42); /* the whole struct, by value */
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 100 * 1024, NULL, &a, sizeof a) == NJ_OK, 43);
+    f->last(g, bl, &sh, &seen, sizeof seen);
+    CHILD_CHECK(sh == 100 * 1024, 44);
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 300000, NULL, &a, sizeof a) == NJ_ERR_CUDA, 45);
+    CHILD_CHECK(strstr(nj_last_error(), "cuFuncSetAttribute"), 46);
+    int32_t big[3] = {2048, 1, 1};
+    CHILD_CHECK(b->ops->launch(b, fn, grid, big, 0, NULL, &a, sizeof a) == NJ_ERR_CUDA, 47);
+    CHILD_CHECK(strstr(nj_last_error(), "cuLaunchKernel") && strstr(nj_last_error(), "CUDA_ERROR_INVALID_VALUE"), 48);
+    int32_t zero[3] = {0, 1, 1};
+    CHILD_CHECK(b->ops->launch(b, fn, grid, zero, 0, NULL, &a, sizeof a) == NJ_ERR_BAD_ARGUMENT, 49);
+    CHILD_CHECK(f->launches() == 2 && f->depth() == 0, 50);
+    return 0;
+}
+
+static int fake_memory_checks(nj_backend *b, const fake_api *f)
+{
+    void *d = NULL;
+    char in[64], out[64];
+    for (int i = 0; i < 64; i++) in[i] = (char)(i * 7);
+    CHILD_CHECK(b->ops->mem_alloc(b, sizeof in, &d) == NJ_OK && d, 60);
+    CHILD_CHECK(b->ops->upload(b, d, in, sizeof in) == NJ_OK, 61);
+    memset(out, 0, sizeof out);
+    CHILD_CHECK(b->ops->download(b, out, d, sizeof out) == NJ_OK && memcmp(in, out, sizeof in) == 0, 62);
+    CHILD_CHECK(b->ops->synchronize(b, NULL) == NJ_OK && b->ops->synchronize(b, (void *)0x10) == NJ_OK, 63);
+    b->ops->mem_free(b, d);
+    CHILD_CHECK(f->depth() == 0, 64);
+    /* A caller with another context current keeps it: the backend pushes its own and pops it again. */
+    int other;
+    f->push(&other);
+    CHILD_CHECK(b->ops->mem_alloc(b, 16, &d) == NJ_OK, 65);
+    b->ops->mem_free(b, d);
+    void *top = NULL;
+    CHILD_CHECK(f->depth() == 1 && f->pop(&top) == 0 && top == &other, 66);
+    return 0;
+}
+
+static int fake_module_checks(nj_backend *b, const fake_api *f)
+{
+    nj_compile_result r;
+    void *module = NULL, *fn = NULL;
+    CHILD_CHECK(b->ops->compile(b, k_src, "add.cu", &r) == NJ_OK && !r.bin.is_ptx, 30);
+    CHILD_CHECK(b->ops->load(b, r.bin.data, r.bin.size, &module) == NJ_OK && module, 31);
+    nj_binary_free(&r.bin); /* the driver copied it */
+    CHILD_CHECK(b->ops->function(b, module, "k_nope", &fn) == NJ_ERR_CUDA, 32);
+    CHILD_CHECK(strstr(nj_last_error(), "CUDA_ERROR_NOT_FOUND") && strstr(nj_last_error(), "k_nope"), 33);
+    CHILD_CHECK(b->ops->function(b, module, "k_add", &fn) == NJ_OK && fn, 34);
+    int rc = fake_launch_checks(b, f, fn);
+    if (rc) return rc;
+    CHILD_CHECK(b->ops->load(b, "garbage", 8, &module) == NJ_ERR_CUDA, 35);
+    CHILD_CHECK(strstr(nj_last_error(), "cuModuleLoadData"), 36);
+    b->ops->unload(b, module);
+    return 0;
+}
+
+static int child_fake(void)
+{
+    nj_backend_config cfg = {0};
+    nj_backend *b = NULL;
+    fake_api f;
+    CHILD_CHECK(nj_backend_cuda_create(&cfg, &b) == NJ_OK, 1);
+    CHILD_CHECK(fake_bind(&f) == 0, 2);
+    CHILD_CHECK(strcmp(b->ops->name, "cuda") == 0 && strcmp(b->ops->target(b), "sm_90") == 0, 3);
+    CHILD_CHECK(b->props.arch == 90 && b->props.sm_count == 132 && b->props.max_threads_per_block == 1024, 4);
+    CHILD_CHECK(b->props.max_shared_per_block == 232448 && b->props.regs_per_sm == 65536, 5);
+    CHILD_CHECK(f.refs() == 1 && f.depth() == 0, 6);
+    int rc = fake_module_checks(b, &f);
+    if (rc == 0) rc = fake_memory_checks(b, &f);
+    if (rc) return rc;
+    b->ops->destroy(b);
+    CHILD_CHECK(f.refs() == 0 && f.depth() == 0, 7);
+    /* An arch the device cannot run, a device that is not there. */
+    cfg.arch = 80;
+    CHILD_CHECK(nj_backend_cuda_create(&cfg, &b) == NJ_ERR_BAD_ARGUMENT && !b, 8);
+    cfg.arch = 0;
+    cfg.device = 1;
+    CHILD_CHECK(nj_backend_cuda_create(&cfg, &b) == NJ_ERR_NO_DEVICE && !b, 9);
+    CHILD_CHECK(f.refs() == 0, 10);
+    return 0;
+}
+
+static void test_fake_driver(void **state)
+{
+    assert_int_equal(sizeof(nj_kargs), 184); /* the fake driver copies this many argument bytes */
+    assert_int_equal(nj_test_run_child("fake", "NORMJIT_LIBCUDA", fake_lib), 0);
+}
+
+static void test_fake_driver_no_device_fail(void **state)
+{
+    setenv("FAKE_CUDA_DEVICES", "0", 1);
+    int rc = nj_test_run_child("fake-no-device", "NORMJIT_LIBCUDA", fake_lib);
+    unsetenv("FAKE_CUDA_DEVICES");
+    assert_int_equal(rc, 0);
+    setenv("FAKE_CUDA_INIT", "100", 1); /* CUDA_ERROR_NO_DEVICE from cuInit */
+    rc = nj_test_run_child("fake-no-device", "NORMJIT_LIBCUDA", fake_lib);
+    unsetenv("FAKE_CUDA_INIT");
+    assert_int_equal(rc, 0);
+    setenv("FAKE_CUDA_INIT", "35", 1); /* CUDA_ERROR_INSUFFICIENT_DRIVER */
+    rc = nj_test_run_child("fake-old-driver", "NORMJIT_LIBCUDA", fake_lib);
+    unsetenv("FAKE_CUDA_INIT");
+    assert_int_equal(rc, 0);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "no-driver") == 0) return child_expect(NJ_ERR_NO_DRIVER, "/nonexistent/libcuda.so.1");
+    if (argc > 1 && strcmp(argv[1], "no-driver") == 0)
+        return child_expect(NJ_ERR_NO_DRIVER, "/nonexistent/libcuda.so.1");
     if (argc > 1 && strcmp(argv[1], "stub") == 0) return child_expect(NJ_ERR_NO_DRIVER, "stub");
     if (argc > 1 && strcmp(argv[1], "not-libcuda") == 0) return child_expect(NJ_ERR_NO_DRIVER, "lacks cu");
+    if (argc > 1 && strcmp(argv[1], "fake") == 0) return child_fake();
+    if (argc > 1 && strcmp(argv[1], "fake-no-device") == 0) return child_expect(NJ_ERR_NO_DEVICE, "no ");
+    if (argc > 1 && strcmp(argv[1], "fake-old-driver") == 0)
+        return child_expect(NJ_ERR_NO_DRIVER, "CUDA_ERROR_INSUFFICIENT_DRIVER");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_libcuda_fail),
         cmocka_unit_test(test_stub_is_no_driver_fail),
@@ -168,6 +351,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_compile_only_compiles),
         cmocka_unit_test(test_compile_only_refuses_to_run_fail),
         cmocka_unit_test(test_compile_only_future_arch),
+        cmocka_unit_test(test_fake_driver),
+        cmocka_unit_test(test_fake_driver_no_device_fail),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, build_fake_driver, remove_fake_driver);
 }
