@@ -183,6 +183,8 @@ static nj_status nj_ctx_enter(nj_cuda_backend *cb, bool *pushed)
     return NJ_OK;
 }
 
+/* Results of pop, unload, free and release are not checked: the ops that call them return void, and a
+ * failure there can only leak what was being let go. */
 static void nj_ctx_leave(bool pushed)
 {
     CUcontext c;

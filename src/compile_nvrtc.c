@@ -357,6 +357,7 @@ int32_t nj_parse_ptxas_log(const char *log, nj_kernel_resources *out, int32_t ca
 
 /* ---- the compile ---- */
 
+/* Best effort, outside the checker: the log only adds detail to a status decided elsewhere. */
 static char *nj_program_log(nvrtcProgram p)
 {
     size_t n = 0;
