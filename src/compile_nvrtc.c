@@ -428,7 +428,9 @@ static nj_status nj_compile_once(const char *source, const char *name, const nj_
     char *log = nj_program_log(p);
     nj_status s;
     *retry = r == NVRTC_ERROR_INVALID_OPTION && minimal;
-    if (r == NVRTC_ERROR_COMPILATION)
+    if (*retry)
+        s = NJ_ERR_COMPILE; /* not a failure the caller sees: no detail recorded */
+    else if (r == NVRTC_ERROR_COMPILATION)
         s = nj_fail_with_log(name, t->option, log);
     else if ((s = nj_nvrtc_check(r, "nvrtcCompileProgram", name)) == NJ_OK)
         s = nj_extract_binary(p, t->ptx, name, &out->bin);

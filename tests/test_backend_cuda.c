@@ -163,23 +163,13 @@ static char fake_lib[512];
 
 static int build_fake_driver(void **state)
 {
-    char dir[] = "/tmp/nj_fakecuda_XXXXXX";
-    if (!mkdtemp(dir)) return -1;
-    snprintf(fake_lib, sizeof fake_lib, "%s/libcuda.so.1", dir);
-    const char *cc = getenv("CC");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s -shared -fPIC -O1 -DNJ_FAKE_LIBCUDA -o %s %s/%s", cc && cc[0] ? cc : "cc", fake_lib,
-             NJ_SOURCE_DIR, "tests/support/backend_cuda_fake_driver.c");
-    return system(cmd) == 0 ? 0 : -1;
+    return nj_test_build_shared(NJ_SOURCE_DIR, "tests/support/backend_cuda_fake_driver.c", "NJ_FAKE_LIBCUDA",
+                                "libcuda.so.1", fake_lib, sizeof fake_lib);
 }
 
 static int remove_fake_driver(void **state)
 {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", fake_lib);
-    unlink(fake_lib);
-    *strrchr(dir, '/') = '\0';
-    rmdir(dir);
+    nj_test_remove_shared(fake_lib);
     return 0;
 }
 

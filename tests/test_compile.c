@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include "compile.h"
@@ -286,10 +287,70 @@ static void test_nvrtc_missing_fail(void **state)
     assert_int_equal(nj_test_run_child("nvrtc-not-nvrtc", "NORMJIT_LIBNVRTC", "libc.so.6"), 0);
 }
 
+/* ---- against a fake, older NVRTC (tests/support/compile_fake_nvrtc.c) ---- */
+
+static char fake_nvrtc[512];
+
+static int build_fake_nvrtc(void **state)
+{
+    return nj_test_build_shared(NJ_SOURCE_DIR, "tests/support/compile_fake_nvrtc.c", "NJ_FAKE_LIBNVRTC",
+                                "libnvrtc.so.12", fake_nvrtc, sizeof fake_nvrtc);
+}
+
+static int remove_fake_nvrtc(void **state)
+{
+    nj_test_remove_shared(fake_nvrtc);
+    return 0;
+}
+
+#define CHILD_CHECK(cond, code)                                                                 \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            fprintf(stderr, "child check %d failed: %s (%s)\n", code, #cond, nj_last_error()); \
+            return code;                                                                        \
+        }                                                                                       \
+    } while (0)
+
+/* The fake rejects -minimal: the first compile retries without it on a fresh program, later ones never send it. */
+static int child_fake_nvrtc(void)
+{
+    void (*counts)(int *, int *, int *, int *) = NULL;
+    int c, d, m, k;
+    const char *v = NULL;
+    int32_t maxa = 0;
+    nj_compile_result r;
+    CHILD_CHECK(nj_nvrtc_version_string(&v) == NJ_OK && strcmp(v, "nvrtc-12.2") == 0, 1);
+    CHILD_CHECK(nj_nvrtc_max_arch(&maxa) == NJ_OK && maxa == 90, 2);
+    void *h = dlopen(getenv("NORMJIT_LIBNVRTC"), RTLD_NOW | RTLD_NOLOAD);
+    CHILD_CHECK(h && (*(void **)&counts = dlsym(h, "fake_nvrtc_counts")), 3);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 90, &r) == NJ_OK, 4);
+    CHILD_CHECK(r.bin.size == 16 && memcmp(r.bin.data, "\x7f" "ELF", 4) == 0 && !r.bin.is_ptx, 5);
+    CHILD_CHECK(r.nkernels == 1 && strcmp(r.kernels[0].kernel, "k_small") == 0 && r.kernels[0].registers == 7, 6);
+    nj_binary_free(&r.bin);
+    counts(&c, &d, &m, &k);
+    CHILD_CHECK(c == 2 && d == 2 && m == 1 && k == 2, 7);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 80, &r) == NJ_OK && r.bin.size == 16, 8);
+    nj_binary_free(&r.bin);
+    counts(&c, &d, &m, &k);
+    CHILD_CHECK(c == 3 && d == 3 && m == 1 && k == 3, 9);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 100, &r) == NJ_OK && r.bin.is_ptx, 10);
+    CHILD_CHECK(strstr(r.bin.data, ".target") && r.nkernels == 0, 11);
+    nj_binary_free(&r.bin);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 86, &r) == NJ_ERR_UNSUPPORTED, 12);
+    CHILD_CHECK(strstr(nj_last_error(), "supported: 75 80 90"), 13);
+    return 0;
+}
+
+static void test_old_nvrtc_without_minimal(void **state)
+{
+    assert_int_equal(nj_test_run_child("fake-nvrtc", "NORMJIT_LIBNVRTC", fake_nvrtc), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "nvrtc-missing") == 0) return child_nvrtc_missing();
     if (argc > 1 && strcmp(argv[1], "nvrtc-not-nvrtc") == 0) return child_nvrtc_not_nvrtc();
+    if (argc > 1 && strcmp(argv[1], "fake-nvrtc") == 0) return child_fake_nvrtc();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_cubin_sm80),
@@ -303,6 +364,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lineinfo),
         cmocka_unit_test(test_concurrent_bounded),
         cmocka_unit_test(test_nvrtc_missing_fail),
+        cmocka_unit_test(test_old_nvrtc_without_minimal),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, build_fake_nvrtc, remove_fake_nvrtc);
 }

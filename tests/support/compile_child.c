@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,4 +23,30 @@ int nj_test_run_child(const char *mode, const char *env_name, const char *env_va
     if (waitpid(pid, &st, 0) != pid) return -1;
     if (WIFSIGNALED(st)) return -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int nj_test_build_shared(const char *source_dir, const char *rel_source, const char *define, const char *lib_name,
+                         char *out, size_t cap)
+{
+    char dir[] = "/tmp/nj_fakelib_XXXXXX";
+    if (!mkdtemp(dir)) return -1;
+    snprintf(out, cap, "%s/%s", dir, lib_name);
+    const char *cc = getenv("CC");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s -shared -fPIC -O1 -D%s -o '%s' '%s/%s'", cc && cc[0] ? cc : "cc", define, out,
+             source_dir, rel_source);
+    fflush(NULL);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+void nj_test_remove_shared(const char *path)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    unlink(path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        rmdir(dir);
+    }
 }
