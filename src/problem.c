@@ -418,9 +418,11 @@ size_t nj_canon_key(const nj_canon *c, void *out, size_t cap)
 static void pack_tensor(nj_packer *k, int32_t dtype, int32_t rank, const int64_t *ext, const int64_t *str)
 {
     pack32(k, dtype);
-    pack32(k, rank);
-    for (int i = 0; i < NJ_MAX_RANK; i++) pack64(k, i < rank ? ext[i] : 0);
-    for (int i = 0; i < NJ_MAX_RANK; i++) pack64(k, i < rank ? str[i] : 0);
+    pack32(k, rank); /* the rank says how many entries follow, so nothing past it is packed */
+    for (int i = 0; i < rank; i++) {
+        pack64(k, ext[i]);
+        pack64(k, str[i]);
+    }
 }
 
 /* Optional operands are packed as resolved (rank 0 -> x's layout, NONE -> x's dtype) and unused ones as
