@@ -436,6 +436,15 @@ static void test_canon_groupnorm_nhwc(void **state)
     expect_axis(&c, 1, 256, 1, 0, 128, 0, 0);
     expect_axis(&c, 2, 32, 0, 1, 4, 4, 1);
     expect_axis(&c, 3, 4, 1, 1, 1, 1, 0);
+    /* GroupNorm on [N, C] (no spatial axes): one reduced axis, C/G, so a ROW even with an affine */
+    int64_t nc[2] = {6, 64};
+    ok(nj_preset_groupnorm(&p, NJ_F16, 2, nc, 8, 1, DEF_FLAGS));
+    ok(nj_canonicalize(&p, &c));
+    assert_int_equal(c.kind, NJ_KIND_ROW);
+    assert_int_equal(c.rank, 3);
+    expect_axis(&c, 0, 6, 0, 0, 64, 0, 8);
+    expect_axis(&c, 1, 8, 0, 1, 8, 8, 1);
+    expect_axis(&c, 2, 8, 1, 1, 1, 1, 0);
 }
 
 static void test_canon_convnext_layernorm(void **state)
@@ -902,55 +911,6 @@ static void test_text_malformed_fail(void **state)
 /* ---- properties over random strided problems ---- */
 
 #define NJ_PT_MAX 4096
-typedef struct tuple8 {
-    int64_t v[NJ_OPD_COUNT];
-} tuple8;
-
-static int cmp_tuple(const void *a, const void *b)
-{
-    const tuple8 *x = a, *y = b;
-    for (int o = 0; o < NJ_OPD_COUNT; o++)
-        if (x->v[o] != y->v[o]) return x->v[o] < y->v[o] ? -1 : 1;
-    return 0;
-}
-
-/* Per element of x: each operand's offset straight from the descriptor; gamma and statistics as
- * row-major indices over the feature / kept axes in x's order. */
-static int64_t desc_tuples(const nj_problem_desc *p, tuple8 *out)
-{
-    const nj_tensor_desc *t[6] = {&p->x, &p->y, &p->residual, &p->residual_out, &p->dy, &p->dx};
-    bool used[6] = {true, true, p->flags & NJ_FLAG_RESIDUAL, p->flags & NJ_FLAG_RESIDUAL_OUT, true, true};
-    bool param = p->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS);
-    int64_t idx[NJ_MAX_RANK] = {0}, n = 0;
-    for (;;) {
-        tuple8 *e = &out[n++];
-        memset(e, 0, sizeof *e);
-        for (int o = 0; o < 6; o++)
-            for (int i = 0; used[o] && i < p->x.rank; i++)
-                e->v[o] += idx[i] * (t[o]->rank ? t[o]->strides[i] : p->x.strides[i]);
-        for (int i = 0; i < p->x.rank; i++) {
-            if (param && (p->feature_axes >> i & 1u)) e->v[NJ_OPD_PARAM] = e->v[NJ_OPD_PARAM] * p->x.extents[i] + idx[i];
-            if (!(p->reduce_axes >> i & 1u)) e->v[NJ_OPD_STATS] = e->v[NJ_OPD_STATS] * p->x.extents[i] + idx[i];
-        }
-        int i = p->x.rank - 1;
-        while (i >= 0 && ++idx[i] == p->x.extents[i]) idx[i--] = 0;
-        if (i < 0) return n;
-    }
-}
-
-static int64_t canon_tuples(const nj_canon *c, tuple8 *out)
-{
-    int64_t idx[NJ_CANON_MAX_AXES] = {0}, n = 0;
-    for (;;) {
-        tuple8 *e = &out[n++];
-        memset(e, 0, sizeof *e);
-        for (int i = 0; i < c->rank; i++)
-            for (int o = 0; o < NJ_OPD_COUNT; o++) e->v[o] += idx[i] * c->axes[i].stride[o];
-        int i = c->rank - 1;
-        while (i >= 0 && ++idx[i] == c->axes[i].extent) idx[i--] = 0;
-        if (i < 0) return n;
-    }
-}
 
 static bool mergeable(const nj_canon_axis *a, const nj_canon_axis *b)
 {
@@ -1012,7 +972,7 @@ static void insert_unit_axis(nj_problem_desc *p, nj_pg_rng *r)
 
 static void test_canon_properties_random(void **state)
 {
-    static tuple8 a[NJ_PT_MAX], b[NJ_PT_MAX];
+    static nj_pg_offsets a[NJ_PT_MAX], b[NJ_PT_MAX];
     nj_pg_rng r = {12345};
     int kinds[4] = {0};
     for (int iter = 0; iter < 3000; iter++) {
@@ -1023,11 +983,11 @@ static void test_canon_properties_random(void **state)
         nj_canon c;
         key k1 = canon_key(&p, &c);
         kinds[c.kind]++;
-        int64_t n = desc_tuples(&p, a), m = canon_tuples(&c, b);
+        int64_t n = nj_pg_desc_offsets(&p, a), m = nj_pg_canon_offsets(&c, b);
         check_canon_shape(&c, n);
         assert_int_equal(n, m);
-        qsort(a, (size_t)n, sizeof a[0], cmp_tuple);
-        qsort(b, (size_t)m, sizeof b[0], cmp_tuple);
+        nj_pg_sort_offsets(a, n);
+        nj_pg_sort_offsets(b, m);
         if (memcmp(a, b, (size_t)n * sizeof a[0]) != 0) {
             char *t = nj_canon_text(&c);
             fail_msg("iteration %d: canonical offsets differ from the descriptor's: %s", iter, t);

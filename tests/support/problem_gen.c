@@ -1,7 +1,11 @@
 /* Random problem descriptors for tests; see problem_gen.h. */
 #include "problem_gen.h"
 
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "problem.h"
 
 uint64_t nj_pg_next(nj_pg_rng *r)
 {
@@ -77,4 +81,55 @@ void nj_pg_problem(nj_pg_rng *r, const nj_pg_opts *opts, nj_problem_desc *p)
         p->residual.dtype = 0; /* residual must be x's dtype */
     }
     if (p->flags & NJ_FLAG_RESIDUAL_OUT) random_operand(r, p, pad, &p->residual_out, broadcast);
+}
+
+static int cmp_offsets(const void *a, const void *b)
+{
+    const nj_pg_offsets *x = a, *y = b;
+    for (int o = 0; o < NJ_OPD_COUNT; o++)
+        if (x->v[o] != y->v[o]) return x->v[o] < y->v[o] ? -1 : 1;
+    return 0;
+}
+
+void nj_pg_sort_offsets(nj_pg_offsets *v, int64_t n) { qsort(v, (size_t)n, sizeof v[0], cmp_offsets); }
+
+int64_t nj_pg_desc_offsets(const nj_problem_desc *p, nj_pg_offsets *out)
+{
+    const nj_tensor_desc *t[6] = {&p->x, &p->y, &p->residual, &p->residual_out, &p->dy, &p->dx};
+    bool used[6] = {true, true, p->flags & NJ_FLAG_RESIDUAL, p->flags & NJ_FLAG_RESIDUAL_OUT, true, true};
+    bool param = p->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+    int64_t idx[NJ_MAX_RANK] = {0}, n = 0;
+    for (int i = 0; i < p->x.rank; i++)
+        if (p->x.extents[i] == 0) return 0;
+    for (;;) {
+        nj_pg_offsets *e = &out[n++];
+        memset(e, 0, sizeof *e);
+        for (int o = 0; o < 6; o++)
+            for (int i = 0; used[o] && i < p->x.rank; i++)
+                e->v[o] += idx[i] * (t[o]->rank ? t[o]->strides[i] : p->x.strides[i]);
+        for (int i = 0; i < p->x.rank; i++) {
+            if (param && (p->feature_axes >> i & 1u))
+                e->v[NJ_OPD_PARAM] = e->v[NJ_OPD_PARAM] * p->x.extents[i] + idx[i];
+            if (!(p->reduce_axes >> i & 1u)) e->v[NJ_OPD_STATS] = e->v[NJ_OPD_STATS] * p->x.extents[i] + idx[i];
+        }
+        int i = p->x.rank - 1;
+        while (i >= 0 && ++idx[i] == p->x.extents[i]) idx[i--] = 0;
+        if (i < 0) return n;
+    }
+}
+
+int64_t nj_pg_canon_offsets(const struct nj_canon *c, nj_pg_offsets *out)
+{
+    int64_t idx[NJ_CANON_MAX_AXES] = {0}, n = 0;
+    for (int i = 0; i < c->rank; i++)
+        if (c->axes[i].extent == 0) return 0;
+    for (;;) {
+        nj_pg_offsets *e = &out[n++];
+        memset(e, 0, sizeof *e);
+        for (int i = 0; i < c->rank; i++)
+            for (int o = 0; o < NJ_OPD_COUNT; o++) e->v[o] += idx[i] * c->axes[i].stride[o];
+        int i = c->rank - 1;
+        while (i >= 0 && ++idx[i] == c->axes[i].extent) idx[i--] = 0;
+        if (i < 0) return n;
+    }
 }

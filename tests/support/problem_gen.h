@@ -29,4 +29,18 @@ typedef struct nj_pg_opts {
  * "like x" or with their own random non-overlapping layouts. opts may be NULL. */
 void nj_pg_problem(nj_pg_rng *r, const nj_pg_opts *opts, nj_problem_desc *p);
 
+/* Element-by-element view of a problem: for each element of x, the offset of every operand in nj_operand
+ * order (x, y, residual, residual_out, dy, dx by their strides, 0 for an unused operand; gamma and the
+ * statistics as row-major indices over the feature / kept axes in x's order, gamma 0 without scale/bias).
+ * nj_pg_desc_offsets reads the descriptor directly; nj_pg_canon_offsets walks a canonical form. Two
+ * sorted lists are equal exactly when the canonical form addresses the same elements the same way.
+ * `out` holds numel(x) entries; both return the count written. */
+typedef struct nj_pg_offsets {
+    int64_t v[8];
+} nj_pg_offsets;
+struct nj_canon;
+int64_t nj_pg_desc_offsets(const nj_problem_desc *p, nj_pg_offsets *out);
+int64_t nj_pg_canon_offsets(const struct nj_canon *c, nj_pg_offsets *out);
+void nj_pg_sort_offsets(nj_pg_offsets *v, int64_t n);
+
 #endif
