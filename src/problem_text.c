@@ -42,6 +42,12 @@ static const char *const preset_names[] = {"norm", "layernorm", "rmsnorm", "inst
 static const char *const flag_names[] = {"center", "scale", "bias", "residual", "resout", "stats"};
 static const char *const act_names[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
 
+static const nj_tensor_desc *opd_cdesc(const nj_problem_desc *p, int i)
+{
+    const nj_tensor_desc *t[NJ_TEXT_OPDS] = {&p->y, &p->residual, &p->residual_out, &p->dy, &p->dx};
+    return t[i];
+}
+
 static nj_tensor_desc *opd_desc(nj_problem_desc *p, int i)
 {
     nj_tensor_desc *t[NJ_TEXT_OPDS] = {&p->y, &p->residual, &p->residual_out, &p->dy, &p->dx};
@@ -88,7 +94,7 @@ static void print_flags(nj_buf *b, uint32_t flags)
 static void print_operands(nj_buf *b, const nj_problem_desc *p)
 {
     for (int i = 0; i < NJ_TEXT_OPDS; i++) {
-        const nj_tensor_desc *t = opd_desc((nj_problem_desc *)p, i);
+        const nj_tensor_desc *t = opd_cdesc(p, i);
         if (!opd_used(p, i)) continue;
         if (t->dtype != NJ_DTYPE_NONE && t->dtype != p->x.dtype)
             nj_buf_printf(b, " %s.dtype=%s", opd_keys[i], nj_dtype_name((nj_dtype)t->dtype));
