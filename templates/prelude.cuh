@@ -32,10 +32,13 @@ struct nj_kargs {
     int reserved;
 };
 static_assert(sizeof(nj_kargs) == 184, "nj_kargs differs from src/kernel_abi.h");
+/* NVRTC has no offsetof; the host compiler (emulator) and nvcc check the offsets */
+#ifndef __CUDACC_RTC__
 static_assert(__builtin_offsetof(nj_kargs, workspace) == 96, "nj_kargs.workspace offset");
 static_assert(__builtin_offsetof(nj_kargs, rows) == 104, "nj_kargs.rows offset");
 static_assert(__builtin_offsetof(nj_kargs, bstride) == 112, "nj_kargs.bstride offset");
 static_assert(__builtin_offsetof(nj_kargs, eps) == 176, "nj_kargs.eps offset");
+#endif
 
 /* Operand numbers, as in src/problem.h (nj_operand): index A.bstride with them. */
 #define NJ_OPD_X 0
@@ -122,28 +125,63 @@ template <typename T> NJ_DEVICE T nj_from_f32(float f) { return nj_conv<T>::from
 template <typename T> NJ_DEVICE float nj_load_f32(const T *p, nj_i64 i) { return nj_to_f32(p[i]); }
 template <typename T> NJ_DEVICE void nj_store_f32(T *p, nj_i64 i, float v) { p[i] = nj_from_f32<T>(v); }
 
-/* ---- vector access: N consecutive elements as one 32/64/128-bit access (p + i aligned to N elements) ---- */
-template <int BYTES> struct nj_raw;
-template <> struct nj_raw<4> { typedef unsigned t; };
-template <> struct nj_raw<8> { typedef uint2 t; };
-template <> struct nj_raw<16> { typedef uint4 t; };
+/* ---- vector access: N consecutive elements as one 32/64/128-bit access (p + i aligned to N elements) ----
+ * Elements move through 32-bit words with shifts, not through a union: ptxas keeps those in registers
+ * (a union of uint4 and float[4] cost a stack frame on sm_80). Little-endian: element 0 is the low half. */
+template <int W> struct nj_words;
+template <> struct nj_words<1> {
+    NJ_DEVICE void load(const void *p, unsigned *w) { w[0] = *reinterpret_cast<const unsigned *>(p); }
+    NJ_DEVICE void store(void *p, const unsigned *w) { *reinterpret_cast<unsigned *>(p) = w[0]; }
+};
+template <> struct nj_words<2> {
+    NJ_DEVICE void load(const void *p, unsigned *w)
+    {
+        uint2 v = *reinterpret_cast<const uint2 *>(p);
+        w[0] = v.x, w[1] = v.y;
+    }
+    NJ_DEVICE void store(void *p, const unsigned *w) { *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]); }
+};
+template <> struct nj_words<4> {
+    NJ_DEVICE void load(const void *p, unsigned *w)
+    {
+        uint4 v = *reinterpret_cast<const uint4 *>(p);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    }
+    NJ_DEVICE void store(void *p, const unsigned *w)
+    {
+        *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+};
+/* element k of a word array, and back, per storage type (the pointer argument only picks the overload) */
+NJ_DEVICE float nj_word_get(const unsigned *w, int k, const float *) { return __uint_as_float(w[k]); }
+template <typename T16> NJ_DEVICE float nj_word_get(const unsigned *w, int k, const T16 *)
+{
+    T16 t;
+    t.bits = (unsigned short)(w[k >> 1] >> ((k & 1) * 16));
+    return nj_to_f32(t);
+}
+NJ_DEVICE void nj_word_put(unsigned *w, int k, float v, const float *) { w[k] = __float_as_uint(v); }
+template <typename T16> NJ_DEVICE void nj_word_put(unsigned *w, int k, float v, const T16 *)
+{
+    unsigned b = nj_from_f32<T16>(v).bits;
+    w[k >> 1] = (k & 1) ? (w[k >> 1] | (b << 16)) : b;
+}
 
 template <int N, typename T> struct nj_vec_io {
-    typedef typename nj_raw<N * (int)sizeof(T)>::t R;
-    union U { R r; T e[N]; };
+    enum { W = N * (int)sizeof(T) / 4 };
     NJ_DEVICE void load(const T *p, nj_i64 i, float *out)
     {
-        U u;
-        u.r = *reinterpret_cast<const R *>(p + i);
+        unsigned w[W];
+        nj_words<W>::load(p + i, w);
 #pragma unroll
-        for (int k = 0; k < N; k++) out[k] = nj_to_f32(u.e[k]);
+        for (int k = 0; k < N; k++) out[k] = nj_word_get(w, k, (const T *)0);
     }
     NJ_DEVICE void store(T *p, nj_i64 i, const float *in)
     {
-        U u;
+        unsigned w[W];
 #pragma unroll
-        for (int k = 0; k < N; k++) u.e[k] = nj_from_f32<T>(in[k]);
-        *reinterpret_cast<R *>(p + i) = u.r;
+        for (int k = 0; k < N; k++) nj_word_put(w, k, in[k], (const T *)0);
+        nj_words<W>::store(p + i, w);
     }
 };
 template <typename T> struct nj_vec_io<1, T> {
