@@ -77,7 +77,8 @@ static int32_t plan_row_vec(const nj_canon *c, int red)
         for (int o = NJ_OPD_X; o <= NJ_OPD_PARAM && ok; o++) {
             if (!plan_fwd_uses(c, (nj_operand)o)) continue;
             int64_t rs = c->axes[red].stride[o];
-            if (rs != 1 && !(o == NJ_OPD_PARAM && rs == 0)) ok = false;
+            if (o == NJ_OPD_PARAM && rs == 0) continue; /* one gamma per row: a scalar load */
+            if (rs != 1) ok = false;
             for (int a = 1; a < c->rank && ok; a++)
                 if (a != red && c->axes[a].stride[o] % v != 0) ok = false;
         }

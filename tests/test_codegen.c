@@ -15,6 +15,7 @@
 #include "compile.h"
 #include "kernel_abi.h"
 #include "planner_canon.h"
+#include "problem_gen.h"
 
 /* The device side declares the same struct (templates/prelude.cuh, with its own static_asserts). */
 _Static_assert(sizeof(nj_kargs) == 184, "nj_kargs size changed: update templates/prelude.cuh");
@@ -435,6 +436,49 @@ static void test_forward_compile_nvrtc(void **state)
     }
 }
 
+/* Random valid problems (every shape class, strided, padded, broadcast inputs, mixed dtypes): each one
+ * plans and renders, and a sample compiles with NVRTC without spills. */
+static void test_random_problems(void **state)
+{
+    (void)state;
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    const char *v;
+    bool nvrtc = nj_nvrtc_version_string(&v) == NJ_OK;
+    nj_pg_rng rng = {0x5eed};
+    nj_pg_opts opts = {.max_rank = 5, .max_extent = 6, .allow_pad = 1, .allow_broadcast = 1};
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    int kinds[4] = {0}, compiled = 0;
+    for (int i = 0; i < 400; i++) {
+        nj_problem_desc p;
+        nj_canon c;
+        nj_plan_params pp;
+        char *src = NULL;
+        nj_pg_problem(&rng, &opts, &p);
+        if (nj_canonicalize(&p, &c) != NJ_OK) fail_msg("problem %d: %s", i, nj_last_error());
+        kinds[c.kind]++;
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+        nj_status s = nj_codegen(&c, &pp, &src);
+        if (s != NJ_OK) fail_msg("problem %d: %s", i, nj_last_error());
+        assert_null(strstr(src, "{{"));
+        char name[32];
+        snprintf(name, sizeof name, "random_%03d", i);
+        if (i % 8 == 0) dump_source(name, src, &c, &pp);
+        if (nvrtc && i % 20 == 0) {
+            nj_compile_result r;
+            memset(&r, 0, sizeof r);
+            if (nj_nvrtc_compile(src, name, 90, &r) != NJ_OK) fail_msg("%s: %s", name, nj_last_error());
+            assert_int_equal(r.nkernels, 1);
+            assert_int_equal(r.kernels[0].spill_stores + r.kernels[0].spill_loads, 0);
+            nj_binary_free(&r.bin);
+            compiled++;
+        }
+        free(src);
+    }
+    assert_true(kinds[NJ_KIND_ROW] > 20 && kinds[NJ_KIND_COLUMN] > 20 && kinds[NJ_KIND_GENERAL] > 20);
+    assert_true(!nvrtc || compiled == 20);
+}
+
 int main(void)
 {
     const struct CMUnitTest engine[] = {
@@ -452,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_general_renders_row),
         cmocka_unit_test(test_codegen_fail),
         cmocka_unit_test(test_forward_compile_nvrtc),
+        cmocka_unit_test(test_random_problems),
     };
     int fails = cmocka_run_group_tests_name("engine", engine, NULL, NULL);
     fails += cmocka_run_group_tests_name("kernels", kernels, NULL, NULL);

@@ -273,6 +273,67 @@ static void test_launches_parse_fail(void **state)
     assert_int_equal(pp.nlaunch, 1);
 }
 
+static nj_plan_params plan_desc(const nj_problem_desc *p, nj_canon *c)
+{
+    nj_status s = nj_canonicalize(p, c);
+    if (s != NJ_OK) fail_msg("canonicalize: %s", nj_last_error());
+    return plan_fwd(c);
+}
+
+/* The presets, through problem.c's canonical form. */
+static void test_presets(void **state)
+{
+    (void)state;
+    nj_problem_desc p;
+    nj_canon c;
+    const uint32_t aff = NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    int64_t llm[3] = {8, 128, 768};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 3, llm, 1, aff), NJ_OK);
+    nj_plan_params pp = plan_desc(&p, &c);
+    assert_int_equal(c.kind, NJ_KIND_ROW);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.rows_per_block, 4);
+    assert_int_equal(pp.launch[0].row_mult * c.axes[0].extent, 8 * 128); /* rows = batch * kept_inner */
+    int64_t big[2] = {4, 12288};
+    assert_int_equal(nj_preset_rmsnorm(&p, NJ_BF16, 2, big, 1, NJ_FLAG_SCALE), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
+    assert_int_equal(pp.rows_per_block, 1);
+    assert_true(pp.vec >= 4);
+    assert_true(pp.regs_cache > 0);
+    /* GroupNorm NCHW: (C/G, H, W) is one contiguous run of 4 * 256 elements, but C/G is a feature axis
+     * and H*W is not, so the canonical form keeps two reduced axes: the general kind */
+    int64_t img[4] = {2, 32, 16, 16};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 0, aff), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_equal(c.kind, NJ_KIND_GENERAL);
+    assert_int_equal(c.reduce_size, 1024);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    /* GroupNorm NHWC, BatchNorm both layouts, InstanceNorm channels-last: the general family */
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, aff), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_not_equal(c.kind, NJ_KIND_ROW);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    int64_t bn[4] = {8, 64, 14, 14};
+    for (int cl = 0; cl < 2; cl++) {
+        assert_int_equal(nj_preset_batchnorm(&p, NJ_F32, 4, bn, cl, aff), NJ_OK);
+        pp = plan_desc(&p, &c);
+        assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+        assert_int_equal(c.reduce_size, 8 * 14 * 14);
+        assert_int_equal(pp.block, 256);
+    }
+    assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, bn, 1, aff), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_equal(c.kind, NJ_KIND_COLUMN);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, bn, 0, aff), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_equal(c.kind, NJ_KIND_ROW);
+    assert_int_equal(pp.vec, 4); /* gamma is per row (channel): it does not limit the width */
+    assert_int_equal(pp.regs_cache, 8); /* 49 float4 chunks over 32 lanes: 2 chunks of 4 */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,7 +341,7 @@ int main(void)
         cmocka_unit_test(test_row_vec_width),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid),
-        cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail),
+        cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
     };
     return cmocka_run_group_tests_name("planner", tests, setup, NULL);
 }
