@@ -1,14 +1,14 @@
 /* Planner: canonical problem + device properties -> launches and template parameters (planner.h).
  *
  * Forward:
- *  - ROW kind -> fwd_row.cu. Rows of up to 1024 elements get a warp each (4 rows per 128-thread block),
- *    longer rows a block each; the row stays in registers when a thread's share fits (regs_cache), else
+ *  - ROW kind and other row-like problems (plan_rowlike) -> fwd_row.cu. Rows of up to 1024 elements
+ *    get a warp each (4 rows per 128-thread block), longer rows a block each; the row stays in registers when a thread's share fits (regs_cache), else
  *    the kernel streams x twice. The vector width is the widest of 8/4/2 that divides the row, keeps
  *    every access within 16 bytes and matches the layout of every operand (unit stride along the row,
  *    kept strides multiples of it). Base pointers and batch strides are run-time values: the kernel
  *    checks them and runs its vec = 1 instance when they are not aligned, so the plan stays valid for any
  *    pointer (the context needs no fallback plan).
- *  - COLUMN and GENERAL kinds -> fwd_general.cu: a block per statistic walking the reduction.
+ *  - everything else (COLUMN, GENERAL) -> fwd_general.cu: a block per statistic walking the reduction.
  * Everything here is a function of (canonical problem, pass, device props) and goes into nj_plan_text. */
 #include "planner.h"
 
@@ -66,21 +66,39 @@ static bool plan_fwd_uses(const nj_canon *c, nj_operand o)
     }
 }
 
-/* Widest vector width valid for every row of a ROW problem (batch strides and pointers are checked by
- * the kernel at run time). */
-static int32_t plan_row_vec(const nj_canon *c, int red)
+/* Row-like: every reduced axis lies inside every kept axis, and x has stride 1 on the innermost one. The
+ * ROW kind is one; so is GroupNorm NCHW, whose reduction (C/G, HW) stays two axes because only C/G is a
+ * feature. The row kernel decomposes an element's offset over the reduced axes. Returns the outermost
+ * reduced axis, or -1. */
+static int plan_rowlike(const nj_canon *c)
 {
+    int first = -1;
+    for (int a = 1; a < c->rank; a++) {
+        if (c->axes[a].reduce && first < 0) first = a;
+        if (!c->axes[a].reduce && first >= 0) return -1; /* a kept axis inside a reduced one */
+    }
+    if (first < 0 || c->axes[c->rank - 1].stride[NJ_OPD_X] != 1) return -1;
+    return first;
+}
+
+/* Widest vector width valid for every row of a row-like problem: a chunk of v elements stays within
+ * one run of the innermost axis, has unit stride in every activation operand, and starts aligned
+ * (every other stride a multiple of v). gamma/beta constant along the innermost axis are loaded once a
+ * chunk and do not limit v. Batch strides and pointers are checked by the kernel at run time. */
+static int32_t plan_row_vec(const nj_canon *c)
+{
+    int in = c->rank - 1;
     int32_t maxb = plan_max_elem_bytes(c);
     for (int32_t v = 8; v > 1; v /= 2) {
-        if (v * maxb > 16 || c->reduce_size % v != 0) continue;
+        if (v * maxb > 16 || c->axes[in].extent % v != 0) continue;
         bool ok = true;
         for (int o = NJ_OPD_X; o <= NJ_OPD_PARAM && ok; o++) {
             if (!plan_fwd_uses(c, (nj_operand)o)) continue;
-            int64_t rs = c->axes[red].stride[o];
-            if (o == NJ_OPD_PARAM && rs == 0) continue; /* one gamma per row: a scalar load */
+            int64_t rs = c->axes[in].stride[o];
+            if (o == NJ_OPD_PARAM && rs == 0) continue; /* one gamma per chunk: a scalar load */
             if (rs != 1) ok = false;
-            for (int a = 1; a < c->rank && ok; a++)
-                if (a != red && c->axes[a].stride[o] % v != 0) ok = false;
+            for (int a = 1; a < in && ok; a++)
+                if (c->axes[a].stride[o] % v != 0) ok = false;
         }
         if (ok) return v;
     }
@@ -108,12 +126,8 @@ static void plan_launch(nj_plan_params *pp, const char *kernel, int32_t block, i
 
 static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    int red = -1;
-    for (int a = 1; a < c->rank; a++)
-        if (c->axes[a].reduce) red = a;
-    NJ_RETURN_IF(red < 0, NJ_ERR_INTERNAL, "planner: row problem without a reduced axis");
     int64_t n = c->reduce_size;
-    int32_t vec = plan_row_vec(c, red);
+    int32_t vec = plan_row_vec(c);
     int64_t nch = n / vec;
     pp->family = NJ_FAMILY_ROW;
     pp->template_name = "fwd_row.cu";
@@ -165,12 +179,13 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
     NJ_RETURN_IF(c->rank < 2 || c->rank > NJ_CANON_MAX_AXES, NJ_ERR_INTERNAL, "planner: canonical rank %d", c->rank);
     NJ_RETURN_IF(c->reduce_size < 1 || c->kept_inner < 1, NJ_ERR_INTERNAL, "planner: reduce size %lld, kept %lld",
                  (long long)c->reduce_size, (long long)c->kept_inner);
+    NJ_RETURN_IF(c->kind < NJ_KIND_ROW || c->kind > NJ_KIND_GENERAL, NJ_ERR_INTERNAL, "planner: unknown canonical kind %d",
+                 c->kind);
     out->pass = pass;
     switch (pass) {
     case NJ_PASS_FORWARD:
-        if (c->kind == NJ_KIND_ROW) return plan_fwd_row(c, dev, out);
-        if (c->kind == NJ_KIND_COLUMN || c->kind == NJ_KIND_GENERAL) return plan_fwd_general(c, dev, out);
-        return nj_fail(NJ_ERR_INTERNAL, "planner: unknown canonical kind %d", c->kind);
+        if (c->kind == NJ_KIND_ROW || plan_rowlike(c) > 0) return plan_fwd_row(c, dev, out);
+        return plan_fwd_general(c, dev, out);
     case NJ_PASS_BACKWARD:
         return nj_fail(NJ_ERR_UNSUPPORTED, "planner: backward plans are not implemented yet");
     }

@@ -1,4 +1,7 @@
-{# Forward, ROW kind: one reduced axis, innermost, x stride 1.
+{# Forward, row-like problems: the reduced axes are the innermost axes (every kept axis outside them)
+   and x has stride 1 on the innermost one: the ROW kind, and also e.g. GroupNorm NCHW, whose (C/G, HW)
+   reduction keeps two axes because only C/G is a feature. An element's offset within its row is
+   decomposed over the reduced axes (extents and strides baked in; a plain j when contiguous).
    A block (rows_per_block == 1) or a warp (rows_per_block == block / 32) per row, grid-stride over the
    rows = A.rows * kept_inner. With regs_cache > 0 the row stays in registers (x read once, two-pass
    statistics from registers); otherwise Welford over the row and a second pass that re-reads x.
@@ -8,12 +11,45 @@
 {% include("lib_index.cuh") %}
 {%
 local red = reduced_axes()
-if #red ~= 1 then error("fwd_row needs exactly one reduced axis, got " .. #red) end
-red = red[1]
-local RS = P.axes[red].stride
 local kept = kept_axes()
+if #red == 0 then error("fwd_row: no reduced axis") end
+if kept[#kept] > red[1] then error("fwd_row needs every reduced axis inside the kept ones") end
+local inner = red[#red]
+local RS = P.axes[inner].stride
+local inner_prod, prod = {}, 1
+for k = #red, 1, -1 do inner_prod[k] = prod; prod = prod * P.axes[red[k]].extent end
+local J = P.reduce_size < 2147483647 and "(unsigned)j" or "j"
+-- offset within the row of element j for operand opd (j counts elements along the row)
+function roff(opd)
+  local st, zero = {}, true
+  for k = 1, #red do st[k] = P.axes[red[k]].stride[opd]; zero = zero and st[k] == 0 end
+  if zero then return "0" end
+  local contiguous = true
+  for k = 1, #red do contiguous = contiguous and st[k] == st[#red] * inner_prod[k] end
+  if contiguous then return st[#red] == 1 and "j" or ("j * " .. st[#red]) end
+  local terms = {}
+  for k = 1, #red do
+    if st[k] ~= 0 then
+      local e = P.axes[red[k]].extent
+      local idx
+      if #red == 1 then idx = J
+      elseif k == #red then idx = string.format("%s %% %d", J, e)
+      elseif k == 1 then idx = string.format("%s / %d", J, inner_prod[k])
+      else idx = string.format("%s / %d %% %d", J, inner_prod[k], e) end
+      terms[#terms + 1] = string.format("(nj_i64)(%s) * %d", idx, st[k])
+    end
+  end
+  return table.concat(terms, " + ")
+end
 local F = P.flags
 local has_param = F.scale or F.bias
+-- gamma/beta along the row: constant (param_row), one value per vector chunk (innermost stride 0), or a
+-- vector like x (param_vec)
+local param_row, param_vec = true, false
+if has_param then
+  for _, a in ipairs(red) do param_row = param_row and P.axes[a].stride.param == 0 end
+  param_vec = not param_row and RS.param ~= 0
+end
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
@@ -21,8 +57,8 @@ local NW = B // 32
 local vec_ptrs = {{"x", "X"}, {"y", "Y"}}
 if F.residual then vec_ptrs[#vec_ptrs + 1] = {"res", "RES"} end
 if F.resout then vec_ptrs[#vec_ptrs + 1] = {"resout", "RESOUT"} end
-if F.scale and RS.param ~= 0 then vec_ptrs[#vec_ptrs + 1] = {"param", "GAMMA"} end
-if F.bias and RS.param ~= 0 then vec_ptrs[#vec_ptrs + 1] = {"param", "BETA"} end
+if F.scale and param_vec then vec_ptrs[#vec_ptrs + 1] = {"param", "GAMMA"} end
+if F.bias and param_vec then vec_ptrs[#vec_ptrs + 1] = {"param", "BETA"} end
 %}
 
 typedef {{ P.ctype.x }} nj_tx;
@@ -76,19 +112,19 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
 {% if has_param then %}
         const nj_i64 op = {{ offset("param", kept, "k") }};
 {% end %}
-{% if F.scale and RS.param == 0 then %}
+{% if F.scale and param_row then %}
         const float g_row = nj_load_f32(GAMMA, op);
 {% end %}
-{% if F.bias and RS.param == 0 then %}
+{% if F.bias and param_row then %}
         const float b_row = nj_load_f32(BETA, op);
 {% end %}
 {#------------------------------------------------ first pass: x (+ residual), statistics #}
 {% local function load_x(dst) %}
-            nj_load_vec<V>(X, ox + j, {{ dst }});
+            nj_load_vec<V>(X, ox + {{ roff("x") }}, {{ dst }});
 {% if F.residual then %}
             {
                 float r_[V];
-                nj_load_vec<V>(RES, ores + j * {{ RS.res }}, r_);
+                nj_load_vec<V>(RES, ores + {{ roff("res") }}, r_);
 #pragma unroll
                 for (int k = 0; k < V; k++) {{ dst }}[k] += r_[k];
             }
@@ -105,7 +141,7 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
                 const nj_i64 j = ch * V;
 {% load_x("v[c]") %}
 {% if F.resout then %}
-                nj_store_vec<V>(RESOUT, oresout + j * {{ RS.resout }}, v[c]);
+                nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, v[c]);
 {% end %}
 #pragma unroll
                 for (int k = 0; k < V; k++) s += {{ F.center and "v[c][k]" or "v[c][k] * v[c][k]" }};
@@ -144,7 +180,7 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
             float xv[V];
 {% load_x("xv") %}
 {% if F.resout then %}
-            nj_store_vec<V>(RESOUT, oresout + j * {{ RS.resout }}, xv);
+            nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, xv);
 {% end %}
 #pragma unroll
             for (int k = 0; k < V; k++) {{ F.center and "nj_welford_add(w, xv[k])" or "s += xv[k] * xv[k]" }};
@@ -171,26 +207,30 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
 {#------------------------------------------------ second pass: normalize, affine, activation #}
 {% local function normalize(src) %}
             float o_[V];
-{% if F.scale and RS.param ~= 0 then %}
+{% if F.scale and param_vec then %}
             float g_[V];
-            nj_load_vec<V>(GAMMA, op + j * {{ RS.param }}, g_);
+            nj_load_vec<V>(GAMMA, op + {{ roff("param") }}, g_);
+{% elseif F.scale and not param_row then %}
+            const float g_chunk = nj_load_f32(GAMMA, op + {{ roff("param") }});
 {% end %}
-{% if F.bias and RS.param ~= 0 then %}
+{% if F.bias and param_vec then %}
             float b_[V];
-            nj_load_vec<V>(BETA, op + j * {{ RS.param }}, b_);
+            nj_load_vec<V>(BETA, op + {{ roff("param") }}, b_);
+{% elseif F.bias and not param_row then %}
+            const float b_chunk = nj_load_f32(BETA, op + {{ roff("param") }});
 {% end %}
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 float u = ({{ src }}[k] - mean) * rstd;
 {% if F.scale then %}
-                u *= {{ RS.param ~= 0 and "g_[k]" or "g_row" }};
+                u *= {{ param_vec and "g_[k]" or param_row and "g_row" or "g_chunk" }};
 {% end %}
 {% if F.bias then %}
-                u += {{ RS.param ~= 0 and "b_[k]" or "b_row" }};
+                u += {{ param_vec and "b_[k]" or param_row and "b_row" or "b_chunk" }};
 {% end %}
                 o_[k] = nj_act_{{ P.act }}(u);
             }
-            nj_store_vec<V>(Y, oy + j * {{ RS.y }}, o_);
+            nj_store_vec<V>(Y, oy + {{ roff("y") }}, o_);
 {% end %}
 {% if P.regs_cache > 0 then %}
 #pragma unroll

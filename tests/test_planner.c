@@ -303,13 +303,22 @@ static void test_presets(void **state)
     assert_true(pp.vec >= 4);
     assert_true(pp.regs_cache > 0);
     /* GroupNorm NCHW: (C/G, H, W) is one contiguous run of 4 * 256 elements, but C/G is a feature axis
-     * and H*W is not, so the canonical form keeps two reduced axes: the general kind */
+     * and H*W is not, so the canonical form keeps two reduced axes (the general kind); it is row-like,
+     * and gamma, constant along H*W, is one scalar per float4-wide chunk of x */
     int64_t img[4] = {2, 32, 16, 16};
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 0, aff), NJ_OK);
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_GENERAL);
     assert_int_equal(c.reduce_size, 1024);
-    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.rows_per_block, 4);
+    /* a spatial extent of 6 (not a multiple of 4 or 8): chunks may not straddle two channels */
+    int64_t odd[4] = {2, 32, 2, 3};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, odd, 8, 0, aff), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
+    assert_int_equal(pp.vec, 2);
     /* GroupNorm NHWC, BatchNorm both layouts, InstanceNorm channels-last: the general family */
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, aff), NJ_OK);
     pp = plan_desc(&p, &c);
