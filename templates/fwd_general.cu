@@ -39,8 +39,11 @@ typedef {{ P.ctype.param }} nj_tparam;
 {% end %}
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {
-    NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
+{% if F.center then %}
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
+{% else %}
+    NJ_SHARED(float, nj_scratch, {{ NW }});
+{% end %}
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
     const nj_tx *X = (const nj_tx *)A.x;
     nj_ty *Y = (nj_ty *)A.y;

@@ -254,8 +254,14 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
 
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {
-    NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
+{% if RPB == 1 then %}
+    NJ_SHARED(float, nj_scratch, {{ NW }});
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
+{% else %}
+    /* a warp per row: warp shuffles only, no shared scratch */
+    float *const nj_scratch = 0;
+    nj_welford *const nj_wscratch = 0;
+{% end %}
 {% if P.vec > 1 then %}
 {%
   local conds = {}
