@@ -8,7 +8,8 @@
  *    kept strides multiples of it). Base pointers and batch strides are run-time values: the kernel
  *    checks them and runs its vec = 1 instance when they are not aligned, so the plan stays valid for any
  *    pointer (the context needs no fallback plan).
- *  - everything else (COLUMN, GENERAL) -> fwd_general.cu: a block per statistic walking the reduction.
+ *  - COLUMN kind with at least 16 contiguous kept columns -> fwd_column.cu: coalesced tiles of 32 columns.
+ *  - everything else -> fwd_general.cu: a block per statistic walking the reduction.
  * Everything here is a function of (canonical problem, pass, device props) and goes into nj_plan_text. */
 #include "planner.h"
 
@@ -172,6 +173,22 @@ static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev,
     return NJ_OK;
 }
 
+/* Column problems with at least NJ_COLUMN_MIN contiguous kept columns: tiles of 32 columns, 8 warps
+ * walking the reduction. Fewer columns would leave most lanes idle: the general family does better. */
+#define NJ_COLUMN_MIN 16
+static nj_status plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t ec = c->axes[c->rank - 1].extent;
+    pp->family = NJ_FAMILY_COLUMN;
+    pp->template_name = "fwd_column.cu";
+    pp->vec = 1;
+    pp->rows_per_block = 1;
+    pp->split = 1;
+    pp->block = 256;
+    plan_launch(pp, "nj_fwd_column", pp->block, c->kept_inner / ec * plan_ceil_div(ec, 32), 1, dev);
+    return NJ_OK;
+}
+
 nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *out)
 {
     NJ_RETURN_IF(!c || !dev || !out, NJ_ERR_NULL_POINTER, "planner: NULL argument");
@@ -185,6 +202,8 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
     switch (pass) {
     case NJ_PASS_FORWARD:
         if (c->kind == NJ_KIND_ROW || plan_rowlike(c) > 0) return plan_fwd_row(c, dev, out);
+        if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_COLUMN_MIN)
+            return plan_fwd_column(c, dev, out);
         return plan_fwd_general(c, dev, out);
     case NJ_PASS_BACKWARD:
         return nj_fail(NJ_ERR_UNSUPPORTED, "planner: backward plans are not implemented yet");
@@ -215,6 +234,7 @@ static const char *plan_family_name(int32_t f)
     case NJ_FAMILY_ROW: return "row";
     case NJ_FAMILY_GENERAL: return "general";
     case NJ_FAMILY_PARAM_GRAD: return "param_grad";
+    case NJ_FAMILY_COLUMN: return "column";
     default: return "unknown";
     }
 }

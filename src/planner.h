@@ -21,7 +21,8 @@ NJ_HIDDEN void nj_device_props_default(int32_t arch, nj_device_props *out);
 typedef enum nj_family {
     NJ_FAMILY_ROW = 1,     /* forward/backward of row problems: a block (or warp) per row */
     NJ_FAMILY_GENERAL = 2, /* any canonical problem: a block per statistic, strided walks */
-    NJ_FAMILY_PARAM_GRAD = 3 /* backward dgamma/dbeta: deterministic reductions over non-feature axes */
+    NJ_FAMILY_PARAM_GRAD = 3, /* backward dgamma/dbeta: deterministic reductions over non-feature axes */
+    NJ_FAMILY_COLUMN = 4      /* column problems: a block per tile of 32 contiguous kept columns */
 } nj_family;
 
 #define NJ_MAX_LAUNCHES 4

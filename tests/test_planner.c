@@ -136,7 +136,7 @@ static void test_row_long(void **state)
     assert_int_equal(pp.rows_per_block, 1);
 }
 
-/* Column and general problems go to the general family. */
+/* Column problems with enough columns get coalesced column tiles; the rest the general family. */
 static void test_column_general(void **state)
 {
     (void)state;
@@ -145,15 +145,25 @@ static void test_column_general(void **state)
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_RELU, 1);
     tc_axis(&c, 32, true, false);
     tc_axis(&c, 3136, true, false);
-    tc_axis(&c, 64, false, true);
+    tc_axis(&c, 80, false, true);
     tc_finish(&c);
     assert_int_equal(c.kind, NJ_KIND_COLUMN);
     nj_plan_params pp = plan_fwd(&c);
-    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
-    assert_string_equal(pp.template_name, "fwd_general.cu");
+    assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
+    assert_string_equal(pp.template_name, "fwd_column.cu");
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_column");
     assert_int_equal(pp.vec, 1);
-    assert_int_equal(pp.block, 512);
-    assert_int_equal(pp.launch[0].row_mult, 64);
+    assert_int_equal(pp.block, 256);
+    assert_int_equal(pp.launch[0].row_mult, 3); /* 80 columns: 3 tiles of 32 */
+    /* 8 columns: mostly idle lanes in a tile, the general family */
+    tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
+    tc_axis(&c, 1000, true, false);
+    tc_axis(&c, 8, false, false);
+    tc_finish(&c);
+    assert_int_equal(c.kind, NJ_KIND_COLUMN);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    assert_int_equal(pp.launch[0].row_mult, 8);
     /* reduce axes 1 and 3 of [B, 6, 5, 7] */
     tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
     tc_axis(&c, 6, true, false);
@@ -328,14 +338,16 @@ static void test_presets(void **state)
     for (int cl = 0; cl < 2; cl++) {
         assert_int_equal(nj_preset_batchnorm(&p, NJ_F32, 4, bn, cl, aff), NJ_OK);
         pp = plan_desc(&p, &c);
-        assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+        assert_int_equal(pp.family, cl ? NJ_FAMILY_COLUMN : NJ_FAMILY_GENERAL);
         assert_int_equal(c.reduce_size, 8 * 14 * 14);
         assert_int_equal(pp.block, 256);
     }
-    assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, bn, 1, aff), NJ_OK);
+    int64_t nhwc[4] = {8, 14, 14, 64}; /* channels-last InstanceNorm takes [N, spatial..., C] */
+    assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, nhwc, 1, aff), NJ_OK);
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_COLUMN);
-    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
+    assert_int_equal(pp.launch[0].row_mult, 2); /* 64 channels: 2 tiles a batch row */
     assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, bn, 0, aff), NJ_OK);
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_ROW);

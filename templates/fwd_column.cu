@@ -1,0 +1,149 @@
+{# Forward, COLUMN kind: the innermost axis is kept and contiguous in x (channels-last InstanceNorm,
+   BatchNorm NHWC, ...). A block takes a tile of 32 neighbouring columns of one outer kept index: lane
+   tx owns column tile*32 + tx, and warp ty walks the reduction index space with stride block/32, so
+   every warp reads 32 consecutive elements (coalesced) where a block per statistic would read one
+   element per row. Partial statistics meet in shared memory; warp 0 merges them per column. #}
+{% include("prelude.cuh") %}
+{% include("lib_index.cuh") %}
+{%
+local kept, red = kept_axes(), reduced_axes()
+local cax = P.rank
+if P.axes[cax].reduce or P.axes[cax].stride.x ~= 1 then error("fwd_column needs a kept innermost axis of stride 1") end
+if #red == 0 then error("fwd_column: no reduced axis") end
+local EC = P.axes[cax].extent
+local outer = {}
+for _, a in ipairs(kept) do if a ~= cax then outer[#outer + 1] = a end end
+local F = P.flags
+local has_param = F.scale or F.bias
+local B = P.block
+local BY = B // 32
+local NT = ceil_div(EC, 32)
+local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
+%}
+
+typedef {{ P.ctype.x }} nj_tx;
+typedef {{ P.ctype.y }} nj_ty;
+{% if F.residual then %}
+typedef {{ P.ctype.res }} nj_tres;
+{% end %}
+{% if F.resout then %}
+typedef {{ P.ctype.resout }} nj_tresout;
+{% end %}
+{% if has_param then %}
+typedef {{ P.ctype.param }} nj_tparam;
+{% end %}
+
+#define NJ_N {{ P.reduce_size }}LL
+#define NJ_EC {{ EC }}LL
+#define NJ_NT {{ NT }}LL
+#define NJ_BY {{ BY }}
+
+{% local function load_x(dst) %}
+            {{ split_index("i", red, "r", IT) }}
+            float {{ dst }} = nj_load_f32(X, ox + {{ offset("x", red, "r") }});
+{% if F.residual then %}
+            {{ dst }} += nj_load_f32(RES, ores + {{ offset("res", red, "r") }});
+{% end %}
+{% end %}
+NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{
+{% if F.center then %}
+    NJ_SHARED(nj_welford, nj_part, {{ B }});
+{% else %}
+    NJ_SHARED(float, nj_part, {{ B }});
+{% end %}
+    NJ_SHARED(float, nj_stat, 64); /* mean[32], rstd[32] of the tile's columns */
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const nj_i64 ntask = A.rows * {{ P.kept_inner // EC }}LL * NJ_NT;
+    const nj_tx *X = (const nj_tx *)A.x;
+    nj_ty *Y = (nj_ty *)A.y;
+{% if F.residual then %}
+    const nj_tres *RES = (const nj_tres *)A.res;
+{% end %}
+{% if F.resout then %}
+    nj_tresout *RESOUT = (nj_tresout *)A.res_out;
+{% end %}
+{% if F.scale then %}
+    const nj_tparam *GAMMA = (const nj_tparam *)A.gamma;
+{% end %}
+{% if F.bias then %}
+    const nj_tparam *BETA = (const nj_tparam *)A.beta;
+{% end %}
+    for (nj_i64 task = blockIdx.x; task < ntask; task += gridDim.x) {
+        const nj_i64 o = task / NJ_NT;
+        const nj_i64 k{{ cax }} = (task % NJ_NT) * 32 + tx;
+        const bool col_ok = k{{ cax }} < NJ_EC;
+        {{ split_index("o", outer, "k") }}
+        const nj_i64 ox = {{ offset("x", kept, "k") }};
+        const nj_i64 oy = {{ offset("y", kept, "k") }};
+{% if F.residual then %}
+        const nj_i64 ores = {{ offset("res", kept, "k") }};
+{% end %}
+{% if F.resout then %}
+        const nj_i64 oresout = {{ offset("resout", kept, "k") }};
+{% end %}
+{% if has_param then %}
+        const nj_i64 op = {{ offset("param", kept, "k") }};
+{% end %}
+{% if F.center then %}
+        nj_welford w = nj_welford_init();
+{% else %}
+        float s = 0.0f;
+{% end %}
+        if (col_ok) {
+            for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
+{% load_x("v") %}
+{% if F.resout then %}
+                nj_store_f32(RESOUT, oresout + {{ offset("resout", red, "r") }}, v);
+{% end %}
+{% if F.center then %}
+                nj_welford_add(w, v);
+{% else %}
+                s += v * v;
+{% end %}
+            }
+        }
+        nj_part[threadIdx.x] = {{ F.center and "w" or "s" }};
+        __syncthreads();
+        if (ty == 0) {
+{% if F.center then %}
+            for (int k = 1; k < NJ_BY; k++) w = nj_welford_merge(w, nj_part[k * 32 + tx]);
+            const float mean = w.mean, var = w.m2 * (1.0f / (float)NJ_N);
+{% else %}
+            for (int k = 1; k < NJ_BY; k++) s += nj_part[k * 32 + tx];
+            const float mean = 0.0f, var = s * (1.0f / (float)NJ_N);
+{% end %}
+            const float rstd = rsqrtf(var + A.eps);
+            nj_stat[tx] = mean;
+            nj_stat[32 + tx] = rstd;
+{% if F.stats then %}
+            if (col_ok) {
+                const nj_i64 os = {{ offset("stats", kept, "k") }};
+{% if F.center then %}
+                A.mean[os] = mean;
+{% end %}
+                A.rstd[os] = rstd;
+            }
+{% end %}
+        }
+        __syncthreads();
+        const float mean = nj_stat[tx], rstd = nj_stat[32 + tx];
+        if (col_ok) {
+            for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
+{% load_x("v") %}
+                float u = (v - mean) * rstd;
+{% if has_param then %}
+                const nj_i64 opi = op + {{ offset("param", red, "r") }};
+{% end %}
+{% if F.scale then %}
+                u *= nj_load_f32(GAMMA, opi);
+{% end %}
+{% if F.bias then %}
+                u += nj_load_f32(BETA, opi);
+{% end %}
+                nj_store_f32(Y, oy + {{ offset("y", red, "r") }}, nj_act_{{ P.act }}(u));
+            }
+        }
+        __syncthreads(); /* nj_part and nj_stat are rewritten by the next task */
+    }
+}
