@@ -168,7 +168,8 @@ static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev,
     pp->split = 1;
     pp->regs_cache = 0;
     int64_t n = c->reduce_size;
-    pp->block = n >= 8192 ? 512 : n >= 1024 ? 256 : 128;
+    /* one warp for tiny reductions: a block's worth of idle threads per statistic would cost occupancy */
+    pp->block = n >= 8192 ? 512 : n >= 1024 ? 256 : n > 64 ? 128 : 32;
     plan_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, dev);
     return NJ_OK;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "codegen.h"
@@ -506,6 +507,55 @@ static void test_random_problems(void **state)
     assert_true(!nvrtc || compiled == 20);
 }
 
+/* Renders from several threads at once give the bytes a single thread gets (each render has its own
+ * Lua state; the set hash is computed once). */
+typedef struct render_job {
+    const nj_canon *c;
+    const nj_plan_params *pp;
+    const char *want;
+    const char *hash;
+    int mismatches;
+} render_job;
+
+static void *render_worker(void *arg)
+{
+    render_job *j = arg;
+    for (int i = 0; i < 10; i++) {
+        char *src = NULL;
+        if (nj_codegen(j->c, j->pp, &src) != NJ_OK || strcmp(src, j->want) != 0) j->mismatches++;
+        if (strcmp(nj_template_set_hash(), j->hash) != 0) j->mismatches++;
+        free(src);
+    }
+    return NULL;
+}
+
+static void test_render_threads(void **state)
+{
+    (void)state;
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    nj_canon c;
+    nj_plan_params pp;
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    tc_row(&c, NJ_BF16, 2048, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+    char *want = NULL;
+    assert_int_equal(nj_codegen(&c, &pp, &want), NJ_OK);
+    char hash[33];
+    snprintf(hash, sizeof hash, "%s", nj_template_set_hash());
+    pthread_t t[4];
+    render_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (render_job){&c, &pp, want, hash, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, render_worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(jobs[i].mismatches, 0);
+    }
+    free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest engine[] = {
@@ -524,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_codegen_fail),
         cmocka_unit_test(test_forward_compile_nvrtc),
         cmocka_unit_test(test_random_problems),
+        cmocka_unit_test(test_render_threads),
     };
     int fails = cmocka_run_group_tests_name("engine", engine, NULL, NULL);
     fails += cmocka_run_group_tests_name("kernels", kernels, NULL, NULL);
