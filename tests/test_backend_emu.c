@@ -1,0 +1,838 @@
+/* Emulator backend: kernels written in the device dialect, compiled with the host compiler and run as
+ * fibers. Expected values come from independent host computations (exact integer sums, double references,
+ * CUDA's documented shuffle rules), never from the emulator itself. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "emu_fibers.h"
+#include "kernel_abi.h"
+
+/* The kernel side of nj_kargs (templates/prelude.cuh declares the same struct for generated kernels). */
+#define KARGS                                                                                             \
+    "struct nj_kargs { const void *x, *res, *gamma, *beta, *dy; void *y, *res_out, *dx, *dgamma, *dbeta; " \
+    "float *mean, *rstd; void *workspace; long long rows; long long bstride[8]; float eps; int reserved; };\n"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
+/* ---------------------------------------------------------------- helpers */
+
+static nj_backend *mk(uint32_t flags, uint64_t seed)
+{
+    nj_backend_config cfg = {0, 0, flags, seed};
+    nj_backend *b = NULL;
+    assert_int_equal(nj_backend_emu_create(&cfg, &b), NJ_OK);
+    assert_non_null(b);
+    return b;
+}
+
+typedef struct built {
+    nj_backend *b;
+    void *mod, *fn;
+    double compile_ms;
+} built;
+
+/* Compiles src (KARGS prepended) and resolves kernel `name`. */
+static built build(uint32_t flags, uint64_t seed, const char *src, const char *name)
+{
+    built k = {mk(flags, seed), NULL, NULL, 0};
+    size_t n = strlen(KARGS) + strlen(src) + 1;
+    char *full = malloc(n);
+    assert_non_null(full);
+    snprintf(full, n, "%s%s", KARGS, src);
+    nj_compile_result r;
+    nj_status st = k.b->ops->compile(k.b, full, name, &r);
+    if (st != NJ_OK) fprintf(stderr, "compile failed: %s\n", nj_last_error());
+    assert_int_equal(st, NJ_OK);
+    free(full);
+    k.compile_ms = r.millis;
+    assert_int_equal(k.b->ops->load(k.b, r.bin.data, r.bin.size, &k.mod), NJ_OK);
+    free(r.bin.data);
+    assert_int_equal(k.b->ops->function(k.b, k.mod, name, &k.fn), NJ_OK);
+    return k;
+}
+
+/* Same binary, another backend configuration (flags/seed) for the launch. */
+static built rebind(built *k, uint32_t flags, uint64_t seed)
+{
+    built o = *k;
+    o.b = mk(flags, seed);
+    return o;
+}
+
+static void drop(built *k, bool owns_module)
+{
+    if (owns_module) k->b->ops->unload(k->b, k->mod);
+    k->b->ops->destroy(k->b);
+}
+
+static nj_status go(built *k, uint32_t gx, uint32_t gy, uint32_t gz, int32_t bx, int32_t by, int32_t bz,
+                    uint32_t shmem, const nj_kargs *a)
+{
+    uint32_t grid[3] = {gx, gy, gz};
+    int32_t block[3] = {bx, by, bz};
+    return k->b->ops->launch(k->b, k->fn, grid, block, shmem, NULL, a, sizeof *a);
+}
+
+/* 1-based line of the line holding `marker` in the kernel source as compiled (KARGS is line 1). */
+static int line_of(const char *src, const char *marker)
+{
+    const char *p = strstr(src, marker);
+    assert_non_null(p);
+    int line = 2;
+    for (const char *q = src; q < p; q++) line += *q == '\n';
+    return line;
+}
+
+static float *poisoned(size_t n)
+{
+    float *p = malloc(n * sizeof *p + 1);
+    assert_non_null(p);
+    memset(p, 0xFF, n * sizeof *p);
+    return p;
+}
+
+static bool is_poison(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u == 0xFFFFFFFFu;
+}
+
+/* ---------------------------------------------------------------- block reduction */
+
+static const char *reduce_src =
+    "NJ_DEVICE float warp_sum(float v) {\n"
+    "#pragma unroll\n"
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+    "    return v;\n"
+    "}\n"
+    "NJ_DEVICE float block_sum(float v, float *red) {\n"
+    "    const unsigned nt = blockDim.x * blockDim.y * blockDim.z;\n"
+    "    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n"
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
+    "    if ((t & 31) == 0) red[t >> 5] = v;\n"
+    "    __syncthreads();\n"
+    "    float r = t < nt / 32 ? red[t] : 0.0f;\n"
+    "    if (t < 32) r = warp_sum(r);\n"
+    "    if (t == 0) red[32] = r;\n"
+    "    __syncthreads();\n"
+    "    r = red[32];\n"
+    "    __syncthreads();\n"
+    "    return r;\n"
+    "}\n"
+    "NJ_KERNEL(reduce, 1024) {\n"
+    "    NJ_SHARED(float, red, 33);\n"
+    "    const long long n = A.rows;\n"
+    "    const float *x = (const float *)A.x + (long long)blockIdx.x * n;\n"
+    "    const unsigned nt = blockDim.x * blockDim.y * blockDim.z;\n"
+    "    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n"
+    "    float s = 0.0f;\n"
+    "    for (long long i = t; i < n; i += nt) s += x[i];\n"
+    "    const float total = block_sum(s, red);\n"
+    "    const float count = block_sum(1.0f, red);\n"
+    "    if (t == 0) ((float *)A.y)[blockIdx.x] = total;\n"
+    "    if (t == nt - 1) ((float *)A.y)[gridDim.x + blockIdx.x] = count;\n"
+    "}\n";
+
+static void check_reduce(built *k, const int32_t shape[3], int64_t n)
+{
+    const uint32_t grid = 3;
+    float *x = malloc(sizeof(float) * (size_t)(n * grid));
+    float *y = poisoned(2 * grid);
+    assert_non_null(x);
+    int64_t want[3] = {0, 0, 0};
+    for (int64_t i = 0; i < n * grid; i++) {
+        int v = (int)((i * 7 + 3) % 13) - 6; /* small integers: float sums stay exact */
+        x[i] = (float)v;
+        want[i / n] += v;
+    }
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    a.rows = n;
+    assert_int_equal(go(k, grid, 1, 1, shape[0], shape[1], shape[2], 0, &a), NJ_OK);
+    int nt = shape[0] * shape[1] * shape[2];
+    for (uint32_t b = 0; b < grid; b++) {
+        assert_true(y[b] == (float)want[b]);
+        assert_true(y[grid + b] == (float)nt);
+    }
+    free(x);
+    free(y);
+}
+
+static void test_block_reduce(void **state)
+{
+    static const int32_t shapes[][3] = {{32, 1, 1}, {64, 1, 1}, {96, 1, 1}, {1024, 1, 1},
+                                        {16, 4, 1}, {32, 8, 1}, {8, 8, 4}, {32, 32, 1}};
+    static const int64_t sizes[] = {1, 31, 1000, 4097, 100003};
+    built k = build(0, 0, reduce_src, "reduce");
+    built sh = rebind(&k, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 7);
+    for (size_t s = 0; s < NJ_ARRAY_LEN(shapes); s++) {
+        for (size_t i = 0; i < NJ_ARRAY_LEN(sizes); i++) {
+            check_reduce(&k, shapes[s], sizes[i]);
+            check_reduce(&sh, shapes[s], sizes[i]);
+        }
+    }
+    drop(&sh, false);
+    drop(&k, true);
+}
+
+/* ---------------------------------------------------------------- grid-stride loops, indices */
+
+static const char *grid_src =
+    "NJ_KERNEL(affine, 256) {\n"
+    "    const long long n = A.rows;\n"
+    "    const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);\n"
+    "    const unsigned nb = gridDim.x * gridDim.y * gridDim.z;\n"
+    "    const float *x = (const float *)A.x;\n"
+    "    float *y = (float *)A.y;\n"
+    "    for (long long i = (long long)bid * blockDim.x + threadIdx.x; i < n; i += (long long)nb * blockDim.x)\n"
+    "        y[i] = fmaf(2.0f, x[i], 1.0f);\n"
+    "    if (threadIdx.x == 0) {\n"
+    "        int *ids = (int *)A.workspace;\n"
+    "        ids[3 * bid] = blockIdx.x; ids[3 * bid + 1] = blockIdx.y; ids[3 * bid + 2] = blockIdx.z;\n"
+    "    }\n"
+    "}\n";
+
+static void test_grid_stride(void **state)
+{
+    built k = build(0, 0, grid_src, "affine");
+    const int64_t n = 100001;
+    float *x = malloc(sizeof(float) * n), *y = poisoned(n);
+    int ids[3 * 30];
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(i % 1000) * 0.5f;
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    a.workspace = ids;
+    a.rows = n;
+    memset(ids, 0xFF, sizeof ids);
+    assert_int_equal(go(&k, 5, 3, 2, 128, 1, 1, 0, &a), NJ_OK);
+    for (int64_t i = 0; i < n; i++) assert_true(y[i] == 2.0f * x[i] + 1.0f);
+    for (int z = 0, b = 0; z < 2; z++)
+        for (int yy = 0; yy < 3; yy++)
+            for (int xx = 0; xx < 5; xx++, b++) {
+                assert_int_equal(ids[3 * b], xx);
+                assert_int_equal(ids[3 * b + 1], yy);
+                assert_int_equal(ids[3 * b + 2], z);
+            }
+    /* many blocks of one warp each */
+    memset(y, 0xFF, sizeof(float) * n);
+    int big_ids[3 * 3200];
+    a.workspace = big_ids;
+    assert_int_equal(go(&k, 3125, 1, 1, 32, 1, 1, 0, &a), NJ_OK);
+    for (int64_t i = 0; i < n; i++) assert_true(y[i] == 2.0f * x[i] + 1.0f);
+    free(x);
+    free(y);
+    drop(&k, true);
+}
+
+/* ---------------------------------------------------------------- shared memory */
+
+static const char *shared_src =
+    "NJ_KERNEL(rev, 1024) {\n"
+    "    NJ_DYN_SHARED(float, buf);\n"
+    "    NJ_SHARED(int, flag, 4);\n"
+    "    const unsigned t = threadIdx.x, n = blockDim.x;\n"
+    "    const float *x = (const float *)A.x + blockIdx.x * n;\n"
+    "    if (t == 0) flag[0] = 41;\n"
+    "    buf[t] = x[t];\n"
+    "    buf[n + t] = 2.0f * x[t];\n"
+    "    __syncthreads();\n"
+    "    ((float *)A.y)[blockIdx.x * n + t] = buf[n - 1 - t] + buf[2 * n - 1 - t] + (float)(flag[0] + 1);\n"
+    "}\n"
+    "NJ_KERNEL(peek, 1024) {\n"
+    "    NJ_SHARED(unsigned, junk, 256);\n"
+    "    ((unsigned *)A.y)[blockIdx.x * blockDim.x + threadIdx.x] = junk[threadIdx.x];\n"
+    "}\n"
+    "NJ_KERNEL(too_big, 1024) {\n"
+    "    NJ_SHARED(float, a, 10000);\n"
+    "    NJ_SHARED(float, b, 4000);\n"
+    "    a[threadIdx.x] = b[threadIdx.x];\n"
+    "}\n";
+
+static void test_dynamic_shared(void **state)
+{
+    built k = build(0, 0, shared_src, "rev");
+    const int n = 192, grid = 4;
+    float *x = malloc(sizeof(float) * n * grid), *y = poisoned(n * grid);
+    assert_non_null(x);
+    for (int i = 0; i < n * grid; i++) x[i] = (float)(i * 3 % 101);
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    assert_int_equal(go(&k, grid, 1, 1, n, 1, 1, 2 * n * sizeof(float), &a), NJ_OK);
+    for (int b = 0; b < grid; b++)
+        for (int t = 0; t < n; t++) assert_true(y[b * n + t] == 3.0f * x[b * n + n - 1 - t] + 42.0f);
+    /* dynamic shared memory over the architecture's limit */
+    assert_int_equal(go(&k, 1, 1, 1, n, 1, 1, 10u << 20, &a), NJ_ERR_EMULATOR);
+    free(x);
+    free(y);
+    drop(&k, true);
+}
+
+static void test_shared_poison(void **state)
+{
+    built k = build(NJ_CTX_EMU_POISON, 0, shared_src, "peek");
+    built plain = rebind(&k, 0, 0);
+    unsigned out[2 * 256];
+    nj_kargs a = {0};
+    a.y = out;
+    memset(out, 0, sizeof out);
+    assert_int_equal(go(&k, 2, 1, 1, 256, 1, 1, 0, &a), NJ_OK);
+    for (int i = 0; i < 512; i++) assert_int_equal(out[i], 0xFFFFFFFFu);
+    /* without poisoning shared memory still never reads as zero */
+    memset(out, 0, sizeof out);
+    assert_int_equal(go(&plain, 2, 1, 1, 256, 1, 1, 0, &a), NJ_OK);
+    for (int i = 0; i < 512; i++) assert_int_not_equal(out[i], 0u);
+    drop(&plain, false);
+    drop(&k, true);
+}
+
+static void test_static_shared_limit_fail(void **state)
+{
+    built k = build(0, 0, shared_src, "too_big");
+    nj_kargs a = {0};
+    assert_int_equal(go(&k, 1, 1, 1, 64, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    assert_non_null(strstr(nj_last_error(), "48 KiB"));
+    /* the emulator stays usable after an aborted launch */
+    drop(&k, true);
+    test_dynamic_shared(state);
+}
+
+/* ---------------------------------------------------------------- atomics */
+
+static const char *atomic_src =
+    "NJ_KERNEL(atom, 1024) {\n"
+    "    int *c = (int *)A.workspace;\n"
+    "    const int t = threadIdx.x + blockIdx.x * blockDim.x;\n"
+    "    atomicAdd(&c[0], 1);\n"
+    "    atomicAdd((float *)&c[1], 0.5f);\n"
+    "    atomicMax(&c[2], t);\n"
+    "    atomicMin(&c[3], -t);\n"
+    "    int old = c[4];\n"
+    "    while (atomicCAS(&c[4], old, old + 2) != old) old = c[4];\n"
+    "    atomicAdd((unsigned long long *)&c[6], 3ull);\n"
+    "    if (t == 77) atomicExch(&c[8], 1234);\n"
+    "    __threadfence();\n"
+    "    NJ_SHARED(unsigned, hits, 1);\n"
+    "    if (threadIdx.x == 0) hits[0] = 0;\n"
+    "    __syncthreads();\n"
+    "    atomicAdd(&hits[0], 1u);\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x == 0) ((unsigned *)A.y)[blockIdx.x] = hits[0];\n"
+    "}\n";
+
+static void test_atomics(void **state)
+{
+    built k = build(NJ_CTX_EMU_SHUFFLE, 3, atomic_src, "atom");
+    int c[10];
+    memset(c, 0, sizeof c);
+    float zero = 0.0f;
+    memcpy(&c[1], &zero, 4);
+    unsigned hits[6];
+    nj_kargs a = {0};
+    a.workspace = c;
+    a.y = hits;
+    assert_int_equal(go(&k, 6, 1, 1, 160, 1, 1, 0, &a), NJ_OK);
+    const int total = 6 * 160;
+    float f;
+    memcpy(&f, &c[1], 4);
+    unsigned long long u;
+    memcpy(&u, &c[6], 8);
+    assert_int_equal(c[0], total);
+    assert_true(f == 0.5f * total);
+    assert_int_equal(c[2], total - 1);
+    assert_int_equal(c[3], -(total - 1));
+    assert_int_equal(c[4], 2 * total);
+    assert_int_equal(u, 3ull * total);
+    assert_int_equal(c[8], 1234);
+    for (int b = 0; b < 6; b++) assert_int_equal(hits[b], 160);
+    drop(&k, true);
+}
+
+/* ---------------------------------------------------------------- warp operations */
+
+static const char *warp_src =
+    "NJ_KERNEL(warps, 1024) {\n"
+    "    const unsigned t = threadIdx.x;\n"
+    "    const int *x = (const int *)A.x;\n"
+    "    int *y = (int *)A.y;\n"
+    "    const int v = x[t];\n"
+    "    y[8 * t + 0] = __shfl_sync(0xffffffffu, v, 3);\n"
+    "    y[8 * t + 1] = __shfl_down_sync(0xffffffffu, v, 5);\n"
+    "    y[8 * t + 2] = __shfl_up_sync(0xffffffffu, v, 2);\n"
+    "    y[8 * t + 3] = __shfl_xor_sync(0xffffffffu, v, 9, 16);\n"
+    "    y[8 * t + 4] = (int)__ballot_sync(0xffffffffu, v % 3 == 0);\n"
+    "    y[8 * t + 5] = __any_sync(0xffffffffu, v == 7) + 2 * __all_sync(0xffffffffu, v >= 0);\n"
+    "    double d = __shfl_sync(0xffffffffu, (double)v * 0.25, (int)(t + 1) & 31, 8);\n"
+    "    y[8 * t + 6] = (int)(d * 4.0);\n"
+    "    __syncwarp();\n"
+    "    long long l = __shfl_xor_sync(0xffffffffu, (long long)v << 33, 31);\n"
+    "    y[8 * t + 7] = (int)(l >> 33);\n"
+    "}\n";
+
+static void test_warp_ops(void **state)
+{
+    built k = build(NJ_CTX_EMU_SHUFFLE, 11, warp_src, "warps");
+    enum { N = 128 };
+    int x[N], y[8 * N];
+    for (int i = 0; i < N; i++) x[i] = (i * 37 + 5) % 64;
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    assert_int_equal(go(&k, 1, 1, 1, N, 1, 1, 0, &a), NJ_OK);
+    for (int t = 0; t < N; t++) {
+        int base = t & ~31, lane = t & 31;
+        unsigned ballot = 0;
+        int any = 0, all = 1;
+        for (int j = 0; j < 32; j++) {
+            ballot |= (unsigned)(x[base + j] % 3 == 0) << j;
+            any |= x[base + j] == 7;
+            all &= x[base + j] >= 0;
+        }
+        assert_int_equal(y[8 * t + 0], x[base + 3]);
+        assert_int_equal(y[8 * t + 1], lane + 5 < 32 ? x[t + 5] : x[t]);
+        assert_int_equal(y[8 * t + 2], lane >= 2 ? x[t - 2] : x[t]);
+        int xs = lane ^ 9; /* width 16: a partner in a later 16-lane group returns the own value */
+        assert_int_equal(y[8 * t + 3], xs < (lane & ~15) + 16 ? x[base + xs] : x[t]);
+        assert_int_equal((unsigned)y[8 * t + 4], ballot);
+        assert_int_equal(y[8 * t + 5], any + 2 * all);
+        assert_int_equal(y[8 * t + 6], x[base + (lane & ~7) + (((lane + 1) & 31) & 7)]);
+        assert_int_equal(y[8 * t + 7], x[base + (lane ^ 31)]);
+    }
+    drop(&k, true);
+}
+
+/* ---------------------------------------------------------------- planted bugs */
+
+/* Thread t reads what thread t-1 wrote without a barrier: invisible in thread order, where t-1 has
+ * finished before t starts, and caught when the order is shuffled. */
+static const char *race_src =
+    "NJ_KERNEL(race, 1024) {\n"
+    "    NJ_SHARED(float, s, 1024);\n"
+    "    const unsigned t = threadIdx.x;\n"
+    "    const float *x = (const float *)A.x;\n"
+    "    s[t] = x[t] * 2.0f;\n"
+    "    if (A.reserved) __syncthreads();\n"
+    "    ((float *)A.y)[t] = t ? s[t - 1] : s[0];\n"
+    "}\n";
+
+static bool race_ok(built *k, int sync)
+{
+    enum { N = 256 };
+    float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = (float)i;
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    a.reserved = sync;
+    assert_int_equal(go(k, 1, 1, 1, N, 1, 1, 0, &a), NJ_OK);
+    for (int t = 0; t < N; t++)
+        if (y[t] != 2.0f * x[t ? t - 1 : 0]) return false;
+    return true;
+}
+
+static void test_missing_sync_fail(void **state)
+{
+    built k = build(NJ_CTX_EMU_POISON, 0, race_src, "race");
+    assert_true(race_ok(&k, 0)); /* thread order hides the race */
+    int caught = 0, first = 0;
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        built s = rebind(&k, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, seed);
+        if (!race_ok(&s, 0)) {
+            caught++;
+            if (!first) first = (int)seed;
+        }
+        assert_true(race_ok(&s, 1)); /* with the barrier every order is right */
+        drop(&s, false);
+    }
+    print_message("missing __syncthreads caught by %d of 4 seeds (first: seed %d)\n", caught, first);
+    assert_true(caught > 0);
+    drop(&k, true);
+}
+
+static const char *diverge_src =
+    "NJ_KERNEL(diverge, 1024) {\n"
+    "    float *y = (float *)A.y;\n"
+    "    if (threadIdx.x < 32) {\n"
+    "        __syncthreads(); /*B1*/\n"
+    "    }\n"
+    "    y[threadIdx.x] = 1.0f;\n"
+    "    if (A.reserved) return;\n"
+    "    __syncthreads(); /*B2*/\n"
+    "}\n";
+
+static void test_divergent_barrier_fail(void **state)
+{
+    built k = build(0, 0, diverge_src, "diverge");
+    float y[128];
+    nj_kargs a = {0};
+    a.y = y;
+    char b1[64], b2[64];
+    snprintf(b1, sizeof b1, "__syncthreads line %d", line_of(diverge_src, "/*B1*/"));
+    snprintf(b2, sizeof b2, "__syncthreads line %d", line_of(diverge_src, "/*B2*/"));
+    assert_int_equal(go(&k, 2, 1, 1, 128, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    const char *msg = nj_last_error();
+    print_message("%s\n", msg);
+    assert_non_null(strstr(msg, "barrier divergence"));
+    assert_non_null(strstr(msg, "diverge"));
+    assert_non_null(strstr(msg, b1));
+    assert_non_null(strstr(msg, b2));
+    assert_non_null(strstr(msg, "block (0,0,0)"));
+    /* the other threads exit instead of reaching a barrier */
+    a.reserved = 1;
+    assert_int_equal(go(&k, 2, 1, 1, 128, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    msg = nj_last_error();
+    assert_non_null(strstr(msg, b1));
+    assert_non_null(strstr(msg, "exited"));
+    drop(&k, true);
+}
+
+static const char *unwritten_src =
+    "NJ_KERNEL(copy, 256) {\n"
+    "    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < A.rows && i != A.reserved) ((float *)A.y)[i] = ((const float *)A.x)[i];\n"
+    "}\n";
+
+/* Returns the number of output elements still holding the poison pattern. */
+static int unwritten(built *k, int skip, int *first)
+{
+    enum { N = 1000 };
+    float x[N], *y = poisoned(N);
+    for (int i = 0; i < N; i++) x[i] = (float)i;
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    a.rows = N;
+    a.reserved = skip;
+    assert_int_equal(go(k, (N + 255) / 256, 1, 1, 256, 1, 1, 0, &a), NJ_OK);
+    int bad = 0;
+    *first = -1;
+    for (int i = 0; i < N; i++) {
+        if (is_poison(y[i])) {
+            if (*first < 0) *first = i;
+            bad++;
+        } else {
+            assert_true(y[i] == x[i]);
+        }
+    }
+    free(y);
+    return bad;
+}
+
+static void test_unwritten_output_fail(void **state)
+{
+    built k = build(0, 0, unwritten_src, "copy");
+    int first;
+    assert_int_equal(unwritten(&k, -1, &first), 0);
+    assert_int_equal(unwritten(&k, 777, &first), 1);
+    assert_int_equal(first, 777);
+    drop(&k, true);
+}
+
+static const char *half_warp_src =
+    "NJ_KERNEL(half, 1024) {\n"
+    "    float v = (float)threadIdx.x;\n"
+    "    if ((threadIdx.x & 31) < 16) {\n"
+    "        v = __shfl_xor_sync(0xffffffffu, v, 1); /*S1*/\n"
+    "    } else if (A.reserved) {\n"
+    "        __syncthreads(); /*B1*/\n"
+    "    }\n"
+    "    ((float *)A.y)[threadIdx.x] = v;\n"
+    "}\n";
+
+static void test_warp_deadlock_fail(void **state)
+{
+    built k = build(0, 0, half_warp_src, "half");
+    float y[64];
+    nj_kargs a = {0};
+    a.y = y;
+    char s1[64], b1[64];
+    snprintf(s1, sizeof s1, "__shfl_xor_sync line %d", line_of(half_warp_src, "/*S1*/"));
+    snprintf(b1, sizeof b1, "__syncthreads line %d", line_of(half_warp_src, "/*B1*/"));
+    /* the other half of the warp exits */
+    assert_int_equal(go(&k, 1, 1, 1, 64, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    const char *msg = nj_last_error();
+    print_message("%s\n", msg);
+    assert_non_null(strstr(msg, "deadlock"));
+    assert_non_null(strstr(msg, s1));
+    assert_non_null(strstr(msg, "exited"));
+    /* the other half waits at a barrier: a real deadlock on a GPU */
+    a.reserved = 1;
+    assert_int_equal(go(&k, 1, 1, 1, 64, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    msg = nj_last_error();
+    print_message("%s\n", msg);
+    assert_non_null(strstr(msg, s1));
+    assert_non_null(strstr(msg, b1));
+    drop(&k, true);
+}
+
+static const char *bad_mask_src =
+    "NJ_KERNEL(mask, 1024) {\n"
+    "    float v = __shfl_xor_sync(0x0000ffffu, (float)threadIdx.x, 1);\n"
+    "    ((float *)A.y)[threadIdx.x] = v;\n"
+    "}\n";
+
+static void test_partial_mask_fail(void **state)
+{
+    built k = build(0, 0, bad_mask_src, "mask");
+    float y[32];
+    nj_kargs a = {0};
+    a.y = y;
+    assert_int_equal(go(&k, 1, 1, 1, 32, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    assert_non_null(strstr(nj_last_error(), "mask"));
+    drop(&k, true);
+}
+
+/* ---------------------------------------------------------------- launch validation, loading */
+
+static void test_launch_limits_fail(void **state)
+{
+    static const char *src = "NJ_KERNEL(small, 128) { ((int *)A.y)[threadIdx.x] = 1; }\n";
+    built k = build(0, 0, src, "small");
+    int y[1024];
+    nj_kargs a = {0};
+    a.y = y;
+    assert_int_equal(go(&k, 1, 1, 1, 128, 1, 1, 0, &a), NJ_OK);
+    assert_int_equal(go(&k, 1, 1, 1, 256, 1, 1, 0, &a), NJ_ERR_EMULATOR); /* launch bound */
+    assert_non_null(strstr(nj_last_error(), "launch bound"));
+    assert_int_equal(go(&k, 1, 1, 1, 1025, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    assert_int_equal(go(&k, 1, 1, 1, 64, 32, 1, 0, &a), NJ_ERR_EMULATOR); /* 2048 threads */
+    assert_int_equal(go(&k, 0, 1, 1, 32, 1, 1, 0, &a), NJ_ERR_BAD_ARGUMENT);
+    uint32_t grid[3] = {1, 1, 1};
+    int32_t block[3] = {32, 1, 1};
+    assert_int_equal(k.b->ops->launch(k.b, k.fn, grid, block, 0, NULL, &a, sizeof a - 4), NJ_ERR_BAD_ARGUMENT);
+    void *fn = NULL;
+    assert_int_equal(k.b->ops->function(k.b, k.mod, "no_such_kernel", &fn), NJ_ERR_EMULATOR);
+    drop(&k, true);
+}
+
+static void test_bad_image_fail(void **state)
+{
+    nj_backend *b = mk(0, 0);
+    char junk[256];
+    memset(junk, 0x5A, sizeof junk);
+    void *mod = NULL;
+    assert_int_equal(b->ops->load(b, junk, sizeof junk, &mod), NJ_ERR_EMULATOR);
+    memcpy(junk, "\177ELF", 4);
+    assert_int_equal(b->ops->load(b, junk, sizeof junk, &mod), NJ_ERR_EMULATOR);
+    assert_null(mod);
+    b->ops->destroy(b);
+}
+
+static void test_compile_error_fail(void **state)
+{
+    nj_backend *b = mk(0, 0);
+    const char *src = KARGS "NJ_KERNEL(broken, 256) {\n    int x = undeclared_thing + 1;\n}\n";
+    nj_compile_result r;
+    assert_int_equal(b->ops->compile(b, src, "broken_kernel", &r), NJ_ERR_HOST_COMPILER);
+    const char *msg = nj_last_error();
+    print_message("%.200s\n", msg);
+    assert_non_null(strstr(msg, "undeclared_thing"));
+    assert_non_null(strstr(msg, "broken_kernel.cu:3")); /* lines of the kernel source, not of emu.h */
+    assert_null(r.bin.data);
+    b->ops->destroy(b);
+}
+
+static void test_missing_compiler_fail(void **state)
+{
+    const char *old = getenv("CXX");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("CXX", "/nonexistent/dir/c++", 1);
+    nj_backend *b = mk(0, 0);
+    if (saved) setenv("CXX", saved, 1);
+    else unsetenv("CXX");
+    free(saved);
+    assert_string_equal(b->ops->compiler(b), "none");
+    nj_compile_result r;
+    assert_int_equal(b->ops->compile(b, KARGS "NJ_KERNEL(k, 32) {}\n", "k", &r), NJ_ERR_HOST_COMPILER);
+    assert_non_null(strstr(nj_last_error(), "/nonexistent/dir/c++"));
+    b->ops->destroy(b);
+}
+
+static void test_identity_and_memory(void **state)
+{
+    nj_backend *b = mk(0, 0);
+    const char *target = b->ops->target(b), *comp = b->ops->compiler(b);
+    print_message("target %s, compiler %s\n", target, comp);
+    assert_string_equal(b->ops->name, "emulator");
+    assert_true(strncmp(target, "emu-", 4) == 0);
+    assert_non_null(strstr(target, comp));
+    char abi[16];
+    snprintf(abi, sizeof abi, "-v%d", NJ_EMU_ABI_VERSION);
+    assert_non_null(strstr(target, abi));
+    assert_string_not_equal(comp, "none");
+    assert_true(b->props.max_threads_per_block == 1024 && b->props.max_shared_per_block >= 48 * 1024);
+    void *p = NULL;
+    char in[1000], out[1000];
+    for (int i = 0; i < 1000; i++) in[i] = (char)(i * 7);
+    assert_int_equal(b->ops->mem_alloc(b, sizeof in, &p), NJ_OK);
+    assert_true(((uintptr_t)p & 255) == 0);
+    assert_int_equal(b->ops->upload(b, p, in, sizeof in), NJ_OK);
+    assert_int_equal(b->ops->download(b, out, p, sizeof out), NJ_OK);
+    assert_memory_equal(in, out, sizeof in);
+    assert_int_equal(b->ops->synchronize(b, NULL), NJ_OK);
+    b->ops->mem_free(b, p);
+    b->ops->destroy(b);
+}
+
+/* ---------------------------------------------------------------- a typical kernel, and measurements */
+
+static const char *layernorm_src =
+    "NJ_DEVICE float warp_sum(float v) {\n"
+    "#pragma unroll\n"
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+    "    return v;\n"
+    "}\n"
+    "NJ_DEVICE float block_sum(float v, float *red) {\n"
+    "    const unsigned t = threadIdx.x, nw = blockDim.x / 32;\n"
+    "    v = warp_sum(v);\n"
+    "    if ((t & 31) == 0) red[t >> 5] = v;\n"
+    "    __syncthreads();\n"
+    "    float r = t < nw ? red[t] : 0.0f;\n"
+    "    if (t < 32) r = warp_sum(r);\n"
+    "    if (t == 0) red[32] = r;\n"
+    "    __syncthreads();\n"
+    "    r = red[32];\n"
+    "    __syncthreads();\n"
+    "    return r;\n"
+    "}\n"
+    "NJ_KERNEL(layernorm_fwd, 1024) {\n"
+    "    NJ_SHARED(float, red, 33);\n"
+    "    const int N = 1000;\n"
+    "    const long long row = blockIdx.x;\n"
+    "    if (row >= A.rows) return;\n"
+    "    const float *x = (const float *)A.x + row * N;\n"
+    "    const float *g = (const float *)A.gamma, *bb = (const float *)A.beta;\n"
+    "    float *y = (float *)A.y + row * N;\n"
+    "    float s = 0.0f;\n"
+    "    for (int i = threadIdx.x; i < N; i += blockDim.x) s += x[i];\n"
+    "    const float mean = block_sum(s, red) / N;\n"
+    "    float q = 0.0f;\n"
+    "    for (int i = threadIdx.x; i < N; i += blockDim.x) { float d = x[i] - mean; q += d * d; }\n"
+    "    const float rstd = rsqrtf(block_sum(q, red) / N + A.eps);\n"
+    "    for (int i = threadIdx.x; i < N; i += blockDim.x) y[i] = (x[i] - mean) * rstd * g[i] + bb[i];\n"
+    "    if (threadIdx.x == 0) { A.mean[row] = mean; A.rstd[row] = rstd; }\n"
+    "}\n";
+
+static void test_layernorm_and_compile_time(void **state)
+{
+    built k = build(NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 5, layernorm_src, "layernorm_fwd");
+    double best = k.compile_ms;
+    for (int i = 0; i < 2; i++) {
+        built again = build(0, 0, layernorm_src, "layernorm_fwd");
+        if (again.compile_ms < best) best = again.compile_ms;
+        drop(&again, true);
+    }
+    print_message("compile time of a typical kernel .so: %.1f ms (best of 3)\n", best);
+    enum { R = 12, N = 1000 };
+    float *x = malloc(sizeof(float) * R * N), *y = poisoned(R * N), g[N], bb[N], mean[R], rstd[R];
+    assert_non_null(x);
+    for (int i = 0; i < R * N; i++) x[i] = 100.0f + (float)sin(i * 0.37) * 3.0f;
+    for (int i = 0; i < N; i++) {
+        g[i] = 1.0f + 0.001f * (float)i;
+        bb[i] = (float)(i % 5) * 0.1f;
+    }
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    a.gamma = g;
+    a.beta = bb;
+    a.mean = mean;
+    a.rstd = rstd;
+    a.rows = R;
+    a.eps = 1e-5f;
+    uint64_t t0 = nj_now_ns();
+    assert_int_equal(go(&k, R, 1, 1, 256, 1, 1, 0, &a), NJ_OK);
+    print_message("layernorm %dx%d, 256 threads: %.2f ms emulated\n", R, N, (double)(nj_now_ns() - t0) / 1e6);
+    for (int r = 0; r < R; r++) {
+        double m = 0, v = 0;
+        for (int i = 0; i < N; i++) m += x[r * N + i];
+        m /= N;
+        for (int i = 0; i < N; i++) v += (x[r * N + i] - m) * (x[r * N + i] - m);
+        double rs = 1.0 / sqrt(v / N + 1e-5);
+        assert_true(fabs(mean[r] - m) < 1e-4 * fabs(m));
+        assert_true(fabs(rstd[r] - rs) < 1e-4 * rs);
+        for (int i = 0; i < N; i++) {
+            double want = (x[r * N + i] - m) * rs * g[i] + bb[i];
+            assert_true(fabs(y[r * N + i] - want) < 1e-3);
+        }
+    }
+    free(x);
+    free(y);
+    drop(&k, true);
+}
+
+static const char *switch_src =
+    "NJ_KERNEL(spin, 1024) {\n"
+    "    int acc = 0;\n"
+    "    for (int i = 0; i < A.rows; i++) {\n"
+    "        acc += __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);\n"
+    "        if ((i & 15) == 0) __syncthreads();\n"
+    "    }\n"
+    "    ((int *)A.y)[threadIdx.x] = acc;\n"
+    "}\n";
+
+static void test_switch_rate(void **state)
+{
+    built k = build(0, 0, switch_src, "spin");
+    int y[1024];
+    nj_kargs a = {0};
+    a.y = y;
+    a.rows = 200;
+    uint64_t s0 = nj_emu_switch_count(), t0 = nj_now_ns();
+    assert_int_equal(go(&k, 4, 1, 1, 1024, 1, 1, 0, &a), NJ_OK);
+    uint64_t dt = nj_now_ns() - t0, sw = nj_emu_switch_count() - s0;
+    double rate = (double)sw / ((double)dt / 1e9);
+    print_message("fiber switches: %llu in %.1f ms = %.1f M switches/s\n", (unsigned long long)sw,
+                  (double)dt / 1e6, rate / 1e6);
+    for (int t = 0; t < 1024; t++) assert_int_equal(y[t], 200 * (t ^ 1));
+    /* every lane but the last of each warp blocks at each shuffle: two switches each */
+    assert_true(sw >= 4ull * 200 * 1024);
+    if (!SANITIZED) assert_true(rate > 1e6);
+    drop(&k, true);
+}
+
+int main(void)
+{
+    alarm(600); /* a hang is a failure, not a stuck CI job */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_identity_and_memory),
+        cmocka_unit_test(test_block_reduce),
+        cmocka_unit_test(test_grid_stride),
+        cmocka_unit_test(test_dynamic_shared),
+        cmocka_unit_test(test_shared_poison),
+        cmocka_unit_test(test_static_shared_limit_fail),
+        cmocka_unit_test(test_atomics),
+        cmocka_unit_test(test_warp_ops),
+        cmocka_unit_test(test_missing_sync_fail),
+        cmocka_unit_test(test_divergent_barrier_fail),
+        cmocka_unit_test(test_unwritten_output_fail),
+        cmocka_unit_test(test_warp_deadlock_fail),
+        cmocka_unit_test(test_partial_mask_fail),
+        cmocka_unit_test(test_launch_limits_fail),
+        cmocka_unit_test(test_bad_image_fail),
+        cmocka_unit_test(test_compile_error_fail),
+        cmocka_unit_test(test_missing_compiler_fail),
+        cmocka_unit_test(test_layernorm_and_compile_time),
+        cmocka_unit_test(test_switch_rate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
