@@ -496,7 +496,11 @@ static nj_status pool_ensure(int32_t n)
     g_pool = p;
     g_pool_per = per;
     g_pool_count = n;
+#ifdef NJ_EMU_ASAN
+    g_pool_dirty = true; /* ASan keeps the shadow of unmapped memory: a reused range may hold old redzones */
+#else
     g_pool_dirty = false;
+#endif
     return NJ_OK;
 }
 

@@ -834,5 +834,6 @@ int main(void)
         cmocka_unit_test(test_layernorm_and_compile_time),
         cmocka_unit_test(test_switch_rate),
     };
+    if (getenv("NJ_TEST_FILTER")) cmocka_set_test_filter(getenv("NJ_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
