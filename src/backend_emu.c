@@ -64,6 +64,8 @@ typedef struct emu_func {
 
 typedef struct emu_module {
     void *dl;
+    int fd;          /* the image's memfd (or temp file), open while loaded: see open_image */
+    char *tmp_path;  /* fallback temp file, removed at unload */
     emu_func *funcs;
 } emu_module;
 
@@ -182,6 +184,8 @@ static nj_status compile_in(emu_backend *e, const char *dir, const char *name)
     int32_t n = 0;
     for (int32_t i = 0; i < e->cxx_argc; i++) argv[n++] = e->cxx_argv[i];
     for (size_t i = 0; i < NJ_ARRAY_LEN(emu_flags); i++) argv[n++] = (char *)emu_flags[i];
+    /* STB_GNU_UNIQUE symbols would make dlclose keep the object loaded forever */
+    if (strncmp(e->compiler_id, "gcc", 3) == 0) argv[n++] = "-fno-gnu-unique";
     for (int32_t i = 0; i < e->extra_argc; i++) argv[n++] = e->extra_argv[i];
     argv[n++] = "-o";
     argv[n++] = so;
@@ -251,35 +255,65 @@ static nj_status emu_compile(nj_backend *b, const char *source, const char *name
 
 /* ---------------------------------------------------------------- loading */
 
-static nj_status open_image(const void *bin, size_t size, void **dl)
+/* dlopen finds an already loaded object by its path name first, so an image must never be opened under
+ * the name of one still loaded: the memfd (and its /proc/self/fd/N name) stays open while the module is
+ * loaded, and if an unloaded object lingers under that name (dlclose may keep it) the fd is moved to a
+ * fresh number. The fallback temp file keeps its unique name until unload. */
+static nj_status image_fd(emu_module *m, char *path, size_t cap)
+{
+    m->fd = memfd_create("normjit-emu-kernel", MFD_CLOEXEC);
+    if (m->fd < 0) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(path, cap, "%s/nj-emu-XXXXXX.so", tmp && *tmp ? tmp : "/tmp");
+        m->fd = mkstemps(path, 3);
+        NJ_RETURN_IF(m->fd < 0, NJ_ERR_EMULATOR, "cannot create a file for the kernel image: %s", strerror(errno));
+        m->tmp_path = strdup(path);
+        NJ_RETURN_IF(!m->tmp_path, NJ_ERR_OUT_OF_MEMORY, "emulator load");
+        return NJ_OK;
+    }
+    int spare[8], nspare = 0;
+    for (;;) {
+        snprintf(path, cap, "/proc/self/fd/%d", m->fd);
+        void *old = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+        if (!old) break;
+        dlclose(old);
+        int nfd = nspare < 8 ? fcntl(m->fd, F_DUPFD_CLOEXEC, m->fd + 1) : -1;
+        if (nfd < 0) {
+            while (nspare > 0) close(spare[--nspare]);
+            return nj_fail(NJ_ERR_EMULATOR, "no free name to load the kernel image under (%s is taken)", path);
+        }
+        spare[nspare++] = m->fd;
+        m->fd = nfd;
+    }
+    while (nspare > 0) close(spare[--nspare]);
+    return NJ_OK;
+}
+
+static nj_status open_image(const void *bin, size_t size, emu_module *m)
 {
     char path[4096];
-    int fd = memfd_create("normjit-emu-kernel", MFD_CLOEXEC);
-    bool is_tmp = false;
-    if (fd >= 0) {
-        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    } else {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/nj-emu-XXXXXX.so", tmp && *tmp ? tmp : "/tmp");
-        fd = mkstemps(path, 3);
-        NJ_RETURN_IF(fd < 0, NJ_ERR_EMULATOR, "cannot create a file for the kernel image: %s", strerror(errno));
-        is_tmp = true;
-    }
+    NJ_TRY(image_fd(m, path, sizeof path));
     const char *p = bin;
     size_t left = size;
     while (left > 0) {
-        ssize_t w = write(fd, p, left);
+        ssize_t w = write(m->fd, p, left);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) break;
         p += w;
         left -= (size_t)w;
     }
-    if (left == 0) *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    const char *err = left ? "short write" : (*dl ? NULL : dlerror());
-    nj_status st = err ? nj_fail(NJ_ERR_EMULATOR, "cannot load the kernel image: %s", err) : NJ_OK;
-    close(fd);
-    if (is_tmp) unlink(path);
-    return st;
+    if (left == 0) m->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (m->dl) return NJ_OK;
+    return nj_fail(NJ_ERR_EMULATOR, "cannot load the kernel image: %s", left ? "short write" : dlerror());
+}
+
+static void close_image(emu_module *m)
+{
+    if (m->dl) dlclose(m->dl);
+    if (m->fd >= 0) close(m->fd);
+    if (m->tmp_path) unlink(m->tmp_path);
+    free(m->tmp_path);
+    free(m);
 }
 
 static nj_status emu_load(nj_backend *b, const void *bin, size_t size, void **module)
@@ -287,20 +321,23 @@ static nj_status emu_load(nj_backend *b, const void *bin, size_t size, void **mo
     NJ_RETURN_IF(!bin || !module, NJ_ERR_NULL_POINTER, "emulator load: binary and module are required");
     NJ_RETURN_IF(size < 64 || memcmp(bin, "\177ELF", 4) != 0, NJ_ERR_EMULATOR,
                  "emulator load: the binary (%zu bytes) is not a shared object", size);
-    void *dl = NULL;
-    NJ_TRY(open_image(bin, size, &dl));
-    int (*bind)(const void *, unsigned, unsigned);
-    *(void **)&bind = dlsym(dl, "nj_emu_bind");
-    int rc = bind ? bind(nj_emu_runtime_table(), NJ_EMU_ABI_VERSION, nj_emu_runtime_size()) : -2;
-    emu_module *m = rc == 0 ? calloc(1, sizeof *m) : NULL;
-    if (!m) {
-        dlclose(dl);
-        NJ_RETURN_IF(rc == -2, NJ_ERR_EMULATOR, "emulator load: the image has no nj_emu_bind (not built with emu.h)");
-        NJ_RETURN_IF(rc != 0, NJ_ERR_EMULATOR, "emulator load: emu.h ABI differs from the library's (v%d)",
-                     NJ_EMU_ABI_VERSION);
-        return nj_fail(NJ_ERR_OUT_OF_MEMORY, "emulator load");
+    emu_module *m = calloc(1, sizeof *m);
+    NJ_RETURN_IF(!m, NJ_ERR_OUT_OF_MEMORY, "emulator load");
+    m->fd = -1;
+    nj_status st = open_image(bin, size, m);
+    if (st != NJ_OK) {
+        close_image(m);
+        return st;
     }
-    m->dl = dl;
+    int (*bind)(const void *, unsigned, unsigned);
+    *(void **)&bind = dlsym(m->dl, "nj_emu_bind");
+    int rc = bind ? bind(nj_emu_runtime_table(), NJ_EMU_ABI_VERSION, nj_emu_runtime_size()) : -2;
+    if (rc != 0) {
+        close_image(m);
+        NJ_RETURN_IF(rc == -2, NJ_ERR_EMULATOR, "emulator load: the image has no nj_emu_bind (not built with emu.h)");
+        return nj_fail(NJ_ERR_EMULATOR, "emulator load: emu.h ABI differs from the library's (v%d)",
+                       NJ_EMU_ABI_VERSION);
+    }
     *module = m;
     return NJ_OK;
 }
@@ -342,8 +379,7 @@ static void emu_unload(nj_backend *b, void *module)
         free(m->funcs);
         m->funcs = n;
     }
-    dlclose(m->dl);
-    free(m);
+    close_image(m);
 }
 
 /* ---------------------------------------------------------------- launching */

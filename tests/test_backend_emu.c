@@ -624,6 +624,33 @@ static void test_launch_limits_fail(void **state)
     drop(&k, true);
 }
 
+/* Each module is its own object even when kernels share a name, also after an unload frees its slot. */
+static void test_modules_with_same_kernel_name(void **state)
+{
+    char src[3][128];
+    built k[3];
+    int y = 0;
+    nj_kargs a = {0};
+    a.y = &y;
+    for (int i = 0; i < 3; i++) {
+        snprintf(src[i], sizeof src[i], "NJ_KERNEL(same, 32) { if (threadIdx.x == 0) *(int *)A.y = %d; }\n",
+                 100 + i);
+        if (i < 2) k[i] = build(0, 0, src[i], "same");
+    }
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(go(&k[i], 1, 1, 1, 32, 1, 1, 0, &a), NJ_OK);
+        assert_int_equal(y, 100 + i);
+    }
+    drop(&k[0], true);
+    k[2] = build(0, 0, src[2], "same");
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(go(&k[i], 1, 1, 1, 32, 1, 1, 0, &a), NJ_OK);
+        assert_int_equal(y, 100 + i);
+    }
+    drop(&k[1], true);
+    drop(&k[2], true);
+}
+
 static void test_bad_image_fail(void **state)
 {
     nj_backend *b = mk(0, 0);
@@ -828,6 +855,7 @@ int main(void)
         cmocka_unit_test(test_warp_deadlock_fail),
         cmocka_unit_test(test_partial_mask_fail),
         cmocka_unit_test(test_launch_limits_fail),
+        cmocka_unit_test(test_modules_with_same_kernel_name),
         cmocka_unit_test(test_bad_image_fail),
         cmocka_unit_test(test_compile_error_fail),
         cmocka_unit_test(test_missing_compiler_fail),
