@@ -24,6 +24,22 @@
 
 extern char **environ;
 
+/* In a library built with AddressSanitizer the kernels are built with it too, so the sanitizer suites
+ * check every kernel's global and shared memory accesses (the runtime is in the process already).
+ * NORMJIT_EMU_CXXFLAGS=-fno-sanitize=address turns it off. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#define EMU_ASAN_TAG "-asan"
+#else
+#define EMU_ASAN_TAG ""
+#endif
+
 #if defined(__x86_64__)
 #define EMU_MACHINE "x86_64"
 #elif defined(__aarch64__)
@@ -188,6 +204,10 @@ static nj_status compile_in(emu_backend *e, const char *dir, const char *name)
     for (size_t i = 0; i < NJ_ARRAY_LEN(emu_flags); i++) argv[n++] = (char *)emu_flags[i];
     /* STB_GNU_UNIQUE symbols would make dlclose keep the object loaded forever */
     if (strncmp(e->compiler_id, "gcc", 3) == 0) argv[n++] = "-fno-gnu-unique";
+#ifdef EMU_ASAN
+    argv[n++] = "-fsanitize=address";
+    argv[n++] = "-fno-omit-frame-pointer";
+#endif
     for (int32_t i = 0; i < e->extra_argc; i++) argv[n++] = e->extra_argv[i];
     argv[n++] = "-o";
     argv[n++] = so;
@@ -492,8 +512,8 @@ nj_status nj_backend_emu_create(const nj_backend_config *cfg, nj_backend **out)
     char xh[33] = "";
     if (extra && *extra) nj_hash_hex(extra, strlen(extra), xh);
     /* extra flags change the code, so they change the target (and thus every signature) */
-    snprintf(e->target_id, sizeof e->target_id, "emu-%s-%s-v%d%s%.8s", EMU_MACHINE, e->compiler_id,
-             NJ_EMU_ABI_VERSION, xh[0] ? "-x" : "", xh);
+    snprintf(e->target_id, sizeof e->target_id, "emu-%s-%s-v%d%s%s%.8s", EMU_MACHINE, e->compiler_id,
+             NJ_EMU_ABI_VERSION, EMU_ASAN_TAG, xh[0] ? "-x" : "", xh);
     nj_emu_retain();
     *out = &e->base;
     return NJ_OK;

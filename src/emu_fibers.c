@@ -24,7 +24,15 @@
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define NJ_EMU_STACK (256u * 1024u) /* instrumented runtime frames are larger */
+/* Shared memory outside the block's arrays is poisoned, so a kernel built with -fsanitize=address
+ * (automatic when the library is: see backend_emu.c) stops at an out-of-bounds shared access. */
+#define ARENA_POISON(p, n) __asan_poison_memory_region((p), (n))
+#define ARENA_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
+#define SITE_GAP 32u
 #else
+#define ARENA_POISON(p, n) ((void)(p), (void)(n))
+#define ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
+#define SITE_GAP 0u
 #define NJ_EMU_STACK (64u * 1024u)
 #endif
 
@@ -457,20 +465,21 @@ static void *rt_shared(const void *key, size_t bytes, size_t align, int line)
     }
     if (align < 16) align = 16;
     if (align & (align - 1)) fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "NJ_SHARED: bad alignment %zu", align));
-    size_t off = (s->shared_top + align - 1) & ~(align - 1);
+    size_t off = (s->shared_top + SITE_GAP + align - 1) & ~(align - 1);
     if (s->nsites == EMU_MAX_SITES)
         fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: more than %d NJ_SHARED arrays", s->l->name,
                                EMU_MAX_SITES));
     if (bytes > EMU_STATIC_LIMIT || s->static_used + bytes > EMU_STATIC_LIMIT)
         fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: static shared memory exceeds 48 KiB at NJ_SHARED "
                                "line %d (%zu bytes already, %zu more)", s->l->name, line, s->static_used, bytes));
-    if (off + bytes > s->l->max_shared)
+    if (s->l->shmem + s->static_used + bytes > s->l->max_shared || off + bytes > g_arena_size)
         fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: shared memory exceeds the block limit of %u bytes at "
                                "NJ_SHARED line %d (%u dynamic, %zu static)", s->l->name, s->l->max_shared, line,
                                s->l->shmem, s->static_used + bytes));
     s->sites[s->nsites++] = (emu_site){key, off, bytes};
     s->static_used += bytes;
     s->shared_top = off + bytes;
+    ARENA_UNPOISON(g_arena + off, bytes);
     if (s->l->flags & NJ_CTX_EMU_POISON) memset(g_arena + off, 0xFF, bytes);
     return g_arena + off;
 }
@@ -581,6 +590,8 @@ static nj_status run_block(emu_sched *s, uint32_t bx, uint32_t by, uint32_t bz)
     s->nsites = 0;
     s->static_used = 0;
     s->shared_top = ((size_t)l->shmem + 15) & ~(size_t)15;
+    ARENA_POISON(g_arena, g_arena_size);
+    ARENA_UNPOISON(g_arena, l->shmem);
     if (l->flags & NJ_CTX_EMU_POISON) memset(g_arena, 0xFF, l->shmem);
     uint64_t lin = bx + (uint64_t)l->grid[0] * (by + (uint64_t)l->grid[1] * bz);
     s->rng = l->seed ^ (lin * 0xD1B54A32D192ED03ull);
@@ -606,7 +617,7 @@ nj_status nj_emu_run(const nj_emu_launch *l)
     pthread_mutex_lock(&g_lock);
     emu_sched *s = &g_s;
     nj_status st = pool_ensure((int32_t)n);
-    if (st == NJ_OK) st = arena_ensure(l->max_shared);
+    if (st == NJ_OK) st = arena_ensure((size_t)l->max_shared + EMU_MAX_SITES * (SITE_GAP + 16u));
     if (st == NJ_OK && g_pool_dirty) pool_clean();
     if (st == NJ_OK) {
         s->l = l;
@@ -619,6 +630,7 @@ nj_status nj_emu_run(const nj_emu_launch *l)
             for (uint32_t y = 0; y < l->grid[1] && st == NJ_OK; y++)
                 for (uint32_t x = 0; x < l->grid[0] && st == NJ_OK; x++) st = run_block(s, x, y, z);
         if (st != NJ_OK) g_pool_dirty = true;
+        ARENA_UNPOISON(g_arena, g_arena_size);
         g_rt.cur = NULL;
         s->l = NULL;
     }

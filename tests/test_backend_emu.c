@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -634,6 +635,66 @@ static void test_partial_mask_fail(void **state)
     drop(&k, true);
 }
 
+/* ---------------------------------------------------------------- sanitized kernels */
+
+static const char *oob_src =
+    "NJ_KERNEL(oob_global, 64) { ((float *)A.y)[threadIdx.x + 1] = 1.0f; }\n"
+    "NJ_KERNEL(oob_shared, 64) {\n"
+    "    NJ_SHARED(float, s, 64);\n"
+    "    NJ_SHARED(float, t, 64);\n"
+    "    s[threadIdx.x] = 1.0f; t[threadIdx.x] = 2.0f;\n"
+    "    __syncthreads();\n"
+    "    ((float *)A.y)[threadIdx.x] = s[threadIdx.x + 1];\n"
+    "}\n";
+
+/* Runs kernel `name` in a child process; returns its stderr (caller frees) and whether it failed. */
+static char *run_in_child(const char *name, bool *failed)
+{
+    char path[] = "/tmp/nj-emu-child-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, 2);
+        built k = build(0, 0, oob_src, name);
+        float *y = malloc(64 * sizeof(float));
+        nj_kargs a = {0};
+        a.y = y;
+        _exit(go(&k, 1, 1, 1, 64, 1, 1, 0, &a) == NJ_OK ? 0 : 3);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    *failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    char *text = calloc(1, 65536);
+    assert_non_null(text);
+    size_t n = fread(text, 1, 65535, fp);
+    text[n] = '\0';
+    fclose(fp);
+    close(fd);
+    unlink(path);
+    return text;
+}
+
+/* In a sanitized build kernels are compiled with AddressSanitizer: out-of-bounds global and shared
+ * accesses stop the process (so the check runs in a child). */
+static void test_sanitized_kernel_oob_fail(void **state)
+{
+    if (!SANITIZED) skip(); /* needs the ASan runtime in the process; covered by the NJ_SANITIZE build */
+    bool failed = false;
+    char *err = run_in_child("oob_global", &failed);
+    assert_true(failed);
+    assert_non_null(strstr(err, "heap-buffer-overflow"));
+    free(err);
+    err = run_in_child("oob_shared", &failed);
+    assert_true(failed);
+    assert_non_null(strstr(err, "use-after-poison"));
+    free(err);
+}
+
 /* ---------------------------------------------------------------- launch validation, loading */
 
 static void test_launch_limits_fail(void **state)
@@ -888,6 +949,7 @@ int main(void)
         cmocka_unit_test(test_unwritten_output_fail),
         cmocka_unit_test(test_warp_deadlock_fail),
         cmocka_unit_test(test_partial_mask_fail),
+        cmocka_unit_test(test_sanitized_kernel_oob_fail),
         cmocka_unit_test(test_launch_limits_fail),
         cmocka_unit_test(test_modules_with_same_kernel_name),
         cmocka_unit_test(test_bad_image_fail),
