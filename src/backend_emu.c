@@ -77,6 +77,7 @@ typedef struct emu_func {
     struct emu_func *next;
     nj_emu_kernel_fn fn;
     uint32_t max_threads;
+    uint32_t cluster[3]; /* NJ_CLUSTER_KERNEL dimensions, {1,1,1} otherwise */
     char name[64];
 } emu_func;
 
@@ -385,6 +386,9 @@ static nj_status emu_function(nj_backend *b, void *module, const char *name, voi
     NJ_RETURN_IF(!f, NJ_ERR_OUT_OF_MEMORY, "emulator function");
     *(void **)&f->fn = sym;
     f->max_threads = mt && *mt > 0 && *mt <= 1024 ? (uint32_t)*mt : 1024;
+    snprintf(bound, sizeof bound, "nj_emu_cluster_%s", name);
+    const int *cd = dlsym(m->dl, bound);
+    for (int i = 0; i < 3; i++) f->cluster[i] = cd && cd[i] > 0 ? (uint32_t)cd[i] : 1;
     snprintf(f->name, sizeof f->name, "%s", name);
     f->next = m->funcs;
     m->funcs = f;
@@ -429,7 +433,8 @@ static nj_status emu_launch(nj_backend *b, void *fn, const uint32_t grid[3], con
                  "kernel %s: %u bytes of dynamic shared memory exceed the limit of %d", f->name, shmem,
                  b->props.max_shared_per_block);
     nj_emu_launch l = {f->fn, f->name, {grid[0], grid[1], grid[2]},
-                       {(uint32_t)block[0], (uint32_t)block[1], (uint32_t)block[2]}, shmem,
+                       {(uint32_t)block[0], (uint32_t)block[1], (uint32_t)block[2]},
+                       {f->cluster[0], f->cluster[1], f->cluster[2]}, shmem,
                        (uint32_t)b->props.max_shared_per_block, e->flags, e->seed, args};
     return nj_emu_run(&l);
 }

@@ -1,6 +1,6 @@
 /* Emulator core: each block's threads run as fibers on the launching thread. A fiber runs until it
  * blocks (barrier, warp operation) or returns; the scheduler then picks the next runnable fiber, in
- * thread order or, with NJ_CTX_EMU_SHUFFLE, in a seeded random order. When nothing is runnable the
+ * thread order or, with NJ_CTX_EMU_SHUFFLE, in a seeded random order (see rq_uniform). When nothing is runnable the
  * scheduler either releases a barrier every thread has reached or reports divergence/deadlock.
  * Switching is a few instructions of assembly on x86-64 (swapcontext costs a sigprocmask syscall per
  * switch); other machines fall back to ucontext. */
@@ -42,25 +42,28 @@
 #endif
 
 #define EMU_MAX_THREADS 1024
-#define EMU_MAX_WARPS (EMU_MAX_THREADS / 32)
 #define EMU_MAX_SITES 64
 #define EMU_STATIC_LIMIT (48u * 1024u) /* CUDA's limit on static __shared__ */
+#define EMU_MAX_CLUSTER 16           /* blocks per cluster (CUDA: 8 portable, 16 non-portable) */
 
 /* Twin of nj_emu_runtime in templates/emu/emu.h (checked by size and NJ_EMU_ABI_VERSION at bind). */
 typedef struct emu_u3 {
     uint32_t x, y, z;
 } emu_u3;
 typedef struct emu_thread_pub {
-    emu_u3 tid;
+    emu_u3 tid, bid;
+    uint32_t crank; /* rank of the block in its cluster */
+    void *dyn;      /* the block's dynamic shared memory */
 } emu_thread_pub;
 typedef struct nj_emu_runtime {
     unsigned abi, struct_size;
     emu_thread_pub *cur;
-    emu_u3 bid, bdim, gdim;
-    void *dyn_shared;
+    emu_u3 bdim, gdim, cdim;
     void (*sync)(int line);
     void *(*shared)(const void *key, size_t bytes, size_t align, int line);
     unsigned long long (*warp)(int kind, unsigned mask, unsigned long long v, int arg, int width, int line);
+    void (*csync)(int line);
+    void *(*cmap)(const void *p, unsigned rank, int line);
 } nj_emu_runtime;
 
 /* Warp operation kinds, as in emu.h. */
@@ -69,11 +72,13 @@ static const char *const w_names[] = {"__syncwarp",       "__shfl_sync",   "__sh
                                       "__shfl_down_sync", "__shfl_up_sync", "__ballot_sync",
                                       "__any_sync",       "__all_sync"};
 
-enum { F_RUNNABLE = 0, F_BAR, F_WARP, F_DONE, F_DEAD };
+/* F_BAR: at __syncthreads; F_CBAR: at nj_cluster_sync; F_WARP: at a warp operation. */
+enum { F_RUNNABLE = 0, F_BAR, F_CBAR, F_WARP, F_DONE, F_DEAD };
 
 typedef struct emu_fiber {
     emu_thread_pub pub;
-    uint32_t linear;
+    uint32_t linear; /* thread index in its block */
+    int32_t block;   /* block index in the cluster (== crank) */
     int32_t state, line;
     void *sp;
     char *stack_lo;
@@ -94,10 +99,20 @@ typedef struct emu_site {
     size_t off, bytes;
 } emu_site;
 
-/* All launch state lives here; g_lock serializes launches because kernels reach it through g_rt. */
+/* One block of the cluster being run: its shared memory and static allocations. */
+typedef struct emu_block {
+    char *arena;
+    size_t shared_top, static_used;
+    int32_t nsites, ndone;
+    emu_site sites[EMU_MAX_SITES];
+} emu_block;
+
+/* All launch state lives here; g_lock serializes launches because kernels reach it through g_rt.
+ * The fibers of one cluster (one block when there are no clusters) run together: fiber i is thread
+ * i % nthr of block i / nthr. */
 typedef struct emu_sched {
     const nj_emu_launch *l;
-    int32_t nthr, nwarps, ndone, nbar;
+    int32_t nthr, nwarps, nblocks, nfib, ndone;
     int32_t rq_head, rq_len;
     emu_fiber *cur;
     void *sched_sp;
@@ -109,12 +124,11 @@ typedef struct emu_sched {
     size_t main_size;
     uint64_t rng;
     nj_status err;
-    size_t shared_top, static_used;
-    int32_t nsites;
-    emu_site sites[EMU_MAX_SITES];
-    int32_t runq[EMU_MAX_THREADS];
-    emu_warp warps[EMU_MAX_WARPS];
-    emu_fiber fib[EMU_MAX_THREADS];
+    size_t arena_per; /* bytes of arena per block */
+    int32_t *runq;    /* nfib entries */
+    emu_warp *warps;  /* nblocks * nwarps */
+    emu_fiber *fib;   /* nfib */
+    emu_block blocks[EMU_MAX_CLUSTER];
 } emu_sched;
 
 static emu_sched g_s;
@@ -122,7 +136,8 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_switches;
 static int32_t g_refs;
 
-/* Stack pool (guard page below each stack) and shared arena, kept across launches. */
+/* Fiber records, stacks (guard page below each) and shared arenas, kept across launches. */
+static int32_t g_fib_cap;
 static char *g_pool;
 static size_t g_pool_per;
 static int32_t g_pool_count;
@@ -133,9 +148,11 @@ static size_t g_arena_size;
 static void rt_sync(int line);
 static void *rt_shared(const void *key, size_t bytes, size_t align, int line);
 static unsigned long long rt_warp(int kind, unsigned mask, unsigned long long v, int arg, int width, int line);
+static void rt_csync(int line);
+static void *rt_cmap(const void *p, unsigned rank, int line);
 
-static nj_emu_runtime g_rt = {NJ_EMU_ABI_VERSION, sizeof(nj_emu_runtime), NULL, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},
-                              NULL, rt_sync, rt_shared, rt_warp};
+static nj_emu_runtime g_rt = {NJ_EMU_ABI_VERSION, sizeof(nj_emu_runtime), NULL, {0, 0, 0}, {0, 0, 0}, {1, 1, 1},
+                              rt_sync, rt_shared, rt_warp, rt_csync, rt_cmap};
 
 const void *nj_emu_runtime_table(void) { return &g_rt; }
 unsigned nj_emu_runtime_size(void) { return (unsigned)sizeof(nj_emu_runtime); }
@@ -240,6 +257,13 @@ static void fiber_main(emu_fiber *f)
     s->l->fn(*s->l->args);
     f->state = F_DONE;
     s->ndone++;
+    emu_block *bk = &s->blocks[f->block];
+    if (++bk->ndone == s->nthr && s->nblocks > 1) {
+        /* a block's shared memory ends with it: other blocks of the cluster must not map it any more */
+        ARENA_UNPOISON(bk->arena, bk->shared_top);
+        if (s->l->flags & NJ_CTX_EMU_POISON) memset(bk->arena, 0xFF, bk->shared_top);
+        ARENA_POISON(bk->arena, s->arena_per);
+    }
     to_sched(s, f, true);
     abort(); /* a finished fiber is never resumed */
 }
@@ -255,6 +279,7 @@ static void fiber_abort(emu_sched *s, nj_status st)
     abort();
 }
 
+
 /* ---------------------------------------------------------------- run queue */
 
 static uint64_t rng_next(uint64_t *x)
@@ -267,98 +292,164 @@ static uint64_t rng_next(uint64_t *x)
 
 static void rq_push(emu_sched *s, int32_t i)
 {
-    s->runq[(s->rq_head + s->rq_len) % s->nthr] = i;
+    s->runq[(s->rq_head + s->rq_len) % s->nfib] = i;
     s->rq_len++;
     s->fib[i].state = F_RUNNABLE;
 }
 
+/* Shuffling has two strategies, chosen per launch by the seed: picking any runnable fiber uniformly
+ * (good at thread-level races), or releasing fibers in a random order of blocks, then warps, then lanes,
+ * and running them in that order (good at races between whole warps or blocks, which a uniform pick
+ * almost never orders completely). */
+static bool rq_uniform(const emu_sched *s) { return (s->l->flags & NJ_CTX_EMU_SHUFFLE) && (s->l->seed & 1) == 0; }
+static bool rq_grouped(const emu_sched *s) { return (s->l->flags & NJ_CTX_EMU_SHUFFLE) && (s->l->seed & 1) == 1; }
+
+static void shuffle_ints(emu_sched *s, int32_t *v, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) v[i] = i;
+    if (!rq_grouped(s)) return;
+    for (int32_t i = n - 1; i > 0; i--) {
+        int32_t j = (int32_t)(rng_next(&s->rng) % (uint64_t)(i + 1)), t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
+/* Makes the waiting lanes of a warp (first fiber `first`) runnable. */
+static void release_warp(emu_sched *s, int32_t first, int32_t nlanes)
+{
+    int32_t lanes[32];
+    shuffle_ints(s, lanes, nlanes);
+    for (int32_t j = 0; j < nlanes; j++)
+        if (s->fib[first + lanes[j]].state == F_WARP) rq_push(s, first + lanes[j]);
+}
+
+/* Makes blocks [b0, b0 + nb) of the cluster runnable, in order or grouped-random. */
+static void release_blocks(emu_sched *s, int32_t b0, int32_t nb)
+{
+    int32_t bo[EMU_MAX_CLUSTER], wo[EMU_MAX_THREADS / 32], lo[32];
+    shuffle_ints(s, bo, nb);
+    for (int32_t bi = 0; bi < nb; bi++) {
+        int32_t base = (b0 + bo[bi]) * s->nthr;
+        shuffle_ints(s, wo, s->nwarps);
+        for (int32_t wi = 0; wi < s->nwarps; wi++) {
+            int32_t first = base + wo[wi] * 32, nl = s->warps[(b0 + bo[bi]) * s->nwarps + wo[wi]].nlanes;
+            shuffle_ints(s, lo, nl);
+            for (int32_t j = 0; j < nl; j++) rq_push(s, first + lo[j]);
+        }
+    }
+}
+
 static emu_fiber *rq_pop(emu_sched *s)
 {
-    if (s->l->flags & NJ_CTX_EMU_SHUFFLE) {
+    if (rq_uniform(s)) {
         int32_t k = (int32_t)(rng_next(&s->rng) % (uint64_t)s->rq_len);
-        int32_t a = s->rq_head, b = (s->rq_head + k) % s->nthr, t = s->runq[a];
+        int32_t a = s->rq_head, b = (s->rq_head + k) % s->nfib, t = s->runq[a];
         s->runq[a] = s->runq[b];
         s->runq[b] = t;
     }
     int32_t i = s->runq[s->rq_head];
-    s->rq_head = (s->rq_head + 1) % s->nthr;
+    s->rq_head = (s->rq_head + 1) % s->nfib;
     s->rq_len--;
     return &s->fib[i];
 }
 
 /* ---------------------------------------------------------------- messages */
 
+static emu_warp *warp_of(emu_sched *s, const emu_fiber *f) { return &s->warps[f->block * s->nwarps + (int32_t)(f->linear / 32)]; }
+
 static const char *thread_name(const emu_fiber *f, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "thread (%u,%u,%u)", f->pub.tid.x, f->pub.tid.y, f->pub.tid.z);
+    snprintf(buf, cap, "thread (%u,%u,%u) of block (%u,%u,%u)", f->pub.tid.x, f->pub.tid.y, f->pub.tid.z,
+             f->pub.bid.x, f->pub.bid.y, f->pub.bid.z);
     return buf;
 }
 
-static const char *where(const emu_fiber *f, char *buf, size_t cap)
+static const char *where(emu_sched *s, const emu_fiber *f, char *buf, size_t cap)
 {
     switch (f->state) {
     case F_BAR: snprintf(buf, cap, "at __syncthreads line %d", f->line); break;
-    case F_WARP: snprintf(buf, cap, "at %s line %d", w_names[g_s.warps[f->linear / 32].kind], f->line); break;
+    case F_CBAR: snprintf(buf, cap, "at nj_cluster_sync line %d", f->line); break;
+    case F_WARP: snprintf(buf, cap, "at %s line %d", w_names[warp_of(s, f)->kind], f->line); break;
     case F_DONE: snprintf(buf, cap, "exited"); break;
     default: snprintf(buf, cap, "running"); break;
     }
     return buf;
 }
 
-/* "<what> in kernel K: thread A of block B <where A> while thread C <where C>" */
+/* "<what> in kernel K: thread A of block B <where A> while thread C of block D <where C>" */
 static nj_status report_pair(emu_sched *s, const char *what, const emu_fiber *a, const emu_fiber *c)
 {
-    char na[48], wa[64], nc[48], wc[64];
-    return nj_fail(NJ_ERR_EMULATOR, "%s in kernel %s: %s of block (%u,%u,%u) %s while %s %s", what, s->l->name,
-                   thread_name(a, na, sizeof na), g_rt.bid.x, g_rt.bid.y, g_rt.bid.z, where(a, wa, sizeof wa),
-                   thread_name(c, nc, sizeof nc), where(c, wc, sizeof wc));
+    char na[80], wa[64], nc[80], wc[64];
+    return nj_fail(NJ_ERR_EMULATOR, "%s in kernel %s: %s %s while %s %s", what, s->l->name,
+                   thread_name(a, na, sizeof na), where(s, a, wa, sizeof wa), thread_name(c, nc, sizeof nc),
+                   where(s, c, wc, sizeof wc));
 }
 
 /* ---------------------------------------------------------------- barriers */
 
-static void rt_sync(int line)
+static void wait_here(emu_sched *s, int state, int line)
 {
-    emu_sched *s = &g_s;
     emu_fiber *f = s->cur;
-    f->state = F_BAR;
+    f->state = state;
     f->line = line;
-    s->nbar++;
     to_sched(s, f, false);
 }
 
-/* Nothing is runnable: release a barrier that every thread reached, or report why not. */
+static void rt_sync(int line) { wait_here(&g_s, F_BAR, line); }
+static void rt_csync(int line) { wait_here(&g_s, F_CBAR, line); }
+
+/* A warp with a waiting lane and nothing runnable can never complete: name a lane that is elsewhere. */
+static nj_status report_warp(emu_sched *s, emu_fiber *f)
+{
+    emu_fiber *lanes = f - (f->linear & 31u);
+    for (int32_t j = 0; j < warp_of(s, f)->nlanes; j++)
+        if (lanes[j].state != F_WARP) return report_pair(s, "warp operation deadlock", f, &lanes[j]);
+    return nj_fail(NJ_ERR_INTERNAL, "emulator: complete warp left waiting");
+}
+
+/* Block b's threads when none is runnable: all at one __syncthreads -> released (*released = 1). A block
+ * barrier that some thread of the block misses (another barrier, exited, at the cluster barrier) is an
+ * error: CUDA requires __syncthreads to be reached by the whole block. */
+static nj_status resolve_block(emu_sched *s, int32_t b, bool *released)
+{
+    emu_fiber *fb = s->fib + (size_t)b * (size_t)s->nthr, *bar = NULL, *other = NULL;
+    for (int32_t i = 0; i < s->nthr; i++) {
+        if (fb[i].state == F_BAR && !bar) bar = &fb[i];
+        else if (!other && (fb[i].state != F_BAR || (bar && fb[i].line != bar->line))) other = &fb[i];
+    }
+    if (!bar) return NJ_OK;
+    if (!other) {
+        release_blocks(s, b, 1);
+        *released = true;
+        return NJ_OK;
+    }
+    return report_pair(s, "barrier divergence", bar, other);
+}
+
+/* Nothing is runnable: release a barrier that all its threads reached, or report why none can be. */
 static nj_status resolve_stall(emu_sched *s)
 {
-    emu_fiber *bar = NULL, *bar2 = NULL, *done = NULL;
-    for (int32_t i = 0; i < s->nthr; i++) {
-        emu_fiber *f = &s->fib[i];
-        if (f->state == F_WARP) {
-            emu_warp *w = &s->warps[f->linear / 32];
-            for (int32_t j = 0; j < w->nlanes; j++) {
-                emu_fiber *o = &s->fib[(f->linear & ~31u) + (uint32_t)j];
-                if (o->state != F_WARP) return report_pair(s, "warp operation deadlock", f, o);
-            }
-            return nj_fail(NJ_ERR_INTERNAL, "emulator: complete warp left waiting");
-        }
-        if (f->state == F_BAR) {
-            if (!bar) bar = f;
-            else if (!bar2 && f->line != bar->line) bar2 = f;
-        }
-        if (f->state == F_DONE && !done) done = f;
+    for (int32_t i = 0; i < s->nfib; i++)
+        if (s->fib[i].state == F_WARP) return report_warp(s, &s->fib[i]);
+    bool released = false;
+    for (int32_t b = 0; b < s->nblocks; b++) NJ_TRY(resolve_block(s, b, &released));
+    if (released) return NJ_OK;
+    /* only cluster barriers and exited threads are left: every thread of the cluster must be at one */
+    emu_fiber *cb = NULL, *other = NULL;
+    for (int32_t i = 0; i < s->nfib; i++) {
+        if (s->fib[i].state == F_CBAR && !cb) cb = &s->fib[i];
+        else if (!other && (s->fib[i].state != F_CBAR || (cb && s->fib[i].line != cb->line))) other = &s->fib[i];
     }
-    NJ_RETURN_IF(!bar, NJ_ERR_INTERNAL, "emulator: no runnable thread and none waiting");
-    if (bar2) return report_pair(s, "barrier divergence", bar, bar2);
-    /* every barrier must be reached by every thread of the block (CUDA: the condition around
-       __syncthreads must be uniform); an exited thread never reaches it */
-    if (done) return report_pair(s, "barrier divergence", bar, done);
-    s->nbar = 0;
-    for (int32_t i = 0; i < s->nthr; i++) rq_push(s, i);
+    NJ_RETURN_IF(!cb, NJ_ERR_INTERNAL, "emulator: no runnable thread and none waiting");
+    if (other) return report_pair(s, "cluster barrier divergence", cb, other);
+    release_blocks(s, 0, s->nblocks);
     return NJ_OK;
 }
 
 /* ---------------------------------------------------------------- warp operations */
 
-static nj_status warp_compute(emu_sched *s, emu_warp *w, const emu_fiber *first)
+static nj_status warp_compute(emu_sched *s, emu_warp *w, const emu_fiber *f)
 {
     uint64_t bits = 0;
     for (int32_t i = 0; i < w->nlanes; i++) bits |= (uint64_t)(w->val[i] != 0) << i;
@@ -374,10 +465,10 @@ static nj_status warp_compute(emu_sched *s, emu_warp *w, const emu_fiber *first)
         default: break;
         }
         if (src < 0 || src >= w->nlanes) {
-            char n[48];
-            return nj_fail(NJ_ERR_EMULATOR, "kernel %s: %s of block (%u,%u,%u) at %s line %d reads lane %d, which "
-                           "does not exist (the warp has %d lanes)", s->l->name, thread_name(first, n, sizeof n),
-                           g_rt.bid.x, g_rt.bid.y, g_rt.bid.z, w_names[w->kind], w->line, src, w->nlanes);
+            char n[80];
+            return nj_fail(NJ_ERR_EMULATOR, "kernel %s: %s at %s line %d reads lane %d, which does not exist "
+                           "(the warp has %d lanes)", s->l->name, thread_name(f, n, sizeof n), w_names[w->kind],
+                           w->line, src, w->nlanes);
         }
         switch (w->kind) {
         case W_BALLOT: w->out[lane] = bits; break;
@@ -393,7 +484,7 @@ static nj_status warp_compute(emu_sched *s, emu_warp *w, const emu_fiber *first)
 static nj_status warp_check(emu_sched *s, emu_fiber *f, emu_warp *w, int kind, unsigned mask, int width, int line)
 {
     uint32_t need = w->nlanes == 32 ? 0xffffffffu : ((1u << w->nlanes) - 1);
-    char n[48];
+    char n[80], no[80];
     if (width < 1 || width > 32 || (width & (width - 1)))
         return nj_fail(NJ_ERR_EMULATOR, "kernel %s: %s at %s line %d: width %d is not a power of two up to 32",
                        s->l->name, thread_name(f, n, sizeof n), w_names[kind], line, width);
@@ -408,26 +499,23 @@ static nj_status warp_check(emu_sched *s, emu_fiber *f, emu_warp *w, int kind, u
         return NJ_OK;
     }
     if (w->kind == kind && w->line == line && w->width == width) return NJ_OK;
+    emu_fiber *lanes = f - (f->linear & 31u);
     for (int32_t j = 0; j < w->nlanes; j++) {
-        emu_fiber *o = &s->fib[(f->linear & ~31u) + (uint32_t)j];
-        if (o->state == F_WARP) {
-            int32_t k = w->kind;
-            char na[48], no[48];
-            return nj_fail(NJ_ERR_EMULATOR, "warp divergence in kernel %s: %s of block (%u,%u,%u) at %s "
-                                   "line %d (width %d) while %s of its warp at %s line %d (width %d)",
-                                   s->l->name, thread_name(f, na, sizeof na), g_rt.bid.x, g_rt.bid.y, g_rt.bid.z,
-                                   w_names[kind], line, width, thread_name(o, no, sizeof no), w_names[k], w->line,
-                                   w->width);
-        }
+        if (lanes[j].state == F_WARP)
+            return nj_fail(NJ_ERR_EMULATOR, "warp divergence in kernel %s: %s at %s line %d (width %d) while %s "
+                           "at %s line %d (width %d)", s->l->name, thread_name(f, n, sizeof n), w_names[kind], line,
+                           width, thread_name(&lanes[j], no, sizeof no), w_names[w->kind], w->line, w->width);
     }
     return nj_fail(NJ_ERR_INTERNAL, "emulator: warp arrivals without a waiting lane");
 }
 
+/* The lane deposits its value; the last lane to arrive computes every lane's result and wakes the others.
+ * A lane reads its result before it can arrive at the next operation, so one buffer per warp suffices. */
 static unsigned long long rt_warp(int kind, unsigned mask, unsigned long long v, int arg, int width, int line)
 {
     emu_sched *s = &g_s;
     emu_fiber *f = s->cur;
-    emu_warp *w = &s->warps[f->linear / 32];
+    emu_warp *w = warp_of(s, f);
     uint32_t lane = f->linear & 31;
     if (kind < W_SYNC || kind > W_ALL) fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "unknown warp operation %d", kind));
     nj_status st = warp_check(s, f, w, kind, mask, width, line);
@@ -435,56 +523,100 @@ static unsigned long long rt_warp(int kind, unsigned mask, unsigned long long v,
     w->val[lane] = v;
     w->arg[lane] = arg;
     if (++w->arrived < w->nlanes) {
-        f->state = F_WARP;
-        f->line = line;
-        to_sched(s, f, false);
+        wait_here(s, F_WARP, line);
         return w->out[lane];
     }
     st = warp_compute(s, w, f);
     if (st != NJ_OK) fiber_abort(s, st);
     w->arrived = 0;
-    for (int32_t j = 0; j < w->nlanes; j++) {
-        int32_t i = (int32_t)(f->linear & ~31u) + j;
-        if (s->fib[i].state == F_WARP) rq_push(s, i);
-    }
+    release_warp(s, (int32_t)(f - s->fib) - (int32_t)lane, w->nlanes);
     return w->out[lane];
 }
 
 /* ---------------------------------------------------------------- shared memory */
 
+/* Static shared arrays: the first thread of a block to reach a declaration allocates it; the others get
+ * the same array (the key is the address of a static object at the declaration). */
 static void *rt_shared(const void *key, size_t bytes, size_t align, int line)
 {
     emu_sched *s = &g_s;
-    for (int32_t i = 0; i < s->nsites; i++) {
-        if (s->sites[i].key != key) continue;
-        if (s->sites[i].bytes != bytes)
+    emu_block *bk = &s->blocks[s->cur->block];
+    for (int32_t i = 0; i < bk->nsites; i++) {
+        if (bk->sites[i].key != key) continue;
+        if (bk->sites[i].bytes != bytes)
             fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: NJ_SHARED at line %d asked for %zu bytes, "
                                    "then %zu (the count must be a constant)", s->l->name, line,
-                                   s->sites[i].bytes, bytes));
-        return g_arena + s->sites[i].off;
+                                   bk->sites[i].bytes, bytes));
+        return bk->arena + bk->sites[i].off;
     }
     if (align < 16) align = 16;
     if (align & (align - 1)) fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "NJ_SHARED: bad alignment %zu", align));
-    size_t off = (s->shared_top + SITE_GAP + align - 1) & ~(align - 1);
-    if (s->nsites == EMU_MAX_SITES)
+    size_t off = (bk->shared_top + SITE_GAP + align - 1) & ~(align - 1);
+    if (bk->nsites == EMU_MAX_SITES)
         fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: more than %d NJ_SHARED arrays", s->l->name,
                                EMU_MAX_SITES));
-    if (bytes > EMU_STATIC_LIMIT || s->static_used + bytes > EMU_STATIC_LIMIT)
+    if (bytes > EMU_STATIC_LIMIT || bk->static_used + bytes > EMU_STATIC_LIMIT)
         fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: static shared memory exceeds 48 KiB at NJ_SHARED "
-                               "line %d (%zu bytes already, %zu more)", s->l->name, line, s->static_used, bytes));
-    if (s->l->shmem + s->static_used + bytes > s->l->max_shared || off + bytes > g_arena_size)
+                               "line %d (%zu bytes already, %zu more)", s->l->name, line, bk->static_used, bytes));
+    if (s->l->shmem + bk->static_used + bytes > s->l->max_shared || off + bytes > s->arena_per)
         fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: shared memory exceeds the block limit of %u bytes at "
                                "NJ_SHARED line %d (%u dynamic, %zu static)", s->l->name, s->l->max_shared, line,
-                               s->l->shmem, s->static_used + bytes));
-    s->sites[s->nsites++] = (emu_site){key, off, bytes};
-    s->static_used += bytes;
-    s->shared_top = off + bytes;
-    ARENA_UNPOISON(g_arena + off, bytes);
-    if (s->l->flags & NJ_CTX_EMU_POISON) memset(g_arena + off, 0xFF, bytes);
-    return g_arena + off;
+                               s->l->shmem, bk->static_used + bytes));
+    bk->sites[bk->nsites++] = (emu_site){key, off, bytes};
+    bk->static_used += bytes;
+    bk->shared_top = off + bytes;
+    ARENA_UNPOISON(bk->arena + off, bytes);
+    if (s->l->flags & NJ_CTX_EMU_POISON) memset(bk->arena + off, 0xFF, bytes);
+    return bk->arena + off;
+}
+
+/* nj_cluster_map: the same shared-memory location in block `rank` of the cluster. */
+static void *rt_cmap(const void *p, unsigned rank, int line)
+{
+    emu_sched *s = &g_s;
+    emu_fiber *f = s->cur;
+    const char *base = s->blocks[f->block].arena;
+    char n[80];
+    if (rank >= (unsigned)s->nblocks)
+        fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: %s maps to cluster rank %u at line %d (the cluster "
+                               "has %d blocks)", s->l->name, thread_name(f, n, sizeof n), rank, line, s->nblocks));
+    if ((const char *)p < base || (const char *)p >= base + s->arena_per)
+        fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: %s passes a pointer outside its block's shared "
+                               "memory to nj_cluster_map at line %d", s->l->name, thread_name(f, n, sizeof n), line));
+    return s->blocks[rank].arena + ((const char *)p - base);
 }
 
 /* ---------------------------------------------------------------- pools */
+
+static emu_fiber *g_fibs;
+static int32_t *g_runq;
+static emu_warp *g_warps;
+
+static void fibers_free(void)
+{
+    free(g_fibs);
+    free(g_runq);
+    free(g_warps);
+    g_fibs = NULL;
+    g_runq = NULL;
+    g_warps = NULL;
+    g_fib_cap = 0;
+}
+
+static nj_status fibers_ensure(int32_t n)
+{
+    if (g_fib_cap >= n) return NJ_OK;
+    fibers_free();
+    g_fibs = calloc((size_t)n, sizeof *g_fibs);
+    g_runq = calloc((size_t)n, sizeof *g_runq);
+    g_warps = calloc((size_t)(n / 32 + EMU_MAX_CLUSTER), sizeof *g_warps); /* each block's last warp may be partial */
+    if (!g_fibs || !g_runq || !g_warps) {
+        fibers_free();
+        return nj_fail(NJ_ERR_OUT_OF_MEMORY, "emulator: cannot allocate %d fibers", n);
+    }
+    g_fib_cap = n;
+    return NJ_OK;
+}
 
 static nj_status pool_ensure(int32_t n)
 {
@@ -525,8 +657,6 @@ static void pool_clean(void)
 
 static nj_status arena_ensure(size_t bytes)
 {
-    bytes = (bytes + 4095) & ~(size_t)4095;
-    if (bytes == 0) bytes = 4096;
     if (g_arena && g_arena_size >= bytes) return NJ_OK;
     free(g_arena);
     g_arena = aligned_alloc(4096, bytes);
@@ -550,6 +680,7 @@ void nj_emu_release(void)
     if (--g_refs == 0) {
         if (g_pool) munmap(g_pool, g_pool_per * (size_t)g_pool_count);
         free(g_arena);
+        fibers_free();
         g_pool = NULL;
         g_pool_count = 0;
         g_arena = NULL;
@@ -560,75 +691,106 @@ void nj_emu_release(void)
 
 /* ---------------------------------------------------------------- launch */
 
-static void setup_threads(emu_sched *s)
+static void setup_fibers(emu_sched *s)
 {
     const nj_emu_launch *l = s->l;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    s->nthr = (int32_t)(l->block[0] * l->block[1] * l->block[2]);
-    s->nwarps = (s->nthr + 31) / 32;
-    for (int32_t i = 0; i < s->nthr; i++) {
+    for (int32_t i = 0; i < s->nfib; i++) {
         emu_fiber *f = &s->fib[i];
-        uint32_t u = (uint32_t)i;
+        uint32_t u = (uint32_t)(i % s->nthr);
         f->linear = u;
-        f->pub.tid.x = u % l->block[0];
-        f->pub.tid.y = u / l->block[0] % l->block[1];
-        f->pub.tid.z = u / (l->block[0] * l->block[1]);
+        f->block = i / s->nthr;
+        f->pub.tid = (emu_u3){u % l->block[0], u / l->block[0] % l->block[1], u / (l->block[0] * l->block[1])};
+        f->pub.crank = (uint32_t)f->block;
         f->stack_lo = g_pool + g_pool_per * (size_t)i + page;
         f->asan_fake = NULL;
     }
-    for (int32_t w = 0; w < s->nwarps; w++) {
-        s->warps[w].nlanes = (w + 1) * 32 <= s->nthr ? 32 : s->nthr - w * 32;
+    for (int32_t b = 0; b < s->nblocks; b++)
+        for (int32_t w = 0; w < s->nwarps; w++)
+            s->warps[b * s->nwarps + w].nlanes = (w + 1) * 32 <= s->nthr ? 32 : s->nthr - w * 32;
+}
+
+/* Places the cluster's blocks (grid coordinates, shared memory) for cluster c. */
+static void place_blocks(emu_sched *s, const uint32_t c[3])
+{
+    const nj_emu_launch *l = s->l;
+    for (int32_t b = 0; b < s->nblocks; b++) {
+        uint32_t u = (uint32_t)b;
+        emu_u3 bid = {c[0] * l->cluster[0] + u % l->cluster[0],
+                      c[1] * l->cluster[1] + u / l->cluster[0] % l->cluster[1],
+                      c[2] * l->cluster[2] + u / (l->cluster[0] * l->cluster[1])};
+        emu_block *bk = &s->blocks[b];
+        bk->arena = g_arena + s->arena_per * (size_t)b;
+        bk->nsites = bk->ndone = 0;
+        bk->static_used = 0;
+        bk->shared_top = ((size_t)l->shmem + 15) & ~(size_t)15;
+        ARENA_POISON(bk->arena, s->arena_per);
+        ARENA_UNPOISON(bk->arena, l->shmem);
+        if (l->flags & NJ_CTX_EMU_POISON) memset(bk->arena, 0xFF, l->shmem);
+        emu_fiber *fb = s->fib + (size_t)b * (size_t)s->nthr;
+        for (int32_t i = 0; i < s->nthr; i++) {
+            fb[i].pub.bid = bid;
+            fb[i].pub.dyn = bk->arena;
+        }
     }
 }
 
-static nj_status run_block(emu_sched *s, uint32_t bx, uint32_t by, uint32_t bz)
+static nj_status run_cluster(emu_sched *s, const uint32_t c[3])
 {
     const nj_emu_launch *l = s->l;
-    g_rt.bid = (emu_u3){bx, by, bz};
-    s->ndone = s->nbar = 0;
-    s->rq_head = s->rq_len = 0;
-    s->nsites = 0;
-    s->static_used = 0;
-    s->shared_top = ((size_t)l->shmem + 15) & ~(size_t)15;
-    ARENA_POISON(g_arena, g_arena_size);
-    ARENA_UNPOISON(g_arena, l->shmem);
-    if (l->flags & NJ_CTX_EMU_POISON) memset(g_arena, 0xFF, l->shmem);
-    uint64_t lin = bx + (uint64_t)l->grid[0] * (by + (uint64_t)l->grid[1] * bz);
+    place_blocks(s, c);
+    uint64_t lin = c[0] + (uint64_t)(l->grid[0] / l->cluster[0]) * (c[1] + (uint64_t)(l->grid[1] / l->cluster[1]) * c[2]);
     s->rng = l->seed ^ (lin * 0xD1B54A32D192ED03ull);
-    for (int32_t w = 0; w < s->nwarps; w++) s->warps[w].arrived = 0;
-    for (int32_t i = 0; i < s->nthr; i++) {
-        ctx_init(&s->fib[i]);
-        rq_push(s, i);
-    }
+    s->ndone = 0;
+    s->rq_head = s->rq_len = 0;
+    for (int32_t w = 0; w < s->nblocks * s->nwarps; w++) s->warps[w].arrived = 0;
+    for (int32_t i = 0; i < s->nfib; i++) ctx_init(&s->fib[i]);
+    release_blocks(s, 0, s->nblocks);
     for (;;) {
         while (s->rq_len > 0) {
             to_fiber(s, rq_pop(s));
             if (s->err != NJ_OK) return s->err;
         }
-        if (s->ndone == s->nthr) return NJ_OK;
+        if (s->ndone == s->nfib) return NJ_OK;
         NJ_TRY(resolve_stall(s));
     }
 }
 
+static nj_status run_grid(emu_sched *s)
+{
+    const nj_emu_launch *l = s->l;
+    uint32_t n[3] = {l->grid[0] / l->cluster[0], l->grid[1] / l->cluster[1], l->grid[2] / l->cluster[2]}, c[3];
+    for (c[2] = 0; c[2] < n[2]; c[2]++)
+        for (c[1] = 0; c[1] < n[1]; c[1]++)
+            for (c[0] = 0; c[0] < n[0]; c[0]++) NJ_TRY(run_cluster(s, c));
+    return NJ_OK;
+}
+
 nj_status nj_emu_run(const nj_emu_launch *l)
 {
-    uint32_t n = l->block[0] * l->block[1] * l->block[2];
+    uint32_t n = l->block[0] * l->block[1] * l->block[2], nc = l->cluster[0] * l->cluster[1] * l->cluster[2];
     NJ_RETURN_IF(n == 0 || n > EMU_MAX_THREADS, NJ_ERR_EMULATOR, "emulator: %u threads per block", n);
+    NJ_RETURN_IF(nc == 0 || nc > EMU_MAX_CLUSTER, NJ_ERR_EMULATOR, "kernel %s: cluster of %u blocks (at most %d)",
+                 l->name, nc, EMU_MAX_CLUSTER);
+    NJ_RETURN_IF(l->grid[0] % l->cluster[0] || l->grid[1] % l->cluster[1] || l->grid[2] % l->cluster[2],
+                 NJ_ERR_EMULATOR, "kernel %s: grid (%u,%u,%u) is not a multiple of the cluster (%u,%u,%u)", l->name,
+                 l->grid[0], l->grid[1], l->grid[2], l->cluster[0], l->cluster[1], l->cluster[2]);
+    size_t per = ((size_t)l->max_shared + EMU_MAX_SITES * (SITE_GAP + 16u) + 4095) & ~(size_t)4095;
     pthread_mutex_lock(&g_lock);
     emu_sched *s = &g_s;
-    nj_status st = pool_ensure((int32_t)n);
-    if (st == NJ_OK) st = arena_ensure((size_t)l->max_shared + EMU_MAX_SITES * (SITE_GAP + 16u));
+    int32_t nfib = (int32_t)(n * nc);
+    nj_status st = fibers_ensure(nfib);
+    if (st == NJ_OK) st = pool_ensure(nfib);
+    if (st == NJ_OK) st = arena_ensure(per * nc);
     if (st == NJ_OK && g_pool_dirty) pool_clean();
     if (st == NJ_OK) {
-        s->l = l;
-        s->err = NJ_OK;
-        setup_threads(s);
+        *s = (emu_sched){.l = l, .nthr = (int32_t)n, .nwarps = (int32_t)(n + 31) / 32, .nblocks = (int32_t)nc,
+                         .nfib = nfib, .arena_per = per, .runq = g_runq, .warps = g_warps, .fib = g_fibs};
+        setup_fibers(s);
         g_rt.bdim = (emu_u3){l->block[0], l->block[1], l->block[2]};
         g_rt.gdim = (emu_u3){l->grid[0], l->grid[1], l->grid[2]};
-        g_rt.dyn_shared = g_arena;
-        for (uint32_t z = 0; z < l->grid[2] && st == NJ_OK; z++)
-            for (uint32_t y = 0; y < l->grid[1] && st == NJ_OK; y++)
-                for (uint32_t x = 0; x < l->grid[0] && st == NJ_OK; x++) st = run_block(s, x, y, z);
+        g_rt.cdim = (emu_u3){l->cluster[0], l->cluster[1], l->cluster[2]};
+        st = run_grid(s);
         if (st != NJ_OK) g_pool_dirty = true;
         ARENA_UNPOISON(g_arena, g_arena_size);
         g_rt.cur = NULL;

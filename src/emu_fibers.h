@@ -9,7 +9,7 @@
 
 /* Version of the runtime table; templates/emu/emu.h carries the same number (NJ_EMU_ABI) and refuses to
  * bind to another. Part of the emulator's target name, so cached kernels of another ABI are never loaded. */
-#define NJ_EMU_ABI_VERSION 1
+#define NJ_EMU_ABI_VERSION 2
 
 typedef void (*nj_emu_kernel_fn)(nj_kargs);
 
@@ -18,6 +18,7 @@ typedef struct nj_emu_launch {
     const char *name;      /* kernel name, for messages */
     uint32_t grid[3];
     uint32_t block[3];     /* validated by the caller: product 1..1024 */
+    uint32_t cluster[3];   /* blocks per cluster ({1,1,1}: none); the grid is a multiple of it */
     uint32_t shmem;        /* dynamic shared memory bytes */
     uint32_t max_shared;   /* static + dynamic limit, bytes */
     uint32_t flags;        /* NJ_CTX_EMU_SHUFFLE, NJ_CTX_EMU_POISON */
@@ -29,7 +30,7 @@ typedef struct nj_emu_launch {
 NJ_HIDDEN const void *nj_emu_runtime_table(void);
 NJ_HIDDEN unsigned nj_emu_runtime_size(void);
 
-/* Runs every block of the grid; launches are serialized process-wide (the runtime table is global).
+/* Runs every block of the grid, a cluster's blocks together; launches are serialized process-wide (the runtime table is global).
  * NJ_ERR_EMULATOR on barrier divergence, deadlock or a shared-memory/warp-operation misuse. */
 NJ_HIDDEN nj_status nj_emu_run(const nj_emu_launch *l);
 

@@ -647,8 +647,9 @@ static const char *oob_src =
     "    ((float *)A.y)[threadIdx.x] = s[threadIdx.x + 1];\n"
     "}\n";
 
-/* Runs kernel `name` in a child process; returns its stderr (caller frees) and whether it failed. */
-static char *run_in_child(const char *name, bool *failed)
+/* Runs fn(arg) in a child process (a sanitizer report ends the process); returns the child's stderr
+ * (caller frees) and whether it failed. */
+static char *run_in_child(int (*fn)(const void *), const void *arg, bool *failed)
 {
     char path[] = "/tmp/nj-emu-child-XXXXXX";
     int fd = mkstemp(path);
@@ -658,11 +659,7 @@ static char *run_in_child(const char *name, bool *failed)
     assert_true(pid >= 0);
     if (pid == 0) {
         dup2(fd, 2);
-        built k = build(0, 0, oob_src, name);
-        float *y = malloc(64 * sizeof(float));
-        nj_kargs a = {0};
-        a.y = y;
-        _exit(go(&k, 1, 1, 1, 64, 1, 1, 0, &a) == NJ_OK ? 0 : 3);
+        _exit(fn(arg));
     }
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -679,20 +676,138 @@ static char *run_in_child(const char *name, bool *failed)
     return text;
 }
 
+static int run_oob(const void *name)
+{
+    built k = build(0, 0, oob_src, name);
+    float *y = malloc(64 * sizeof(float));
+    nj_kargs a = {0};
+    a.y = y;
+    return go(&k, 1, 1, 1, 64, 1, 1, 0, &a) == NJ_OK ? 0 : 3;
+}
+
 /* In a sanitized build kernels are compiled with AddressSanitizer: out-of-bounds global and shared
  * accesses stop the process (so the check runs in a child). */
 static void test_sanitized_kernel_oob_fail(void **state)
 {
     if (!SANITIZED) skip(); /* needs the ASan runtime in the process; covered by the NJ_SANITIZE build */
     bool failed = false;
-    char *err = run_in_child("oob_global", &failed);
+    char *err = run_in_child(run_oob, "oob_global", &failed);
     assert_true(failed);
     assert_non_null(strstr(err, "heap-buffer-overflow"));
     free(err);
-    err = run_in_child("oob_shared", &failed);
+    err = run_in_child(run_oob, "oob_shared", &failed);
     assert_true(failed);
     assert_non_null(strstr(err, "use-after-poison"));
     free(err);
+}
+
+/* ---------------------------------------------------------------- clusters */
+
+static const char *cluster_src =
+    "NJ_CLUSTER_KERNEL(csum, 1024, 2, 2, 1) {\n"
+    "    NJ_SHARED(float, part, 4);\n"
+    "    const unsigned nb = gridDim.x;\n"
+    "    const unsigned b = blockIdx.x + nb * blockIdx.y;\n"
+    "    const float *x = (const float *)A.x + (long long)b * blockDim.x;\n"
+    "    float v = x[threadIdx.x];\n"
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+    "    if (threadIdx.x == 0) part[0] = 0.0f;\n"
+    "    __syncthreads();\n"
+    "    if ((threadIdx.x & 31) == 0) atomicAdd(&part[0], v);\n"
+    "    nj_cluster_sync();\n"
+    "    float *y = (float *)A.y;\n"
+    "    if (nj_cluster_rank() == 0 && threadIdx.x == 0) {\n"
+    "        float t = 0.0f;\n"
+    "        for (unsigned r = 0; r < nj_cluster_size(); r++) t += nj_cluster_map(part, r)[0];\n"
+    "        y[b] = t;\n"
+    "    }\n"
+    "    if (threadIdx.x == 1) ((int *)A.workspace)[b] = (int)nj_cluster_rank();\n"
+    "    if (A.reserved == 1 && nj_cluster_rank() == 3) return;\n"
+    "    if (A.reserved == 2 && threadIdx.x == 0) nj_cluster_map(part, 4);\n"
+    "    if (A.reserved == 3) return; /* rank 0 may read blocks that have left */\n"
+    "    nj_cluster_sync(); /*C2*/\n"
+    "}\n";
+
+/* Cluster sums where blocks leave without waiting for rank 0 to read their shared memory; returns the
+ * number of shuffle seeds (of 8) that expose it. */
+static int run_cluster_race(const void *arg)
+{
+    built k = build(0, 0, cluster_src, "csum");
+    enum { G = 2, NT = 64 };
+    float x[G * G * NT], y[G * G];
+    int rank[G * G], caught = 0;
+    for (int i = 0; i < G * G * NT; i++) x[i] = 1.0f;
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    a.workspace = rank;
+    a.reserved = 3;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        built sh = rebind(&k, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, seed);
+        if (go(&sh, G, G, 1, NT, 1, 1, 0, &a) != NJ_OK || y[0] != (float)(G * G * NT)) caught++;
+        drop(&sh, false);
+    }
+    drop(&k, true);
+    return caught;
+}
+
+static void test_clusters(void **state)
+{
+    built k = build(0, 0, cluster_src, "csum");
+    built sh = rebind(&k, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 9);
+    enum { GX = 4, GY = 4, NT = 64 };
+    float x[GX * GY * NT], y[GX * GY];
+    int rank[GX * GY];
+    for (int i = 0; i < GX * GY * NT; i++) x[i] = (float)(i % 17);
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    a.workspace = rank;
+    for (int pass = 0; pass < 2; pass++) {
+        memset(y, 0xFF, sizeof y);
+        assert_int_equal(go(pass ? &sh : &k, GX, GY, 1, NT, 1, 1, 0, &a), NJ_OK);
+        for (int by = 0; by < GY; by++)
+            for (int bx = 0; bx < GX; bx++) {
+                int b = bx + GX * by;
+                assert_int_equal(rank[b], bx % 2 + 2 * (by % 2));
+                if (rank[b] != 0) continue;
+                float want = 0; /* the cluster's four blocks: (bx,by) (bx+1,by) (bx,by+1) (bx+1,by+1) */
+                for (int j = 0; j < 4; j++) {
+                    int ob = (bx + j % 2) + GX * (by + j / 2);
+                    for (int t = 0; t < NT; t++) want += x[ob * NT + t];
+                }
+                assert_true(y[b] == want);
+            }
+    }
+    /* a grid that is not a multiple of the cluster */
+    assert_int_equal(go(&k, 3, 2, 1, NT, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    /* one block leaves while the others wait at the cluster barrier */
+    char c2[64];
+    snprintf(c2, sizeof c2, "nj_cluster_sync line %d", line_of(cluster_src, "/*C2*/"));
+    a.reserved = 1;
+    assert_int_equal(go(&k, GX, GY, 1, NT, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    print_message("%s\n", nj_last_error());
+    assert_non_null(strstr(nj_last_error(), "cluster barrier divergence"));
+    assert_non_null(strstr(nj_last_error(), c2));
+    assert_non_null(strstr(nj_last_error(), "exited"));
+    /* a rank outside the cluster */
+    a.reserved = 2;
+    assert_int_equal(go(&k, GX, GY, 1, NT, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    assert_non_null(strstr(nj_last_error(), "rank 4"));
+    /* reading the shared memory of a block that has left the cluster */
+    if (SANITIZED) {
+        bool failed = false;
+        char *err = run_in_child(run_cluster_race, NULL, &failed);
+        assert_true(failed);
+        assert_non_null(strstr(err, "use-after-poison"));
+        free(err);
+    } else {
+        int caught = run_cluster_race(NULL);
+        print_message("reads of departed cluster blocks caught by %d of 8 seeds\n", caught);
+        assert_true(caught > 0);
+    }
+    drop(&sh, false);
+    drop(&k, true);
 }
 
 /* ---------------------------------------------------------------- launch validation, loading */
@@ -949,6 +1064,7 @@ int main(void)
         cmocka_unit_test(test_unwritten_output_fail),
         cmocka_unit_test(test_warp_deadlock_fail),
         cmocka_unit_test(test_partial_mask_fail),
+        cmocka_unit_test(test_clusters),
         cmocka_unit_test(test_sanitized_kernel_oob_fail),
         cmocka_unit_test(test_launch_limits_fail),
         cmocka_unit_test(test_modules_with_same_kernel_name),

@@ -6,7 +6,7 @@
 #ifndef NJ_EMU_H
 #define NJ_EMU_H
 
-#define NJ_EMU_ABI 1 /* bump with any change to nj_emu_runtime (src/backend_emu.c keeps a twin) */
+#define NJ_EMU_ABI 2 /* bump with any change to nj_emu_runtime (src/emu_fibers.c keeps a twin) */
 
 typedef __SIZE_TYPE__ nj_emu_size;
 
@@ -14,16 +14,21 @@ struct uint3 { unsigned x, y, z; };
 typedef uint3 dim3;
 
 /* The fiber state a kernel sees; first member of the library's fiber record. */
-struct nj_emu_thread { uint3 tid; };
+struct nj_emu_thread {
+    uint3 tid, bid;
+    unsigned crank; /* rank of the block in its cluster */
+    void *dyn;      /* the block's dynamic shared memory */
+};
 
 struct nj_emu_runtime {
     unsigned abi, struct_size;
     nj_emu_thread *cur; /* the fiber running now */
-    uint3 bid, bdim, gdim;
-    void *dyn_shared;
+    uint3 bdim, gdim, cdim;
     void (*sync)(int line);
     void *(*shared)(const void *key, nj_emu_size bytes, nj_emu_size align, int line);
     unsigned long long (*warp)(int kind, unsigned mask, unsigned long long v, int arg, int width, int line);
+    void (*csync)(int line);
+    void *(*cmap)(const void *p, unsigned rank, int line);
 };
 
 static const nj_emu_runtime *nj_emu_rt_;
@@ -37,7 +42,7 @@ extern "C" __attribute__((visibility("default"))) int nj_emu_bind(const nj_emu_r
 }
 
 #define threadIdx (nj_emu_rt_->cur->tid)
-#define blockIdx (nj_emu_rt_->bid)
+#define blockIdx (nj_emu_rt_->cur->bid)
 #define blockDim (nj_emu_rt_->bdim)
 #define gridDim (nj_emu_rt_->gdim)
 #define warpSize 32
@@ -46,6 +51,10 @@ extern "C" __attribute__((visibility("default"))) int nj_emu_bind(const nj_emu_r
 #define NJ_KERNEL(name, max_threads)                                                        \
     extern "C" __attribute__((visibility("default"))) const int nj_emu_bound_##name = (max_threads); \
     extern "C" __attribute__((visibility("default"))) void name(const nj_kargs A)
+/* A kernel whose blocks run in clusters of cx*cy*cz (CUDA: __cluster_dims__); the grid must be a multiple. */
+#define NJ_CLUSTER_KERNEL(name, max_threads, cx, cy, cz)                                     \
+    extern "C" __attribute__((visibility("default"))) const int nj_emu_cluster_##name[3] = {cx, cy, cz}; \
+    NJ_KERNEL(name, max_threads)
 #define NJ_EMU_CAT2_(a, b) a##b
 #define NJ_EMU_CAT_(a, b) NJ_EMU_CAT2_(a, b)
 /* A static object's address identifies the declaration, so every thread of a block gets the same array. */
@@ -54,7 +63,7 @@ extern "C" __attribute__((visibility("default"))) int nj_emu_bind(const nj_emu_r
     type *name = (type *)nj_emu_rt_->shared(&site, sizeof(type) * (nj_emu_size)(count),     \
                                             alignof(type), __LINE__)
 #define NJ_SHARED(type, name, count) NJ_EMU_SHARED_(type, name, count, NJ_EMU_CAT_(nj_emu_site_, __COUNTER__))
-#define NJ_DYN_SHARED(type, name) type *name = (type *)nj_emu_rt_->dyn_shared
+#define NJ_DYN_SHARED(type, name) type *name = (type *)nj_emu_rt_->cur->dyn
 
 #define __device__
 #define __host__
@@ -68,6 +77,15 @@ extern "C" __attribute__((visibility("default"))) int nj_emu_bind(const nj_emu_r
 static inline void __syncthreads(int line = __builtin_LINE()) { nj_emu_rt_->sync(line); }
 static inline void __threadfence(void) { __asm__ __volatile__("" ::: "memory"); }
 static inline void __threadfence_block(void) { __asm__ __volatile__("" ::: "memory"); }
+
+/* ---- clusters: the blocks of a cluster run together ---- */
+static inline unsigned nj_cluster_rank(void) { return nj_emu_rt_->cur->crank; }
+static inline unsigned nj_cluster_size(void)
+{ return nj_emu_rt_->cdim.x * nj_emu_rt_->cdim.y * nj_emu_rt_->cdim.z; }
+static inline void nj_cluster_sync(int line = __builtin_LINE()) { nj_emu_rt_->csync(line); }
+/* The same shared-memory location in block `rank` of the cluster (distributed shared memory). */
+template <class T> static inline T *nj_cluster_map(T *p, unsigned rank, int line = __builtin_LINE())
+{ return (T *)nj_emu_rt_->cmap((const void *)p, rank, line); }
 
 enum { NJ_EMU_W_SYNC = 0, NJ_EMU_W_IDX, NJ_EMU_W_XOR, NJ_EMU_W_DOWN, NJ_EMU_W_UP, NJ_EMU_W_BALLOT,
        NJ_EMU_W_ANY, NJ_EMU_W_ALL };
