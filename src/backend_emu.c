@@ -56,8 +56,9 @@ extern char **environ;
  * -O0 40 ms, -Og 46 ms, -O1 58 ms, -O2 73 ms; running a 2048x1024 LayerNorm: -O0 109 ms, -Og 64 ms,
  * -O1 59 ms, -O2 52 ms. -nostdlib skips the C++ runtime at link time (a third of a small kernel's time);
  * -lm keeps libm a dependency so math resolves even when the library itself was dlopen'ed local. */
-static const char *const emu_flags[] = {"-std=c++17", "-Og",   "-fPIC", "-shared", "-pipe", "-w",
-                                        "-fno-exceptions", "-fno-rtti", "-nostdlib"};
+static const char *const emu_flags[] = {"-std=c++17",      "-Og",       "-fPIC",    "-shared",
+                                        "-pipe",           "-w",        "-fno-exceptions", "-fno-rtti",
+                                        "-fvisibility=hidden", "-nostdlib"};
 
 typedef struct emu_backend {
     nj_backend base;
@@ -180,8 +181,13 @@ static void probe_compiler(emu_backend *e)
     nj_error_clear(); /* a missing compiler is reported by compile(), not here */
 }
 
+/* nj_template_get (codegen.c) honours NORMJIT_TEMPLATE_DIR. It is weak so that a program linking the static
+ * library without the code generator (this module's tests) still links; the embedded copy is used then. */
+#pragma weak nj_template_get
+
 static nj_status emu_header(const char **text, size_t *len)
 {
+    if (nj_template_get) return nj_template_get("emu/emu.h", text, len);
     for (size_t i = 0; i < nj_embedded_template_count; i++) {
         if (strcmp(nj_embedded_templates[i].name, "emu/emu.h") == 0) {
             *text = nj_embedded_templates[i].text;
