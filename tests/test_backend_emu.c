@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "emu_test_kernels.h"
 #include "emu_fibers.h"
 #include "kernel_abi.h"
 
@@ -117,40 +118,6 @@ static bool is_poison(float v)
 
 /* ---------------------------------------------------------------- block reduction */
 
-static const char *reduce_src =
-    "NJ_DEVICE float warp_sum(float v) {\n"
-    "#pragma unroll\n"
-    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
-    "    return v;\n"
-    "}\n"
-    "NJ_DEVICE float block_sum(float v, float *red) {\n"
-    "    const unsigned nt = blockDim.x * blockDim.y * blockDim.z;\n"
-    "    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n"
-    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
-    "    if ((t & 31) == 0) red[t >> 5] = v;\n"
-    "    __syncthreads();\n"
-    "    float r = t < nt / 32 ? red[t] : 0.0f;\n"
-    "    if (t < 32) r = warp_sum(r);\n"
-    "    if (t == 0) red[32] = r;\n"
-    "    __syncthreads();\n"
-    "    r = red[32];\n"
-    "    __syncthreads();\n"
-    "    return r;\n"
-    "}\n"
-    "NJ_KERNEL(reduce, 1024) {\n"
-    "    NJ_SHARED(float, red, 33);\n"
-    "    const long long n = A.rows;\n"
-    "    const float *x = (const float *)A.x + (long long)blockIdx.x * n;\n"
-    "    const unsigned nt = blockDim.x * blockDim.y * blockDim.z;\n"
-    "    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n"
-    "    float s = 0.0f;\n"
-    "    for (long long i = t; i < n; i += nt) s += x[i];\n"
-    "    const float total = block_sum(s, red);\n"
-    "    const float count = block_sum(1.0f, red);\n"
-    "    if (t == 0) ((float *)A.y)[blockIdx.x] = total;\n"
-    "    if (t == nt - 1) ((float *)A.y)[gridDim.x + blockIdx.x] = count;\n"
-    "}\n";
-
 /* Number of wrong results of the reduction (-1: the launch failed). No cmocka asserts: worker threads
  * call it too. */
 static int reduce_errors(built *k, const int32_t shape[3], int64_t n)
@@ -190,7 +157,7 @@ static void test_block_reduce(void **state)
     static const int32_t shapes[][3] = {{32, 1, 1}, {64, 1, 1}, {96, 1, 1}, {1024, 1, 1},
                                         {16, 4, 1}, {32, 8, 1}, {8, 8, 4}, {32, 32, 1}};
     static const int64_t sizes[] = {1, 31, 1000, 4097, 100003};
-    built k = build(0, 0, reduce_src, "reduce");
+    built k = build(0, 0, emu_reduce_src, "reduce");
     built sh = rebind(&k, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 7);
     for (size_t s = 0; s < NJ_ARRAY_LEN(shapes); s++) {
         for (size_t i = 0; i < NJ_ARRAY_LEN(sizes); i++) {
@@ -216,7 +183,7 @@ static void test_concurrent_launches(void **state)
 {
     built k[3];
     pthread_t th[3];
-    for (int i = 0; i < 3; i++) k[i] = build(i ? NJ_CTX_EMU_SHUFFLE : 0, (uint64_t)i, reduce_src, "reduce");
+    for (int i = 0; i < 3; i++) k[i] = build(i ? NJ_CTX_EMU_SHUFFLE : 0, (uint64_t)i, emu_reduce_src, "reduce");
     for (int i = 0; i < 3; i++) assert_int_equal(pthread_create(&th[i], NULL, reduce_worker, &k[i]), 0);
     for (int i = 0; i < 3; i++) {
         void *bad = NULL;
@@ -279,31 +246,9 @@ static void test_grid_stride(void **state)
 
 /* ---------------------------------------------------------------- shared memory */
 
-static const char *shared_src =
-    "NJ_KERNEL(rev, 1024) {\n"
-    "    NJ_DYN_SHARED(float, buf);\n"
-    "    NJ_SHARED(int, flag, 4);\n"
-    "    const unsigned t = threadIdx.x, n = blockDim.x;\n"
-    "    const float *x = (const float *)A.x + blockIdx.x * n;\n"
-    "    if (t == 0) flag[0] = 41;\n"
-    "    buf[t] = x[t];\n"
-    "    buf[n + t] = 2.0f * x[t];\n"
-    "    __syncthreads();\n"
-    "    ((float *)A.y)[blockIdx.x * n + t] = buf[n - 1 - t] + buf[2 * n - 1 - t] + (float)(flag[0] + 1);\n"
-    "}\n"
-    "NJ_KERNEL(peek, 1024) {\n"
-    "    NJ_SHARED(unsigned, junk, 256);\n"
-    "    ((unsigned *)A.y)[blockIdx.x * blockDim.x + threadIdx.x] = junk[threadIdx.x];\n"
-    "}\n"
-    "NJ_KERNEL(too_big, 1024) {\n"
-    "    NJ_SHARED(float, a, 10000);\n"
-    "    NJ_SHARED(float, b, 4000);\n"
-    "    a[threadIdx.x] = b[threadIdx.x];\n"
-    "}\n";
-
 static void test_dynamic_shared(void **state)
 {
-    built k = build(0, 0, shared_src, "rev");
+    built k = build(0, 0, emu_shared_src, "rev");
     const int n = 192, grid = 4;
     float *x = malloc(sizeof(float) * n * grid), *y = poisoned(n * grid);
     assert_non_null(x);
@@ -323,7 +268,7 @@ static void test_dynamic_shared(void **state)
 
 static void test_shared_poison(void **state)
 {
-    built k = build(NJ_CTX_EMU_POISON, 0, shared_src, "peek");
+    built k = build(NJ_CTX_EMU_POISON, 0, emu_shared_src, "peek");
     built plain = rebind(&k, 0, 0);
     unsigned out[2 * 256];
     nj_kargs a = {0};
@@ -341,7 +286,7 @@ static void test_shared_poison(void **state)
 
 static void test_static_shared_limit_fail(void **state)
 {
-    built k = build(0, 0, shared_src, "too_big");
+    built k = build(0, 0, emu_shared_src, "too_big");
     nj_kargs a = {0};
     assert_int_equal(go(&k, 1, 1, 1, 64, 1, 1, 0, &a), NJ_ERR_EMULATOR);
     assert_non_null(strstr(nj_last_error(), "48 KiB"));
@@ -352,30 +297,9 @@ static void test_static_shared_limit_fail(void **state)
 
 /* ---------------------------------------------------------------- atomics */
 
-static const char *atomic_src =
-    "NJ_KERNEL(atom, 1024) {\n"
-    "    int *c = (int *)A.workspace;\n"
-    "    const int t = threadIdx.x + blockIdx.x * blockDim.x;\n"
-    "    atomicAdd(&c[0], 1);\n"
-    "    atomicAdd((float *)&c[1], 0.5f);\n"
-    "    atomicMax(&c[2], t);\n"
-    "    atomicMin(&c[3], -t);\n"
-    "    int old = c[4];\n"
-    "    while (atomicCAS(&c[4], old, old + 2) != old) old = c[4];\n"
-    "    atomicAdd((unsigned long long *)&c[6], 3ull);\n"
-    "    if (t == 77) atomicExch(&c[8], 1234);\n"
-    "    __threadfence();\n"
-    "    NJ_SHARED(unsigned, hits, 1);\n"
-    "    if (threadIdx.x == 0) hits[0] = 0;\n"
-    "    __syncthreads();\n"
-    "    atomicAdd(&hits[0], 1u);\n"
-    "    __syncthreads();\n"
-    "    if (threadIdx.x == 0) ((unsigned *)A.y)[blockIdx.x] = hits[0];\n"
-    "}\n";
-
 static void test_atomics(void **state)
 {
-    built k = build(NJ_CTX_EMU_SHUFFLE, 3, atomic_src, "atom");
+    built k = build(NJ_CTX_EMU_SHUFFLE, 3, emu_atomic_src, "atom");
     int c[10];
     memset(c, 0, sizeof c);
     float zero = 0.0f;
@@ -403,28 +327,9 @@ static void test_atomics(void **state)
 
 /* ---------------------------------------------------------------- warp operations */
 
-static const char *warp_src =
-    "NJ_KERNEL(warps, 1024) {\n"
-    "    const unsigned t = threadIdx.x;\n"
-    "    const int *x = (const int *)A.x;\n"
-    "    int *y = (int *)A.y;\n"
-    "    const int v = x[t];\n"
-    "    y[8 * t + 0] = __shfl_sync(0xffffffffu, v, 3);\n"
-    "    y[8 * t + 1] = __shfl_down_sync(0xffffffffu, v, 5);\n"
-    "    y[8 * t + 2] = __shfl_up_sync(0xffffffffu, v, 2);\n"
-    "    y[8 * t + 3] = __shfl_xor_sync(0xffffffffu, v, 9, 16);\n"
-    "    y[8 * t + 4] = (int)__ballot_sync(0xffffffffu, v % 3 == 0);\n"
-    "    y[8 * t + 5] = __any_sync(0xffffffffu, v == 7) + 2 * __all_sync(0xffffffffu, v >= 0);\n"
-    "    double d = __shfl_sync(0xffffffffu, (double)v * 0.25, (int)(t + 1) & 31, 8);\n"
-    "    y[8 * t + 6] = (int)(d * 4.0);\n"
-    "    __syncwarp();\n"
-    "    long long l = __shfl_xor_sync(0xffffffffu, (long long)v << 33, 31);\n"
-    "    y[8 * t + 7] = (int)(l >> 33);\n"
-    "}\n";
-
 static void test_warp_ops(void **state)
 {
-    built k = build(NJ_CTX_EMU_SHUFFLE, 11, warp_src, "warps");
+    built k = build(NJ_CTX_EMU_SHUFFLE, 11, emu_warp_src, "warps");
     enum { N = 128 };
     int x[N], y[8 * N];
     for (int i = 0; i < N; i++) x[i] = (i * 37 + 5) % 64;
@@ -703,36 +608,11 @@ static void test_sanitized_kernel_oob_fail(void **state)
 
 /* ---------------------------------------------------------------- clusters */
 
-static const char *cluster_src =
-    "NJ_CLUSTER_KERNEL(csum, 1024, 2, 2, 1) {\n"
-    "    NJ_SHARED(float, part, 4);\n"
-    "    const unsigned nb = gridDim.x;\n"
-    "    const unsigned b = blockIdx.x + nb * blockIdx.y;\n"
-    "    const float *x = (const float *)A.x + (long long)b * blockDim.x;\n"
-    "    float v = x[threadIdx.x];\n"
-    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
-    "    if (threadIdx.x == 0) part[0] = 0.0f;\n"
-    "    __syncthreads();\n"
-    "    if ((threadIdx.x & 31) == 0) atomicAdd(&part[0], v);\n"
-    "    nj_cluster_sync();\n"
-    "    float *y = (float *)A.y;\n"
-    "    if (nj_cluster_rank() == 0 && threadIdx.x == 0) {\n"
-    "        float t = 0.0f;\n"
-    "        for (unsigned r = 0; r < nj_cluster_size(); r++) t += nj_cluster_map(part, r)[0];\n"
-    "        y[b] = t;\n"
-    "    }\n"
-    "    if (threadIdx.x == 1) ((int *)A.workspace)[b] = (int)nj_cluster_rank();\n"
-    "    if (A.reserved == 1 && nj_cluster_rank() == 3) return;\n"
-    "    if (A.reserved == 2 && threadIdx.x == 0) nj_cluster_map(part, 4);\n"
-    "    if (A.reserved == 3) return; /* rank 0 may read blocks that have left */\n"
-    "    nj_cluster_sync(); /*C2*/\n"
-    "}\n";
-
 /* Cluster sums where blocks leave without waiting for rank 0 to read their shared memory; returns the
  * number of shuffle seeds (of 8) that expose it. */
 static int run_cluster_race(const void *arg)
 {
-    built k = build(0, 0, cluster_src, "csum");
+    built k = build(0, 0, emu_cluster_src, "csum");
     enum { G = 2, NT = 64 };
     float x[G * G * NT], y[G * G];
     int rank[G * G], caught = 0;
@@ -753,7 +633,7 @@ static int run_cluster_race(const void *arg)
 
 static void test_clusters(void **state)
 {
-    built k = build(0, 0, cluster_src, "csum");
+    built k = build(0, 0, emu_cluster_src, "csum");
     built sh = rebind(&k, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 9);
     enum { GX = 4, GY = 4, NT = 64 };
     float x[GX * GY * NT], y[GX * GY];
@@ -783,7 +663,7 @@ static void test_clusters(void **state)
     assert_int_equal(go(&k, 3, 2, 1, NT, 1, 1, 0, &a), NJ_ERR_EMULATOR);
     /* one block leaves while the others wait at the cluster barrier */
     char c2[64];
-    snprintf(c2, sizeof c2, "nj_cluster_sync line %d", line_of(cluster_src, "/*C2*/"));
+    snprintf(c2, sizeof c2, "nj_cluster_sync line %d", line_of(emu_cluster_src, "/*C2*/"));
     a.reserved = 1;
     assert_int_equal(go(&k, GX, GY, 1, NT, 1, 1, 0, &a), NJ_ERR_EMULATOR);
     print_message("%s\n", nj_last_error());
@@ -931,49 +811,12 @@ static void test_identity_and_memory(void **state)
 
 /* ---------------------------------------------------------------- a typical kernel, and measurements */
 
-static const char *layernorm_src =
-    "NJ_DEVICE float warp_sum(float v) {\n"
-    "#pragma unroll\n"
-    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
-    "    return v;\n"
-    "}\n"
-    "NJ_DEVICE float block_sum(float v, float *red) {\n"
-    "    const unsigned t = threadIdx.x, nw = blockDim.x / 32;\n"
-    "    v = warp_sum(v);\n"
-    "    if ((t & 31) == 0) red[t >> 5] = v;\n"
-    "    __syncthreads();\n"
-    "    float r = t < nw ? red[t] : 0.0f;\n"
-    "    if (t < 32) r = warp_sum(r);\n"
-    "    if (t == 0) red[32] = r;\n"
-    "    __syncthreads();\n"
-    "    r = red[32];\n"
-    "    __syncthreads();\n"
-    "    return r;\n"
-    "}\n"
-    "NJ_KERNEL(layernorm_fwd, 1024) {\n"
-    "    NJ_SHARED(float, red, 33);\n"
-    "    const int N = 1000;\n"
-    "    const long long row = blockIdx.x;\n"
-    "    if (row >= A.rows) return;\n"
-    "    const float *x = (const float *)A.x + row * N;\n"
-    "    const float *g = (const float *)A.gamma, *bb = (const float *)A.beta;\n"
-    "    float *y = (float *)A.y + row * N;\n"
-    "    float s = 0.0f;\n"
-    "    for (int i = threadIdx.x; i < N; i += blockDim.x) s += x[i];\n"
-    "    const float mean = block_sum(s, red) / N;\n"
-    "    float q = 0.0f;\n"
-    "    for (int i = threadIdx.x; i < N; i += blockDim.x) { float d = x[i] - mean; q += d * d; }\n"
-    "    const float rstd = rsqrtf(block_sum(q, red) / N + A.eps);\n"
-    "    for (int i = threadIdx.x; i < N; i += blockDim.x) y[i] = (x[i] - mean) * rstd * g[i] + bb[i];\n"
-    "    if (threadIdx.x == 0) { A.mean[row] = mean; A.rstd[row] = rstd; }\n"
-    "}\n";
-
 static void test_layernorm_and_compile_time(void **state)
 {
-    built k = build(NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 5, layernorm_src, "layernorm_fwd");
+    built k = build(NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 5, emu_layernorm_src, "layernorm_fwd");
     double best = k.compile_ms;
     for (int i = 0; i < 2; i++) {
-        built again = build(0, 0, layernorm_src, "layernorm_fwd");
+        built again = build(0, 0, emu_layernorm_src, "layernorm_fwd");
         if (again.compile_ms < best) best = again.compile_ms;
         drop(&again, true);
     }
