@@ -784,8 +784,16 @@ nj_status nj_emu_run(const nj_emu_launch *l)
     if (st == NJ_OK) st = arena_ensure(per * nc);
     if (st == NJ_OK && g_pool_dirty) pool_clean();
     if (st == NJ_OK) {
-        *s = (emu_sched){.l = l, .nthr = (int32_t)n, .nwarps = (int32_t)(n + 31) / 32, .nblocks = (int32_t)nc,
-                         .nfib = nfib, .arena_per = per, .runq = g_runq, .warps = g_warps, .fib = g_fibs};
+        memset(s, 0, sizeof *s); /* not a compound literal: it would be a large temporary on the caller's stack */
+        s->l = l;
+        s->nthr = (int32_t)n;
+        s->nwarps = (int32_t)(n + 31) / 32;
+        s->nblocks = (int32_t)nc;
+        s->nfib = nfib;
+        s->arena_per = per;
+        s->runq = g_runq;
+        s->warps = g_warps;
+        s->fib = g_fibs;
         setup_fibers(s);
         g_rt.bdim = (emu_u3){l->block[0], l->block[1], l->block[2]};
         g_rt.gdim = (emu_u3){l->grid[0], l->grid[1], l->grid[2]};

@@ -527,16 +527,26 @@ static const char *bad_mask_src =
     "NJ_KERNEL(mask, 1024) {\n"
     "    float v = __shfl_xor_sync(0x0000ffffu, (float)threadIdx.x, 1);\n"
     "    ((float *)A.y)[threadIdx.x] = v;\n"
+    "}\n"
+    "NJ_KERNEL(partial, 1024) {\n"
+    "    float v = __shfl_down_sync(0xffffffffu, (float)threadIdx.x, 8);\n"
+    "    ((float *)A.y)[threadIdx.x] = v;\n"
     "}\n";
 
 static void test_partial_mask_fail(void **state)
 {
     built k = build(0, 0, bad_mask_src, "mask");
-    float y[32];
+    float y[64];
     nj_kargs a = {0};
     a.y = y;
     assert_int_equal(go(&k, 1, 1, 1, 32, 1, 1, 0, &a), NJ_ERR_EMULATOR);
     assert_non_null(strstr(nj_last_error(), "mask"));
+    drop(&k, true);
+    /* a block of 48 threads: lanes 8..15 of the second warp read lanes that do not exist */
+    k = build(0, 0, bad_mask_src, "partial");
+    assert_int_equal(go(&k, 1, 1, 1, 32, 1, 1, 0, &a), NJ_OK);
+    assert_int_equal(go(&k, 1, 1, 1, 48, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    assert_non_null(strstr(nj_last_error(), "does not exist"));
     drop(&k, true);
 }
 
