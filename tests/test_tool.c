@@ -283,6 +283,22 @@ static void test_warmup_default_backend_falls_back(void **state)
     nj_run_free(&r);
 }
 
+/* A cache root writable by others is refused: warming into memory would persist nothing, so it fails. */
+static void test_warmup_unsafe_cache_fail(void **state)
+{
+    (void)state;
+    char cache[512], man[512];
+    nj_path(cache, sizeof cache, "open-cache");
+    nj_path(man, sizeof man, "small.txt");
+    nj_write_file(man, "rmsnorm f32 *x256 flags=scale\n");
+    assert_int_equal(mkdir(cache, 0700), 0);
+    assert_int_equal(chmod(cache, 0777), 0);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, man);
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "NJ_ERR_CACHE_UNSAFE"));
+    nj_run_free(&r);
+}
+
 /* ---- plan ---- */
 
 /* The 32-hex hash printed after "hash:" for the first pass. */
@@ -538,6 +554,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_warmup_malformed_line_fail, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_warmup_twice_compiles_once, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_warmup_default_backend_falls_back, nj_setup, nj_teardown),
+        cmocka_unit_test_setup_teardown(test_warmup_unsafe_cache_fail, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_plan_prints_signature, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_plan_bad_problem_fail, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_cache_verify_corrupt_entry_fail, nj_setup, nj_teardown),

@@ -147,6 +147,20 @@ static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, double secs)
     printf("time               %.2f s\n", secs);
 }
 
+/* The context works in memory when the cache root is refused; a warmup would then persist nothing, so
+ * say why (by opening the root once more for its message) and fail. Returns 1 to stop. */
+static int nj_warm_explain_no_cache(const char *dir)
+{
+    char *root = nj_cache_default_root(dir);
+    nj_cache *c = NULL;
+    nj_status s = root ? nj_cache_open(root, 0, &c) : NJ_ERR_CACHE_IO;
+    if (s != NJ_OK) nj_tool_error(s, "cannot use the cache root %s", root ? root : "(none: HOME unset)");
+    else fprintf(stderr, "normjit warmup: the context has no disk cache; nothing would be persisted\n");
+    if (c) nj_cache_close(c);
+    free(root);
+    return 1;
+}
+
 typedef struct nj_warm_args {
     nj_tool_target target;
     uint32_t passes;
@@ -225,6 +239,7 @@ int nj_cmd_warmup(int argc, char **argv)
     rc = NJ_EXIT_FAIL;
     if (nj_warm_load(&a, &lines, &n) != 0) goto out;
     if (nj_tool_open_context(&a.target, NJ_TOOL_FALLBACK_COMPILE_ONLY, &ctx) != NJ_OK) goto out;
+    if (!nj_context_cache_dir(ctx)[0] && nj_warm_explain_no_cache(a.target.cache_dir)) goto out;
     st.ctx = ctx;
     st.count = n;
     st.passes = a.passes;
