@@ -155,9 +155,9 @@ void nj_check_report_print(FILE *f, const nj_check_report *rep)
 {
     for (int i = 0; i < rep->count; i++) {
         const nj_check_result *r = &rep->out[i];
-        fprintf(f, "  %-12s %-4s %10lld  max_abs %9.3e  max_rel %9.3e  err %8.3g  tol %.0e+%.0e*|ref| (scale %.3g)  %s\n",
-                r->name, nj_dtype_name(r->dtype), (long long)r->count, r->max_abs, r->max_rel, r->max_err, r->tol.rtol,
-                r->tol.atol, r->scale, r->pass ? "PASS" : "FAIL");
+        fprintf(f, "  %-12s %-4s %10lld  max_abs %9.3e  max_rel %9.3e  err %8.3g  tol %.1e*%.3g+%.1e*|ref|  %s\n",
+                r->name, nj_dtype_name(r->dtype), (long long)r->count, r->max_abs, r->max_rel, r->max_err, r->tol.atol,
+                r->scale, r->tol.rtol, r->pass ? "PASS" : "FAIL");
         if (!r->pass)
             fprintf(f, "  %-12s worst at index %lld: got %.9g, expected %.9g%s\n", "", (long long)r->worst_index,
                     r->worst_got, r->worst_ref, r->nonfinite ? " (NaN/Inf present: unwritten or overflowed)" : "");
