@@ -46,18 +46,32 @@ static const char *nj_cache_ext_of(const char *path)
     return d ? d + 1 : "";
 }
 
-/* The first two lines of a signature describe the problem and the pass: show them on one line. */
+/* Value of the signature line starting with `key ` ("" if none). */
+static void nj_cache_sig_field(const char *sig, const char *key, char *out, size_t cap)
+{
+    size_t k = strlen(key);
+    out[0] = '\0';
+    for (const char *p = sig; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (!strncmp(p, key, k) && p[k] == ' ') {
+            snprintf(out, cap, "%.*s", (int)strcspn(p + k + 1, "\n"), p + k + 1);
+            return;
+        }
+    }
+}
+
+/* What an entry holds, from its signature: "pass target problem" (or its first line if unrecognized). */
 static void nj_cache_sig_head(const char *sig, char *out, size_t cap)
 {
     if (!sig) {
         snprintf(out, cap, "(unreadable)");
         return;
     }
-    size_t a = strcspn(sig, "\n");
-    const char *second = sig[a] ? sig + a + 1 : "";
-    size_t b = strcspn(second, "\n");
-    if (b) snprintf(out, cap, "%.*s | %.*s", (int)a, sig, (int)b, second);
-    else snprintf(out, cap, "%.*s", (int)a, sig);
+    char prob[384], pass[16], target[48];
+    nj_cache_sig_field(sig, "problem", prob, sizeof prob);
+    nj_cache_sig_field(sig, "pass", pass, sizeof pass);
+    nj_cache_sig_field(sig, "target", target, sizeof target);
+    if (prob[0]) snprintf(out, cap, "%-3s %-8s %s", pass, target, prob);
+    else snprintf(out, cap, "%.*s", (int)strcspn(sig, "\n"), sig);
 }
 
 static void nj_cache_age(int64_t mtime, char *out, size_t cap)
@@ -84,7 +98,7 @@ static void nj_cache_visit_ls(void *user, const char *path, const char *signatur
                               nj_status vs)
 {
     nj_cache_walk *w = user;
-    char hash[64], age[32], head[512], size[32];
+    char hash[64], age[32], head[600], size[32];
     nj_cache_hash_of(path, hash, sizeof hash);
     nj_cache_age(mtime, age, sizeof age);
     nj_cache_sig_head(signature, head, sizeof head);
