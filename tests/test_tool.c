@@ -235,7 +235,11 @@ static void test_warmup_malformed_line_fail(void **state)
     assert_int_equal(r.status, 1);
     snprintf(where, sizeof where, "%s:3:", man);
     assert_non_null(strstr(r.err, where));          /* file:line of the bad line */
-    assert_null(strstr(r.err, ":1:"));              /* good lines are not reported */
+    {
+        char line1[600];
+        snprintf(line1, sizeof line1, "%s:1:", man);
+        assert_null(strstr(r.err, line1)); /* good lines are not reported */
+    }
     assert_int_equal(nj_field(r.out, "problems"), 3);
     assert_int_equal(nj_field(r.out, "failed"), 1);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 4); /* both good problems, fwd + bwd */

@@ -134,7 +134,8 @@ static nj_context *nj_bench_loadable(const nj_bench_args *a, const char *dir)
     nj_backend_kind kind = a->hot_given ? a->hot : NJ_BACKEND_CUDA;
     nj_status s = nj_bench_ctx(kind, 0, dir, &ctx);
     if (s != NJ_OK && !a->hot_given) {
-        printf("note: cuda unavailable (%s); load and lookup figures use the emulator\n", nj_status_name(s));
+        static int noted;
+        if (!noted++) printf("note: cuda unavailable (%s); load and lookup figures use the emulator\n", nj_status_name(s));
         kind = NJ_BACKEND_EMULATOR;
         s = nj_bench_ctx(kind, 0, dir, &ctx);
     }

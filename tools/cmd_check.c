@@ -91,7 +91,7 @@ static int nj_check_one(nj_context *ctx, const char *text, const nj_check_option
         nj_tool_error(s, "cannot parse '%s'", text);
         return NJ_EXIT_FAIL;
     }
-    printf("%s\n", nj_tool_problem_text(&p));
+    printf("%s\n  as %s\n", text, nj_tool_problem_text(&p));
     nj_check_report rep;
     double t = nj_tool_now();
     s = nj_check_problem(ctx, &p, o, &rep);
