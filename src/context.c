@@ -248,7 +248,7 @@ static nj_status nj_plan_lookup(nj_context *ctx, const nj_problem_desc *p, nj_pl
     *out = nj_table_find(atomic_load_explicit(&ctx->table, memory_order_acquire), key, (uint32_t)keylen, h);
     if (*out) return NJ_OK;
 
-    nj_plan *fresh;
+    nj_plan *fresh = NULL;
     NJ_TRY(nj_plan_new(p, key, (uint32_t)keylen, h, &fresh));
     fresh->ctx = ctx;
     pthread_mutex_lock(&ctx->lock);
