@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "tool_check.h"
 
 #define NJ_TOOL_PATH NJ_BINARY_DIR "/normjit"
 
@@ -532,6 +535,83 @@ static void test_cache_gc_and_clear(void **state)
 
 /* ---- check ---- */
 
+/* nj_check_compare in-process: the verdicts below follow from how the inputs were built. */
+static void test_compare_within_tolerance(void **state)
+{
+    (void)state;
+    float got[6];
+    double ref[6];
+    for (int i = 0; i < 6; i++) {
+        ref[i] = 1.0 + 0.25 * i;
+        got[i] = (float)(ref[i] * (1.0 + 0.5e-5)); /* half the f32 rtol */
+    }
+    nj_check_result r;
+    nj_check_compare("y", got, NJ_F32, NULL, ref, 6, 0.0, nj_tol_output(NJ_F32), &r);
+    assert_true(r.pass);
+    assert_int_equal(r.count, 6);
+    assert_true(r.max_err > 0.0 && r.max_err < 1.0);
+    assert_int_equal(r.nonfinite, 0);
+}
+
+static void test_compare_error_beyond_tolerance_fail(void **state)
+{
+    (void)state;
+    float got[6];
+    double ref[6];
+    for (int i = 0; i < 6; i++) got[i] = (float)(ref[i] = 0.5 - 0.125 * i);
+    got[4] += 1e-3f; /* 100x the f32 tolerance at unit scale */
+    nj_check_result r;
+    nj_check_compare("y", got, NJ_F32, NULL, ref, 6, 0.0, nj_tol_output(NJ_F32), &r);
+    assert_false(r.pass);
+    assert_int_equal(r.worst_index, 4);
+    assert_true(r.max_abs > 0.9e-3 && r.max_abs < 1.1e-3);
+    assert_true(r.max_err > 10.0);
+}
+
+static void test_compare_unwritten_nan_fail(void **state)
+{
+    (void)state;
+    uint16_t got[4];
+    double ref[4] = {0.5, -0.25, 1.0, 2.0};
+    for (int i = 0; i < 4; i++) got[i] = nj_float_to_half((float)ref[i]);
+    got[2] = nj_float_to_half(NAN);
+    nj_check_result r;
+    nj_check_compare("dx", got, NJ_F16, NULL, ref, 4, 0.0, nj_tol_output(NJ_F16), &r);
+    assert_false(r.pass);
+    assert_int_equal(r.nonfinite, 1);
+    assert_int_equal(r.worst_index, 2);
+}
+
+/* A strided output: gaps hold NaN and are never read; logical order follows the layout's extents. */
+static void test_compare_strided_layout(void **state)
+{
+    (void)state;
+    nj_tensor_desc t;
+    memset(&t, 0, sizeof t);
+    t.dtype = NJ_BF16;
+    t.rank = 2;
+    t.extents[0] = 2;
+    t.extents[1] = 3;
+    t.strides[0] = 1; /* column-major storage of a 2x3 logical tensor, with a gap */
+    t.strides[1] = 3;
+    uint16_t got[9];
+    double ref[6];
+    for (int i = 0; i < 9; i++) got[i] = nj_float_to_bf16(NAN);
+    for (int r0 = 0; r0 < 2; r0++)
+        for (int c = 0; c < 3; c++) {
+            ref[r0 * 3 + c] = r0 - c * 0.5;
+            got[r0 + 3 * c] = nj_float_to_bf16((float)ref[r0 * 3 + c]);
+        }
+    nj_check_result r;
+    nj_check_compare("y", got, NJ_BF16, &t, ref, 6, 0.0, nj_tol_output(NJ_BF16), &r);
+    assert_true(r.pass);
+    assert_int_equal(r.nonfinite, 0);
+    got[1 + 3 * 2] = nj_float_to_bf16(5.0f); /* logical [1][2] */
+    nj_check_compare("y", got, NJ_BF16, &t, ref, 6, 0.0, nj_tol_output(NJ_BF16), &r);
+    assert_false(r.pass);
+    assert_int_equal(r.worst_index, 5);
+}
+
 static void test_check_emulator_pass(void **state)
 {
     (void)state;
@@ -565,6 +645,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cache_export_import_round_trip, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_cache_import_garbage_fail, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_cache_gc_and_clear, nj_setup, nj_teardown),
+        cmocka_unit_test(test_compare_within_tolerance),
+        cmocka_unit_test(test_compare_error_beyond_tolerance_fail),
+        cmocka_unit_test(test_compare_unwritten_nan_fail),
+        cmocka_unit_test(test_compare_strided_layout),
         cmocka_unit_test_setup_teardown(test_check_emulator_pass, nj_setup, nj_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

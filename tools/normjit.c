@@ -205,8 +205,10 @@ nj_status nj_tool_open_context(const nj_tool_target *t, nj_tool_fallback fb, nj_
     const char *env = getenv("NORMJIT_BACKEND");
     if (t->backend_given) kind = t->backend;
     else if (t->arch && fb == NJ_TOOL_FALLBACK_COMPILE_ONLY) kind = NJ_BACKEND_COMPILE_ONLY;
-    else if (env && *env && nj_tool_parse_backend(env, &kind) == 0) chosen = 1;
-    else chosen = 0;
+    else if (env && *env && nj_tool_parse_backend(env, &kind) != 0) {
+        fprintf(stderr, "normjit: NORMJIT_BACKEND=%s is not a backend (cuda, emulator, compile-only)\n", env);
+        return NJ_ERR_BAD_ARGUMENT;
+    } else chosen = env && *env;
     if (kind == NJ_BACKEND_COMPILE_ONLY && fb == NJ_TOOL_FALLBACK_EMULATOR) {
         fprintf(stderr, "normjit: the compile-only backend cannot run kernels; use --backend emulator|cuda\n");
         return NJ_ERR_UNSUPPORTED;
