@@ -60,7 +60,7 @@ static inline nj_tolerance nj_tol_grad(nj_dtype d)
  * |offset| / std * 2^-24 per element; widen rtol and atol for it (inputs have std ~0.58). */
 static inline nj_tolerance nj_tol_widen_offset(nj_tolerance t, double offset)
 {
-    double w = fabs(offset) * 64.0 * 0x1p-24;
+    double w = fabs(offset) * 32.0 * 0x1p-24;
     t.atol += w;
     t.rtol += w;
     return t;
