@@ -25,7 +25,8 @@ static void nj_cache_help(FILE *f)
             "  import FILE         add the entries of an archive, verifying each (rejected ones are reported)\n"
             "\n"
             "options:\n"
-            "  --cache DIR         cache root (default: NORMJIT_CACHE_DIR, $XDG_CACHE_HOME/normjit, ~/.cache/normjit)\n"
+            "  --cache DIR         cache root (default: NORMJIT_CACHE_DIR, else ./cache in a normjit source tree,\n"
+            "                      else $XDG_CACHE_HOME/normjit, else ~/.cache/normjit)\n"
             "  -h, --help          this text\n");
 }
 
@@ -256,7 +257,7 @@ int nj_cmd_cache(int argc, char **argv)
     if (!known) return nj_tool_usage_error("cache", "unknown action '%s'", action);
     if (needs_file && !arg) return nj_tool_usage_error("cache", "%s needs a FILE", action);
     if (!needs_file && arg) return nj_tool_usage_error("cache", "unexpected argument '%s'", arg);
-    char *root = nj_cache_default_root(dir);
+    char *root = nj_cache_default_root(nj_tool_cache_root(dir));
     if (!root) {
         fprintf(stderr, "normjit cache: no cache root (set --cache, NORMJIT_CACHE_DIR or HOME)\n");
         return NJ_EXIT_FAIL;

@@ -24,7 +24,7 @@ static void nj_check_help(FILE *f)
             "  --offset V          added to every x value (tests stability against a large mean; default 0)\n"
             "  --eps E             epsilon (default 1e-5)\n"
             "  --pass P            fwd, bwd or fwd,bwd (default fwd,bwd)\n"
-            "  --cache DIR         cache root\n"
+            "  --cache DIR         cache root (default as for warmup)\n"
             "  -h, --help          this text\n"
             "\n"
             "exit status: 0 when every output passes, 1 on any FAIL or error, 2 on a usage error.\n");

@@ -22,7 +22,7 @@ static void nj_plan_help(FILE *f)
             "  --backend B         cuda | emulator | compile-only (default as for warmup)\n"
             "  --pass P            fwd, bwd or fwd,bwd (default fwd,bwd)\n"
             "  --source            print the generated CUDA source too\n"
-            "  --cache DIR         cache root to look in\n"
+            "  --cache DIR         cache root to look in (default as for warmup)\n"
             "  -h, --help          this text\n");
 }
 

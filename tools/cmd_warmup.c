@@ -27,7 +27,8 @@ static void nj_warmup_help(FILE *f)
             "                      a driver, compile-only for sm_90)\n"
             "  --jobs N            worker threads (default: number of cores)\n"
             "  --passes P          fwd, bwd or fwd,bwd (default fwd,bwd)\n"
-            "  --cache DIR         cache root (default: NORMJIT_CACHE_DIR, $XDG_CACHE_HOME/normjit, ~/.cache/normjit)\n"
+            "  --cache DIR         cache root (default: NORMJIT_CACHE_DIR, else ./cache in a normjit source tree,\n"
+            "                      else $XDG_CACHE_HOME/normjit, else ~/.cache/normjit)\n"
             "  --quiet             no progress output\n"
             "  -h, --help          this text\n"
             "\n"
@@ -151,7 +152,7 @@ static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, double secs)
  * say why (by opening the root once more for its message) and fail. Returns 1 to stop. */
 static int nj_warm_explain_no_cache(const char *dir)
 {
-    char *root = nj_cache_default_root(dir);
+    char *root = nj_cache_default_root(nj_tool_cache_root(dir));
     nj_cache *c = NULL;
     nj_status s = root ? nj_cache_open(root, 0, &c) : NJ_ERR_CACHE_IO;
     if (s != NJ_OK) nj_tool_error(s, "cannot use the cache root %s", root ? root : "(none: HOME unset)");

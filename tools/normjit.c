@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct nj_tool_cmd {
     const char *name;
@@ -192,7 +193,7 @@ static nj_status nj_tool_try_context(const nj_tool_target *t, nj_backend_kind ki
     nj_context_options_init(&o);
     o.backend = kind;
     o.arch = arch;
-    o.cache_dir = t->cache_dir;
+    o.cache_dir = nj_tool_cache_root(t->cache_dir);
     o.max_parallel_compiles = t->jobs;
     o.flags = t->ctx_flags;
     return nj_context_create(&o, out);
@@ -233,6 +234,15 @@ nj_status nj_tool_open_context(const nj_tool_target *t, nj_tool_fallback fb, nj_
     s = nj_tool_try_context(t, alt, alt_arch, out);
     if (s != NJ_OK) nj_tool_error(s, "cannot create a %s context", nj_tool_backend_name(alt));
     return s;
+}
+
+const char *nj_tool_cache_root(const char *given)
+{
+    static char tree[4096];
+    const char *env = getenv("NORMJIT_CACHE_DIR");
+    if (given || (env && *env)) return given;
+    if (access("cache/.gitkeep", F_OK) != 0 || access("include/normjit.h", F_OK) != 0) return NULL;
+    return realpath("cache", tree) ? tree : NULL;
 }
 
 /* ---- problems from argv ---- */

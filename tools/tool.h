@@ -56,6 +56,11 @@ typedef struct nj_tool_target {
  * device the fallback backend is used with a note on stderr. Prints the error itself on failure. */
 nj_status nj_tool_open_context(const nj_tool_target *t, nj_tool_fallback fb, nj_context **out);
 
+/* Cache root for the tool: --cache if given; else NULL (the library's rules: NORMJIT_CACHE_DIR,
+ * $XDG_CACHE_HOME/normjit, ~/.cache/normjit) unless NORMJIT_CACHE_DIR is unset and the current directory
+ * is a normjit source tree (cache/.gitkeep beside include/normjit.h): then that tree's cache/. */
+const char *nj_tool_cache_root(const char *given);
+
 /* Groups argv words into problem texts: a word holding a space is a problem on its own; other words join
  * with spaces, and a word naming a problem kind (layernorm, rmsnorm, ...) starts a new problem.
  * Returns the count; *out is a malloc'd array of malloc'd strings (free with nj_tool_free_strings). */
