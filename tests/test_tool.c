@@ -22,7 +22,8 @@
 
 #define NJ_TOOL_PATH NJ_BINARY_DIR "/normjit"
 
-static char nj_tmp[256]; /* per-test temporary directory */
+static char nj_tmp[256];          /* per-test temporary directory */
+static const char *nj_child_cwd;  /* working directory of the next runs (NULL = inherited) */
 
 typedef struct nj_run {
     int status; /* exit code, or 128 + signal */
@@ -96,6 +97,7 @@ static nj_run nj_tool_v(const char *backend, const char *const *args)
     if (pid == 0) {
         int o = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600), e = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(126);
+        if (nj_child_cwd && chdir(nj_child_cwd) != 0) _exit(125);
         execve(argv[0], argv, env);
         _exit(127);
     }
@@ -150,6 +152,7 @@ static int nj_setup(void **state)
 static int nj_teardown(void **state)
 {
     (void)state;
+    nj_child_cwd = NULL;
     if (!getenv("NJ_TEST_KEEP")) nftw(nj_tmp, nj_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     return 0;
 }
@@ -303,6 +306,41 @@ static void test_warmup_unsafe_cache_fail(void **state)
     nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, man);
     assert_int_equal(r.status, 1);
     assert_non_null(strstr(r.err, "NJ_ERR_CACHE_UNSAFE"));
+    nj_run_free(&r);
+}
+
+/* Without --cache: XDG_CACHE_HOME/normjit, or the tree's cache/ when run from a normjit source tree. */
+static void test_warmup_default_cache_roots(void **state)
+{
+    (void)state;
+    char man[512], tree[512], p[600], want[700];
+    nj_path(man, sizeof man, "small.txt");
+    nj_write_file(man, "rmsnorm f32 *x256 flags=scale\n");
+    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--passes", "fwd", man);
+    assert_int_equal(r.status, 0);
+    snprintf(want, sizeof want, "cache              %s/xdg/normjit\n", nj_tmp);
+    assert_non_null(strstr(r.out, want));
+    nj_run_free(&r);
+    nj_path(tree, sizeof tree, "tree");
+    assert_int_equal(mkdir(tree, 0700), 0);
+    snprintf(p, sizeof p, "%s/include", tree);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/include/normjit.h", tree);
+    nj_write_file(p, "");
+    snprintf(p, sizeof p, "%s/cache", tree);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/cache/.gitkeep", tree);
+    nj_write_file(p, "");
+    nj_child_cwd = tree;
+    r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--passes", "fwd", man);
+    assert_int_equal(r.status, 0);
+    snprintf(want, sizeof want, "cache              %s/cache\n", tree);
+    assert_non_null(strstr(r.out, want));
+    assert_int_equal(nj_field(r.out, "kernels compiled"), 1); /* a different root: compiled again */
+    nj_run_free(&r);
+    r = NJ_TOOL(NULL, "cache", "ls");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "1 entries"));
     nj_run_free(&r);
 }
 
@@ -639,6 +677,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_warmup_twice_compiles_once, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_warmup_default_backend_falls_back, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_warmup_unsafe_cache_fail, nj_setup, nj_teardown),
+        cmocka_unit_test_setup_teardown(test_warmup_default_cache_roots, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_plan_prints_signature, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_plan_bad_problem_fail, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_cache_verify_corrupt_entry_fail, nj_setup, nj_teardown),
