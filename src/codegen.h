@@ -1,6 +1,6 @@
 /* Code generation (src/codegen.c): plan -> CUDA source, by rendering templates/ with embedded Lua 5.4.
  *
- * Template syntax (templates/*.cu, *.cuh):
+ * Template syntax (templates/NAME.cu, NAME.cuh):
  *   {{ expr }}        the value of a Lua expression (numbers printed as integers when integral)
  *   {% stmt %}        Lua statements (loops, ifs: {% for i = 0, P.rank-1 do %} ... {% end %})
  *   {# comment #}     dropped

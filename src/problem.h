@@ -6,6 +6,12 @@
  * the problem has none, so a problem differing only in batch gets the same canonical key.
  * Size-1 axes are dropped, and neighbours merge when they play the same role and are contiguous with
  * each other in every operand present (x, y, residual, residual_out, dy, dx, param, stats).
+ * Ordering: descending x stride, stable (equal x strides keep x's axis order, so broadcast x axes with
+ * stride 0 go innermost). Without scale/bias no axis is a feature axis (there is no param operand).
+ * When every reduced axis has extent 1, one reduced axis of extent 1 (activation strides 1) is kept
+ * innermost, so rank >= 2 always: the batch axis and at least one reduced axis.
+ * A zero-size x (some extent 0) canonicalizes as if its zero extents were 1, with batch extent 0: no
+ * kernel has work (statistics of an empty reduction are not written), and every non-batch extent >= 1.
  */
 #ifndef NJ_PROBLEM_H
 #define NJ_PROBLEM_H
@@ -26,8 +32,10 @@ typedef enum nj_operand {
 } nj_operand;
 
 typedef enum nj_kind {
-    NJ_KIND_ROW = 1,     /* one reduced axis, innermost, x stride 1 */
-    NJ_KIND_COLUMN = 2,  /* innermost axis kept with x stride 1, reduction outside it */
+    NJ_KIND_ROW = 1,     /* exactly one reduced axis, innermost, stride 1 in x, y, res, resout, dy, dx
+                          * (those present). GroupNorm NCHW with an affine keeps C/G (feature) and
+                          * spatial (not) as two reduced axes, so it is GENERAL; without one it is ROW. */
+    NJ_KIND_COLUMN = 2,  /* not ROW; innermost axis kept with x stride 1, reduction outside it */
     NJ_KIND_GENERAL = 3  /* anything else */
 } nj_kind;
 

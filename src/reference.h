@@ -24,7 +24,12 @@ typedef struct nj_ref_outputs {
 /* Element counts: x, kept (statistics), feature (gamma). */
 NJ_HIDDEN void nj_ref_sizes(const nj_problem_desc *p, int64_t *numel, int64_t *kept, int64_t *feature);
 
-/* Any output pointer may be NULL to skip it. Backward needs dy and recomputes stats from x. */
+/* Any output pointer may be NULL to skip it. Backward needs dy and recomputes stats from x (x being the
+ * already residual-summed input); it also fills mean/rstd when given. Details: mean is 0 under RMS;
+ * residual_out, when given, gets x + residual (x alone without NJ_FLAG_RESIDUAL); y's, residual_out's and
+ * dx's strides are checked against x but never used (outputs are dense); zero-size x writes nothing except
+ * dgamma/dbeta, which are zeroed (empty sums). Optional operands: rank 0 = x's extents and strides, dtype
+ * NONE = x's dtype; param_dtype NONE = f32. Bad descriptors fail with nj_fail and write nothing. */
 NJ_HIDDEN nj_status nj_ref_forward(const nj_problem_desc *p, const nj_ref_inputs *in, nj_ref_outputs *out);
 NJ_HIDDEN nj_status nj_ref_backward(const nj_problem_desc *p, const nj_ref_inputs *in, nj_ref_outputs *out);
 

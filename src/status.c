@@ -55,9 +55,16 @@ nj_status nj_fail_context(nj_status s, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, nj_detail, sizeof old);
-    if (old[0])
-        snprintf(nj_detail, sizeof nj_detail, "%s: %s", prefix, old);
-    else
-        snprintf(nj_detail, sizeof nj_detail, "%s", prefix);
+    /* Built by hand rather than with "%s: %s", so that truncating a long log is plainly intended. */
+    size_t n = strlen(prefix);
+    memcpy(nj_detail, prefix, n + 1);
+    if (old[0] && n + 2 < sizeof nj_detail) {
+        memcpy(nj_detail + n, ": ", 2);
+        size_t room = sizeof nj_detail - n - 3;
+        size_t m = strlen(old);
+        if (m > room) m = room;
+        memcpy(nj_detail + n + 2, old, m);
+        nj_detail[n + 2 + m] = '\0';
+    }
     return s;
 }

@@ -1,0 +1,185 @@
+/* The environment P that templates see (nj_codegen). Everything the generated code depends on comes
+ * from the canonical problem and the plan, both of which are in the signature.
+ *
+ *   P.pass            "fwd" | "bwd"
+ *   P.kind            "row" | "column" | "general"
+ *   P.family          "row" | "general" | "param_grad"
+ *   P.block, P.vec, P.rows_per_block, P.split, P.regs_cache      plan parameters (integers)
+ *   P.rank            number of canonical axes, batch axis included
+ *   P.axes[1..rank]   {extent=, reduce=bool, feature=bool, runtime=bool,
+ *                      stride={x=,y=,res=,resout=,dy=,dx=,param=,stats=}}   (elements)
+ *                     axis 1 is the batch axis: runtime=true, extent = "A.rows" and its strides are the
+ *                     C expressions "A.bstride[<operand>]" (kernels read them from nj_kargs), except
+ *                     param, which is 0 (the batch axis is never a feature); every other axis has
+ *                     integer extent and strides baked in.
+ *   P.flags           {center=,scale=,bias=,residual=,resout=,stats=} booleans
+ *   P.act             "none" | "relu" | "silu" | "gelu_tanh" | "gelu_erf" | "sigmoid"
+ *   P.dtype           per operand {x=,y=,res=,resout=,dy=,dx=,param=,stats=}: "f32" | "f16" | "bf16" | "none"
+ *   P.ctype           per operand: "float" | "nj_f16" | "nj_bf16" (nil for an absent operand)
+ *   P.present         per operand: true when the problem uses it
+ *   P.reduce_size     elements per statistic; P.kept_inner: kept elements per batch row (batch excluded)
+ *   P.param_size      gamma elements (0 without scale/bias)
+ *   P.launch[1..n]    {kernel=, block=} (block = threads in x)
+ *   P.workspace_per_row, P.workspace_fixed   bytes
+ */
+#include "codegen_env.h"
+
+#include <stdio.h>
+
+static const char *const nj_opd_names[NJ_OPD_COUNT] = {"x", "y", "res", "resout", "dy", "dx", "param", "stats"};
+
+static const char *env_dtype(int32_t d)
+{
+    switch (d) {
+    case NJ_F32: return "f32";
+    case NJ_F16: return "f16";
+    case NJ_BF16: return "bf16";
+    default: return "none";
+    }
+}
+
+static const char *env_ctype(int32_t d)
+{
+    switch (d) {
+    case NJ_F32: return "float";
+    case NJ_F16: return "nj_f16";
+    case NJ_BF16: return "nj_bf16";
+    default: return NULL;
+    }
+}
+
+static const char *env_act(int32_t a)
+{
+    switch (a) {
+    case NJ_ACT_NONE: return "none";
+    case NJ_ACT_RELU: return "relu";
+    case NJ_ACT_SILU: return "silu";
+    case NJ_ACT_GELU_TANH: return "gelu_tanh";
+    case NJ_ACT_GELU_ERF: return "gelu_erf";
+    case NJ_ACT_SIGMOID: return "sigmoid";
+    default: return NULL;
+    }
+}
+
+static void env_int(lua_State *L, const char *k, long long v)
+{
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, k);
+}
+
+static void env_bool(lua_State *L, const char *k, bool v)
+{
+    lua_pushboolean(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void env_str(lua_State *L, const char *k, const char *v)
+{
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void env_axis(lua_State *L, const nj_canon *c, int i)
+{
+    const nj_canon_axis *a = &c->axes[i];
+    bool batch = i == 0;
+    lua_createtable(L, 0, 5);
+    if (batch)
+        env_str(L, "extent", "A.rows");
+    else
+        env_int(L, "extent", a->extent);
+    env_bool(L, "reduce", a->reduce != 0);
+    env_bool(L, "feature", a->feature != 0);
+    env_bool(L, "runtime", batch);
+    lua_createtable(L, 0, NJ_OPD_COUNT);
+    for (int o = 0; o < NJ_OPD_COUNT; o++) {
+        if (batch && o == NJ_OPD_PARAM) {
+            env_int(L, nj_opd_names[o], 0); /* the batch axis is never a feature axis */
+        } else if (batch) {
+            char expr[32];
+            snprintf(expr, sizeof expr, "A.bstride[%d]", o);
+            env_str(L, nj_opd_names[o], expr);
+        } else {
+            env_int(L, nj_opd_names[o], a->stride[o]);
+        }
+    }
+    lua_setfield(L, -2, "stride");
+}
+
+static void env_operands(lua_State *L, const nj_canon *c)
+{
+    lua_createtable(L, 0, NJ_OPD_COUNT);
+    for (int o = 0; o < NJ_OPD_COUNT; o++) env_str(L, nj_opd_names[o], env_dtype(c->dtype[o]));
+    lua_setfield(L, -2, "dtype");
+    lua_createtable(L, 0, NJ_OPD_COUNT);
+    for (int o = 0; o < NJ_OPD_COUNT; o++) {
+        const char *t = env_ctype(c->dtype[o]);
+        if (t) env_str(L, nj_opd_names[o], t);
+    }
+    lua_setfield(L, -2, "ctype");
+    lua_createtable(L, 0, NJ_OPD_COUNT);
+    for (int o = 0; o < NJ_OPD_COUNT; o++) env_bool(L, nj_opd_names[o], (c->present >> o) & 1u);
+    lua_setfield(L, -2, "present");
+}
+
+static void env_flags(lua_State *L, uint32_t f)
+{
+    lua_createtable(L, 0, 6);
+    env_bool(L, "center", f & NJ_FLAG_CENTER);
+    env_bool(L, "scale", f & NJ_FLAG_SCALE);
+    env_bool(L, "bias", f & NJ_FLAG_BIAS);
+    env_bool(L, "residual", f & NJ_FLAG_RESIDUAL);
+    env_bool(L, "resout", f & NJ_FLAG_RESIDUAL_OUT);
+    env_bool(L, "stats", f & NJ_FLAG_SAVE_STATS);
+    lua_setfield(L, -2, "flags");
+}
+
+static void env_launches(lua_State *L, const nj_plan_params *pp)
+{
+    lua_createtable(L, pp->nlaunch, 0);
+    for (int i = 0; i < pp->nlaunch; i++) {
+        lua_createtable(L, 0, 2);
+        env_str(L, "kernel", pp->launch[i].kernel);
+        env_int(L, "block", pp->launch[i].block[0]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "launch");
+}
+
+nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_params *pp)
+{
+    static const char *const kinds[] = {NULL, "row", "column", "general"};
+    static const char *const families[] = {NULL, "row", "general", "param_grad"};
+    NJ_RETURN_IF(c->rank < 1 || c->rank > NJ_CANON_MAX_AXES, NJ_ERR_INTERNAL, "codegen: canonical rank %d", c->rank);
+    NJ_RETURN_IF(c->kind < 1 || c->kind > 3, NJ_ERR_INTERNAL, "codegen: canonical kind %d", c->kind);
+    NJ_RETURN_IF(pp->family < 1 || pp->family > 3, NJ_ERR_INTERNAL, "codegen: plan family %d", pp->family);
+    NJ_RETURN_IF(!env_act(c->act), NJ_ERR_INTERNAL, "codegen: activation %d", c->act);
+    NJ_RETURN_IF(pp->nlaunch < 0 || pp->nlaunch > NJ_MAX_LAUNCHES, NJ_ERR_INTERNAL, "codegen: %d launches",
+                 pp->nlaunch);
+    lua_createtable(L, 0, 24);
+    env_str(L, "pass", pp->pass == NJ_PASS_BACKWARD ? "bwd" : "fwd");
+    env_str(L, "kind", kinds[c->kind]);
+    env_str(L, "family", families[pp->family]);
+    env_int(L, "block", pp->block);
+    env_int(L, "vec", pp->vec);
+    env_int(L, "rows_per_block", pp->rows_per_block);
+    env_int(L, "split", pp->split);
+    env_int(L, "regs_cache", pp->regs_cache);
+    env_int(L, "rank", c->rank);
+    lua_createtable(L, c->rank, 0);
+    for (int i = 0; i < c->rank; i++) {
+        env_axis(L, c, i);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "axes");
+    env_flags(L, c->flags);
+    env_str(L, "act", env_act(c->act));
+    env_operands(L, c);
+    env_int(L, "reduce_size", c->reduce_size);
+    env_int(L, "kept_inner", c->kept_inner);
+    env_int(L, "param_size", c->param_size);
+    env_launches(L, pp);
+    env_int(L, "workspace_per_row", (long long)pp->workspace_per_row);
+    env_int(L, "workspace_fixed", (long long)pp->workspace_fixed);
+    return NJ_OK;
+}

@@ -1,0 +1,73 @@
+/* Private layout of the context and plans, shared by context.c (lifecycle, plan table), kernels.c
+ * (signature -> loaded kernels, single flight) and launch.c (forward/backward argument checks). */
+#ifndef NJ_CONTEXT_IMPL_H
+#define NJ_CONTEXT_IMPL_H
+
+#include "context.h"
+#include "kernel_abi.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* The loaded kernels of one signature; shared by every plan whose pass has that signature (problems that
+ * differ only in batch). Owned by the context's module list. */
+typedef struct nj_kernelset {
+    char hash[33];
+    nj_plan_params params;
+    void *module;
+    void *fn[NJ_MAX_LAUNCHES];
+    int32_t state;      /* 0 = being built (single flight), 1 = ready, 2 = failed */
+    nj_status error;    /* when failed: what the builder got */
+    char *error_detail; /* when failed: its detail, replayed to waiters */
+    struct nj_kernelset *next;
+} nj_kernelset;
+
+struct nj_plan {
+    nj_context *ctx;
+    nj_problem_desc desc;
+    nj_canon canon;
+    int64_t rows;
+    int64_t bstride[NJ_OPD_COUNT];
+    int64_t numel;
+    _Atomic(nj_kernelset *) pass[2]; /* [0] forward, [1] backward; NULL until built */
+    uint32_t keylen;
+    uint64_t keyhash;
+    unsigned char key[]; /* nj_problem_key bytes */
+};
+
+/* Open-addressing table of plans: readers probe without a lock (slots are published with release
+ * stores and never removed); writers hold ctx->lock. A full table is replaced by a bigger one and
+ * the old one is kept until the context goes, so a concurrent reader never sees freed memory. */
+typedef struct nj_plan_table {
+    size_t cap; /* power of two */
+    size_t count;
+    _Atomic(nj_plan *) *slots;
+    struct nj_plan_table *retired;
+} nj_plan_table;
+
+struct nj_context {
+    nj_context_options opts;
+    char *cache_dir_copy;
+    nj_logger log;
+    nj_backend *backend;
+    nj_cache *cache;
+    char cache_note[512]; /* why the disk cache is off, when it is */
+    pthread_mutex_t lock;
+    pthread_cond_t built; /* signalled when a kernelset leaves state 0 */
+    _Atomic(nj_plan_table *) table;
+    nj_kernelset *sets;
+    char *record_path; /* NORMJIT_RECORD */
+    atomic_uint_fast64_t hits_memory, hits_disk, misses, compiles, compile_failures;
+};
+
+/* context.c */
+NJ_HIDDEN nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_kernelset **out);
+
+/* kernels.c */
+NJ_HIDDEN nj_status nj_kernels_for(nj_context *ctx, const nj_canon *c, nj_pass pass, int load, nj_kernelset **out,
+                                   int32_t *compiled);
+NJ_HIDDEN char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_plan_params *pp);
+NJ_HIDDEN const char *nj_binary_ext(nj_context *ctx);
+NJ_HIDDEN void nj_kernelsets_free(nj_context *ctx);
+
+#endif

@@ -1,0 +1,81 @@
+/* Text views of plans for `normjit plan`, logs and nj_plan_describe. */
+#include "codegen.h"
+#include "context_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void nj_pass_info_free(nj_pass_info *pi)
+{
+    if (!pi) return;
+    free(pi->canon_text);
+    free(pi->plan_text);
+    free(pi->signature);
+    free(pi->source);
+    memset(pi, 0, sizeof *pi);
+}
+
+nj_status nj_context_explain(nj_context *ctx, const nj_problem_desc *p, nj_pass pass, int with_source,
+                             nj_pass_info *out)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!ctx || !p || !out, NJ_ERR_NULL_POINTER, "nj_context_explain: NULL argument");
+    memset(out, 0, sizeof *out);
+    nj_canon c;
+    NJ_TRY(nj_canonicalize(p, &c));
+    NJ_TRY(nj_plan_pass(&c, pass, &ctx->backend->props, &out->params));
+    out->canon_text = nj_canon_text(&c);
+    out->plan_text = nj_plan_text(&out->params);
+    out->signature = nj_signature_text(ctx, &c, &out->params);
+    if (!out->canon_text || !out->plan_text || !out->signature) {
+        nj_pass_info_free(out);
+        return nj_fail(NJ_ERR_OUT_OF_MEMORY, "plan text");
+    }
+    nj_hash_hex(out->signature, strlen(out->signature), out->hash);
+    if (ctx->cache) {
+        nj_cache_entry e;
+        memset(&e, 0, sizeof e);
+        out->cached = nj_cache_get(ctx->cache, out->signature, nj_binary_ext(ctx), &e) == NJ_OK;
+        nj_cache_entry_free(&e);
+    }
+    if (with_source) {
+        nj_status s = nj_codegen(&c, &out->params, &out->source);
+        if (s != NJ_OK) {
+            nj_pass_info_free(out);
+            return s;
+        }
+    }
+    return NJ_OK;
+}
+
+nj_status nj_plan_describe(const nj_plan *plan, char *buf, size_t cap, size_t *len)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!plan, NJ_ERR_NULL_POINTER, "nj_plan_describe: plan is NULL");
+    nj_buf b;
+    nj_buf_init(&b);
+    char *canon = nj_canon_text(&plan->canon);
+    nj_buf_printf(&b, "problem %s\nrows %lld\n", canon ? canon : "?", (long long)plan->rows);
+    free(canon);
+    for (int pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
+        nj_plan_params pp;
+        if (nj_plan_pass(&plan->canon, (nj_pass)pass, &plan->ctx->backend->props, &pp) != NJ_OK) continue;
+        char *text = nj_plan_text(&pp);
+        nj_kernelset *ks = atomic_load(&((nj_plan *)plan)->pass[pass == NJ_PASS_BACKWARD]);
+        nj_buf_printf(&b, "%s %s [%s]\n", pass == NJ_PASS_FORWARD ? "fwd" : "bwd", text ? text : "?",
+                      ks ? ks->hash : "not loaded");
+        free(text);
+        for (int32_t i = 0; i < pp.nlaunch; i++) {
+            uint32_t g[3];
+            nj_launch_grid(&pp.launch[i], plan->rows, g);
+            nj_buf_printf(&b, "  launch %s grid %u,%u,%u block %d,%d,%d shmem %u\n", pp.launch[i].kernel, g[0], g[1],
+                          g[2], pp.launch[i].block[0], pp.launch[i].block[1], pp.launch[i].block[2],
+                          pp.launch[i].shmem);
+        }
+    }
+    char *text = nj_buf_take(&b);
+    NJ_RETURN_IF(!text, NJ_ERR_OUT_OF_MEMORY, "plan description");
+    nj_status s = nj_copy_out(text, buf, cap, len);
+    free(text);
+    return s;
+}

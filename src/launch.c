@@ -1,0 +1,135 @@
+/* nj_forward / nj_backward: check the caller's pointers against the problem's flags, fill the kernel
+ * argument block and launch each kernel of the pass. Nothing here allocates or compiles once a plan's
+ * kernels are loaded, so launches are safe to capture in CUDA graphs. */
+#include "context_impl.h"
+
+#include <string.h>
+
+/* A pointer the flags require must be given, one they exclude must be NULL (a mismatch is almost
+ * always a caller bug that would otherwise read or write memory nobody meant). */
+static nj_status nj_want(const void *ptr, int needed, const char *name)
+{
+    NJ_RETURN_IF(needed && !ptr, NJ_ERR_NULL_POINTER, "%s is required by the problem's flags", name);
+    NJ_RETURN_IF(!needed && ptr, NJ_ERR_BAD_ARGUMENT, "%s is given but the problem's flags do not use it", name);
+    return NJ_OK;
+}
+
+static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream)
+{
+    nj_kernelset *ks;
+    NJ_TRY(nj_plan_ensure(plan, pass, &ks));
+    ka->rows = plan->rows;
+    memcpy(ka->bstride, plan->bstride, sizeof ka->bstride);
+    if (plan->numel == 0) return NJ_OK; /* zero-size problems launch nothing */
+    size_t ws = (size_t)(ks->params.workspace_fixed + (uint64_t)plan->rows * ks->params.workspace_per_row);
+    NJ_RETURN_IF(ws && !ka->workspace, NJ_ERR_NULL_POINTER, "this plan needs %zu bytes of workspace", ws);
+    nj_backend *b = plan->ctx->backend;
+    for (int32_t i = 0; i < ks->params.nlaunch; i++) {
+        const nj_launch *l = &ks->params.launch[i];
+        uint32_t grid[3];
+        nj_launch_grid(l, plan->rows, grid);
+        if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) continue;
+        nj_status s = b->ops->launch(b, ks->fn[i], grid, l->block, l->shmem, stream, ka, sizeof *ka);
+        if (s != NJ_OK) return nj_fail_context(s, "launching %s", l->kernel);
+    }
+    return NJ_OK;
+}
+
+nj_status nj_forward(nj_plan *plan, const nj_forward_args *a)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!plan || !a, NJ_ERR_NULL_POINTER, "nj_forward: plan and args are required");
+    NJ_RETURN_IF(a->struct_size != sizeof *a, NJ_ERR_BAD_STRUCT_SIZE, "nj_forward_args.struct_size is %u, expected %zu",
+                 a->struct_size, sizeof *a);
+    NJ_RETURN_IF(!(a->eps >= 0.0f), NJ_ERR_BAD_ARGUMENT, "eps must be >= 0 (got %g)", (double)a->eps);
+    uint32_t f = plan->desc.flags;
+    int empty = plan->numel == 0;
+    NJ_TRY(nj_want(a->x, !empty, "x"));
+    NJ_TRY(nj_want(a->y, !empty, "y"));
+    NJ_TRY(nj_want(a->residual, !empty && (f & NJ_FLAG_RESIDUAL), "residual"));
+    NJ_TRY(nj_want(a->residual_out, !empty && (f & NJ_FLAG_RESIDUAL_OUT), "residual_out"));
+    NJ_TRY(nj_want(a->gamma, !empty && (f & NJ_FLAG_SCALE), "gamma"));
+    NJ_TRY(nj_want(a->beta, !empty && (f & NJ_FLAG_BIAS), "beta"));
+    NJ_TRY(nj_want(a->mean, !empty && (f & NJ_FLAG_SAVE_STATS) && (f & NJ_FLAG_CENTER), "mean"));
+    NJ_TRY(nj_want(a->rstd, !empty && (f & NJ_FLAG_SAVE_STATS), "rstd"));
+    nj_kargs ka;
+    memset(&ka, 0, sizeof ka);
+    ka.x = a->x;
+    ka.res = a->residual;
+    ka.gamma = a->gamma;
+    ka.beta = a->beta;
+    ka.y = a->y;
+    ka.res_out = a->residual_out;
+    ka.mean = a->mean;
+    ka.rstd = a->rstd;
+    ka.workspace = a->workspace;
+    ka.eps = a->eps;
+    return nj_run(plan, NJ_PASS_FORWARD, &ka, a->stream);
+}
+
+nj_status nj_backward(nj_plan *plan, const nj_backward_args *a)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!plan || !a, NJ_ERR_NULL_POINTER, "nj_backward: plan and args are required");
+    NJ_RETURN_IF(a->struct_size != sizeof *a, NJ_ERR_BAD_STRUCT_SIZE,
+                 "nj_backward_args.struct_size is %u, expected %zu", a->struct_size, sizeof *a);
+    uint32_t f = plan->desc.flags;
+    int empty = plan->numel == 0, act = plan->desc.activation != NJ_ACT_NONE;
+    NJ_TRY(nj_want(a->dy, !empty, "dy"));
+    NJ_TRY(nj_want(a->x, !empty, "x"));
+    NJ_TRY(nj_want(a->dx, !empty, "dx"));
+    NJ_TRY(nj_want(a->rstd, !empty, "rstd"));
+    NJ_TRY(nj_want(a->mean, !empty && (f & NJ_FLAG_CENTER), "mean"));
+    NJ_TRY(nj_want(a->gamma, !empty && (f & NJ_FLAG_SCALE), "gamma"));
+    NJ_TRY(nj_want(a->beta, !empty && act && (f & NJ_FLAG_BIAS), "beta (needed to recompute the activation input)"));
+    NJ_RETURN_IF(a->dgamma && !(f & NJ_FLAG_SCALE), NJ_ERR_BAD_ARGUMENT, "dgamma is given but the problem has no scale");
+    NJ_RETURN_IF(a->dbeta && !(f & NJ_FLAG_BIAS), NJ_ERR_BAD_ARGUMENT, "dbeta is given but the problem has no bias");
+    nj_kargs ka;
+    memset(&ka, 0, sizeof ka);
+    ka.dy = a->dy;
+    ka.x = a->x;
+    ka.gamma = a->gamma;
+    ka.beta = a->beta;
+    ka.mean = (float *)a->mean; /* the kernels only read them in backward */
+    ka.rstd = (float *)a->rstd;
+    ka.dx = a->dx;
+    ka.dgamma = a->dgamma;
+    ka.dbeta = a->dbeta;
+    ka.workspace = a->workspace;
+    return nj_run(plan, NJ_PASS_BACKWARD, &ka, a->stream);
+}
+
+/* ---- memory helpers: forwarded to the context's backend ---- */
+
+nj_status nj_mem_alloc(nj_context *ctx, size_t bytes, void **out)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!ctx || !out, NJ_ERR_NULL_POINTER, "nj_mem_alloc: ctx and out are required");
+    return ctx->backend->ops->mem_alloc(ctx->backend, bytes, out);
+}
+
+void nj_mem_free(nj_context *ctx, void *p)
+{
+    if (ctx && p) ctx->backend->ops->mem_free(ctx->backend, p);
+}
+
+nj_status nj_mem_upload(nj_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!ctx || ((!dst || !src) && bytes), NJ_ERR_NULL_POINTER, "nj_mem_upload: NULL argument");
+    return bytes ? ctx->backend->ops->upload(ctx->backend, dst, src, bytes) : NJ_OK;
+}
+
+nj_status nj_mem_download(nj_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!ctx || ((!dst || !src) && bytes), NJ_ERR_NULL_POINTER, "nj_mem_download: NULL argument");
+    return bytes ? ctx->backend->ops->download(ctx->backend, dst, src, bytes) : NJ_OK;
+}
+
+nj_status nj_synchronize(nj_context *ctx, void *stream)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!ctx, NJ_ERR_NULL_POINTER, "nj_synchronize: ctx is NULL");
+    return ctx->backend->ops->synchronize(ctx->backend, stream);
+}

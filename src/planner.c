@@ -1,0 +1,288 @@
+/* Planner: canonical problem + device properties -> launches and template parameters (planner.h).
+ *
+ * Forward:
+ *  - ROW kind -> fwd_row.cu. Rows of up to 1024 elements get a warp each (4 rows per 128-thread block),
+ *    longer rows a block each; the row stays in registers when a thread's share fits (regs_cache), else
+ *    the kernel streams x twice. The vector width is the widest of 8/4/2 that divides the row, keeps
+ *    every access within 16 bytes and matches the layout of every operand (unit stride along the row,
+ *    kept strides multiples of it). Base pointers and batch strides are run-time values: the kernel
+ *    checks them and runs its vec = 1 instance when they are not aligned, so the plan stays valid for any
+ *    pointer (the context needs no fallback plan).
+ *  - COLUMN and GENERAL kinds -> fwd_general.cu: a block per statistic walking the reduction.
+ * Everything here is a function of (canonical problem, pass, device props) and goes into nj_plan_text. */
+#include "planner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NJ_WARP_ROW_MAX 1024     /* rows up to this length get a warp each */
+#define NJ_ROW_ELEMS_TARGET 16   /* elements per thread a block-per-row plan aims for */
+
+void nj_device_props_default(int32_t arch, nj_device_props *out)
+{
+    memset(out, 0, sizeof *out);
+    out->arch = arch;
+    out->max_threads_per_block = 1024;
+    out->regs_per_sm = 65536;
+    if (arch >= 90) {
+        out->sm_count = 132; /* H100 SXM */
+        out->max_shared_per_block = 227 * 1024;
+    } else if (arch == 80) {
+        out->sm_count = 108; /* A100 */
+        out->max_shared_per_block = 163 * 1024;
+    } else if (arch >= 86) {
+        out->sm_count = 0; /* many parts: unknown */
+        out->max_shared_per_block = 99 * 1024;
+    } else {
+        out->max_shared_per_block = 48 * 1024;
+    }
+}
+
+static int64_t plan_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Largest bytes of one element among the operands a forward row kernel touches with vector accesses. */
+static int32_t plan_max_elem_bytes(const nj_canon *c)
+{
+    static const nj_operand opds[] = {NJ_OPD_X, NJ_OPD_Y, NJ_OPD_RES, NJ_OPD_RESOUT, NJ_OPD_PARAM};
+    int32_t m = 1;
+    for (size_t i = 0; i < NJ_ARRAY_LEN(opds); i++) {
+        int32_t b = (int32_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
+        if (b > m) m = b;
+    }
+    return m;
+}
+
+/* Operands the forward kernels read or write with the row's layout, given the flags. */
+static bool plan_fwd_uses(const nj_canon *c, nj_operand o)
+{
+    switch (o) {
+    case NJ_OPD_X:
+    case NJ_OPD_Y: return true;
+    case NJ_OPD_RES: return (c->flags & NJ_FLAG_RESIDUAL) != 0;
+    case NJ_OPD_RESOUT: return (c->flags & NJ_FLAG_RESIDUAL_OUT) != 0;
+    case NJ_OPD_PARAM: return (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
+    default: return false;
+    }
+}
+
+/* Widest vector width valid for every row of a ROW problem (batch strides and pointers are checked by
+ * the kernel at run time). */
+static int32_t plan_row_vec(const nj_canon *c, int red)
+{
+    int32_t maxb = plan_max_elem_bytes(c);
+    for (int32_t v = 8; v > 1; v /= 2) {
+        if (v * maxb > 16 || c->reduce_size % v != 0) continue;
+        bool ok = true;
+        for (int o = NJ_OPD_X; o <= NJ_OPD_PARAM && ok; o++) {
+            if (!plan_fwd_uses(c, (nj_operand)o)) continue;
+            int64_t rs = c->axes[red].stride[o];
+            if (o == NJ_OPD_PARAM && rs == 0) continue; /* one gamma per row: a scalar load */
+            if (rs != 1) ok = false;
+            for (int a = 1; a < c->rank && ok; a++)
+                if (a != red && c->axes[a].stride[o] % v != 0) ok = false;
+        }
+        if (ok) return v;
+    }
+    return 1;
+}
+
+static int32_t plan_round32(int64_t n) { return (int32_t)(plan_ceil_div(n, 32) * 32); }
+
+static void plan_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult, int64_t row_div,
+                        const nj_device_props *dev)
+{
+    nj_launch *l = &pp->launch[pp->nlaunch++];
+    memset(l, 0, sizeof *l);
+    snprintf(l->kernel, sizeof l->kernel, "%s", kernel);
+    l->block[0] = block;
+    l->block[1] = l->block[2] = 1;
+    l->grid_y = l->grid_z = 1;
+    l->row_mult = row_mult;
+    l->row_div = row_div;
+    /* enough blocks for two full waves of resident blocks; more rows loop inside the kernel */
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    int64_t per_sm = 2048 / block > 0 ? 2048 / block : 1;
+    l->grid_x_cap = (int64_t)sms * per_sm * 2;
+}
+
+static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int red = -1;
+    for (int a = 1; a < c->rank; a++)
+        if (c->axes[a].reduce) red = a;
+    NJ_RETURN_IF(red < 0, NJ_ERR_INTERNAL, "planner: row problem without a reduced axis");
+    int64_t n = c->reduce_size;
+    int32_t vec = plan_row_vec(c, red);
+    int64_t nch = n / vec;
+    pp->family = NJ_FAMILY_ROW;
+    pp->template_name = "fwd_row.cu";
+    pp->vec = vec;
+    pp->split = 1;
+    int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
+    if (n <= NJ_WARP_ROW_MAX) {
+        pp->block = 128;
+        pp->rows_per_block = pp->block / 32;
+        pp->regs_cache = (int32_t)(plan_ceil_div(nch, 32) * vec);
+    } else {
+        int32_t t = plan_round32(plan_ceil_div(n, NJ_ROW_ELEMS_TARGET));
+        if (t < 128) t = 128;
+        if (t > maxt) t = maxt;
+        int64_t elems = plan_ceil_div(nch, t) * vec;
+        /* __launch_bounds__(t) leaves 65536 / t registers a thread: 64 at 1024 threads */
+        int64_t cap = t > 512 ? 16 : 32;
+        pp->rows_per_block = 1;
+        if (elems <= cap) {
+            pp->block = t;
+            pp->regs_cache = (int32_t)elems;
+        } else {
+            pp->block = maxt < 512 ? maxt : 512;
+            pp->regs_cache = 0;
+        }
+    }
+    plan_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, dev);
+    return NJ_OK;
+}
+
+static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    pp->family = NJ_FAMILY_GENERAL;
+    pp->template_name = "fwd_general.cu";
+    pp->vec = 1;
+    pp->rows_per_block = 1;
+    pp->split = 1;
+    pp->regs_cache = 0;
+    int64_t n = c->reduce_size;
+    pp->block = n >= 8192 ? 512 : n >= 1024 ? 256 : 128;
+    plan_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, dev);
+    return NJ_OK;
+}
+
+nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *out)
+{
+    NJ_RETURN_IF(!c || !dev || !out, NJ_ERR_NULL_POINTER, "planner: NULL argument");
+    memset(out, 0, sizeof *out);
+    NJ_RETURN_IF(c->rank < 2 || c->rank > NJ_CANON_MAX_AXES, NJ_ERR_INTERNAL, "planner: canonical rank %d", c->rank);
+    NJ_RETURN_IF(c->reduce_size < 1 || c->kept_inner < 1, NJ_ERR_INTERNAL, "planner: reduce size %lld, kept %lld",
+                 (long long)c->reduce_size, (long long)c->kept_inner);
+    out->pass = pass;
+    switch (pass) {
+    case NJ_PASS_FORWARD:
+        if (c->kind == NJ_KIND_ROW) return plan_fwd_row(c, dev, out);
+        if (c->kind == NJ_KIND_COLUMN || c->kind == NJ_KIND_GENERAL) return plan_fwd_general(c, dev, out);
+        return nj_fail(NJ_ERR_INTERNAL, "planner: unknown canonical kind %d", c->kind);
+    case NJ_PASS_BACKWARD:
+        return nj_fail(NJ_ERR_UNSUPPORTED, "planner: backward plans are not implemented yet");
+    }
+    return nj_fail(NJ_ERR_BAD_ARGUMENT, "planner: unknown pass %d", (int)pass);
+}
+
+void nj_launch_grid(const nj_launch *l, int64_t rows, uint32_t grid[3])
+{
+    int64_t gx = l->grid_x;
+    if (gx <= 0) {
+        int64_t div = l->row_div > 0 ? l->row_div : 1;
+        int64_t mult = l->row_mult > 0 ? l->row_mult : 1;
+        int64_t need = rows <= 0 ? 0 : (rows > INT64_MAX / mult ? INT64_MAX : rows * mult);
+        gx = need / div + (need % div != 0);
+        if (l->grid_x_cap > 0 && gx > l->grid_x_cap) gx = l->grid_x_cap;
+        if (gx > 0x7fffffff) gx = 0x7fffffff;
+        if (gx < 1) gx = 1; /* an empty batch still launches (no row runs), never a zero grid */
+    }
+    grid[0] = (uint32_t)gx;
+    grid[1] = (uint32_t)(l->grid_y > 0 ? l->grid_y : 1);
+    grid[2] = (uint32_t)(l->grid_z > 0 ? l->grid_z : 1);
+}
+
+static const char *plan_family_name(int32_t f)
+{
+    switch (f) {
+    case NJ_FAMILY_ROW: return "row";
+    case NJ_FAMILY_GENERAL: return "general";
+    case NJ_FAMILY_PARAM_GRAD: return "param_grad";
+    default: return "unknown";
+    }
+}
+
+static void plan_launch_text(nj_buf *b, const nj_launch *l)
+{
+    nj_buf_printf(b, "%s %d %d %d %d %d %d %lld %lld %lld %u", l->kernel, l->block[0], l->block[1], l->block[2],
+                  l->grid_x, l->grid_y, l->grid_z, (long long)l->row_mult, (long long)l->row_div,
+                  (long long)l->grid_x_cap, l->shmem);
+}
+
+char *nj_plan_text(const nj_plan_params *pp)
+{
+    if (!pp) return NULL;
+    nj_buf b;
+    nj_buf_init(&b);
+    nj_buf_printf(&b, "pass=%s family=%s template=%s block=%d vec=%d rows_per_block=%d split=%d regs_cache=%d "
+                      "workspace=%llu+%llu*rows launches=%d",
+                  pp->pass == NJ_PASS_BACKWARD ? "bwd" : "fwd", plan_family_name(pp->family),
+                  pp->template_name ? pp->template_name : "-", pp->block, pp->vec, pp->rows_per_block, pp->split,
+                  pp->regs_cache, (unsigned long long)pp->workspace_fixed, (unsigned long long)pp->workspace_per_row,
+                  pp->nlaunch);
+    for (int i = 0; i < pp->nlaunch && i < NJ_MAX_LAUNCHES; i++) {
+        nj_buf_append(&b, " [", 2);
+        plan_launch_text(&b, &pp->launch[i]);
+        nj_buf_append(&b, "]", 1);
+    }
+    return nj_buf_take(&b);
+}
+
+char *nj_launches_to_text(const nj_plan_params *pp)
+{
+    if (!pp) return NULL;
+    nj_buf b;
+    nj_buf_init(&b);
+    nj_buf_printf(&b, "launches %d\n", pp->nlaunch);
+    for (int i = 0; i < pp->nlaunch && i < NJ_MAX_LAUNCHES; i++) {
+        plan_launch_text(&b, &pp->launch[i]);
+        nj_buf_append(&b, "\n", 1);
+    }
+    return nj_buf_take(&b);
+}
+
+static bool plan_kernel_name_ok(const char *s)
+{
+    if (!*s) return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_'))
+            return false;
+    return true;
+}
+
+/* Parses nj_launches_to_text output into pp->launch / pp->nlaunch (other fields untouched). */
+nj_status nj_launches_from_text(const char *text, nj_plan_params *pp)
+{
+    NJ_RETURN_IF(!text || !pp, NJ_ERR_NULL_POINTER, "launches: NULL argument");
+    int n = -1, used = 0;
+    NJ_RETURN_IF(sscanf(text, "launches %d\n%n", &n, &used) != 1 || used == 0 || n < 0 || n > NJ_MAX_LAUNCHES,
+                 NJ_ERR_PARSE, "launches: bad header");
+    const char *p = text + used;
+    nj_launch ls[NJ_MAX_LAUNCHES];
+    memset(ls, 0, sizeof ls);
+    for (int i = 0; i < n; i++) {
+        nj_launch *l = &ls[i];
+        char name[64];
+        long long rm, rd, cap;
+        unsigned shmem;
+        int k = 0;
+        int got = sscanf(p, "%63s %d %d %d %d %d %d %lld %lld %lld %u%n", name, &l->block[0], &l->block[1],
+                         &l->block[2], &l->grid_x, &l->grid_y, &l->grid_z, &rm, &rd, &cap, &shmem, &k);
+        NJ_RETURN_IF(got != 11 || k == 0 || p[k] != '\n', NJ_ERR_PARSE, "launches: bad launch line %d", i + 1);
+        NJ_RETURN_IF(!plan_kernel_name_ok(name) || strlen(name) >= sizeof l->kernel, NJ_ERR_PARSE,
+                     "launches: bad kernel name on line %d", i + 1);
+        for (int d = 0; d < 3; d++)
+            NJ_RETURN_IF(l->block[d] < 1 || l->block[d] > 1024, NJ_ERR_PARSE, "launches: bad block on line %d", i + 1);
+        NJ_RETURN_IF(l->grid_x < 0 || l->grid_y < 0 || l->grid_z < 0 || rm < 0 || rd < 0 || cap < 0, NJ_ERR_PARSE,
+                     "launches: negative grid on line %d", i + 1);
+        snprintf(l->kernel, sizeof l->kernel, "%s", name);
+        l->row_mult = rm, l->row_div = rd, l->grid_x_cap = cap, l->shmem = shmem;
+        p += k + 1;
+    }
+    NJ_RETURN_IF(*p != '\0', NJ_ERR_PARSE, "launches: trailing text");
+    memcpy(pp->launch, ls, sizeof ls);
+    pp->nlaunch = n;
+    return NJ_OK;
+}

@@ -1,0 +1,241 @@
+{# Forward, ROW kind: one reduced axis, innermost, x stride 1.
+   A block (rows_per_block == 1) or a warp (rows_per_block == block / 32) per row, grid-stride over the
+   rows = A.rows * kept_inner. With regs_cache > 0 the row stays in registers (x read once, two-pass
+   statistics from registers); otherwise Welford over the row and a second pass that re-reads x.
+   Vector width P.vec assumes 16-byte aligned base pointers and batch strides that are multiples of vec;
+   the kernel checks both at run time and falls back to its vec = 1 instance, so no caller has to. #}
+{% include("prelude.cuh") %}
+{% include("lib_index.cuh") %}
+{%
+local red = reduced_axes()
+if #red ~= 1 then error("fwd_row needs exactly one reduced axis, got " .. #red) end
+red = red[1]
+local RS = P.axes[red].stride
+local kept = kept_axes()
+local F = P.flags
+local has_param = F.scale or F.bias
+local B, RPB = P.block, P.rows_per_block
+local TPR = B // RPB
+local NW = B // 32
+-- vector operands: activations always; gamma/beta only when they run along the row
+local vec_ptrs = {{"x", "X"}, {"y", "Y"}}
+if F.residual then vec_ptrs[#vec_ptrs + 1] = {"res", "RES"} end
+if F.resout then vec_ptrs[#vec_ptrs + 1] = {"resout", "RESOUT"} end
+if F.scale and RS.param ~= 0 then vec_ptrs[#vec_ptrs + 1] = {"param", "GAMMA"} end
+if F.bias and RS.param ~= 0 then vec_ptrs[#vec_ptrs + 1] = {"param", "BETA"} end
+%}
+
+typedef {{ P.ctype.x }} nj_tx;
+typedef {{ P.ctype.y }} nj_ty;
+{% if F.residual then %}
+typedef {{ P.ctype.res }} nj_tres;
+{% end %}
+{% if F.resout then %}
+typedef {{ P.ctype.resout }} nj_tresout;
+{% end %}
+{% if has_param then %}
+typedef {{ P.ctype.param }} nj_tparam;
+{% end %}
+
+#define NJ_TPR {{ TPR }}
+#define NJ_RPB {{ RPB }}
+#define NJ_N {{ P.reduce_size }}LL
+
+/* One thread's share of the row: chunks of V elements at chunk index lane, lane + TPR, ... */
+template <int V>
+NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *wscratch)
+{
+    constexpr nj_i64 NCH = NJ_N / V;
+    const int lane = threadIdx.x % NJ_TPR;
+    const nj_i64 nrows = A.rows * {{ P.kept_inner }}LL;
+    const nj_tx *X = (const nj_tx *)A.x;
+    nj_ty *Y = (nj_ty *)A.y;
+{% if F.residual then %}
+    const nj_tres *RES = (const nj_tres *)A.res;
+{% end %}
+{% if F.resout then %}
+    nj_tresout *RESOUT = (nj_tresout *)A.res_out;
+{% end %}
+{% if F.scale then %}
+    const nj_tparam *GAMMA = (const nj_tparam *)A.gamma;
+{% end %}
+{% if F.bias then %}
+    const nj_tparam *BETA = (const nj_tparam *)A.beta;
+{% end %}
+    for (nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR; row < nrows;
+         row += (nj_i64)gridDim.x * NJ_RPB) {
+        {{ split_index("row", kept, "k") }}
+        const nj_i64 ox = {{ offset("x", kept, "k") }};
+        const nj_i64 oy = {{ offset("y", kept, "k") }};
+{% if F.residual then %}
+        const nj_i64 ores = {{ offset("res", kept, "k") }};
+{% end %}
+{% if F.resout then %}
+        const nj_i64 oresout = {{ offset("resout", kept, "k") }};
+{% end %}
+{% if has_param then %}
+        const nj_i64 op = {{ offset("param", kept, "k") }};
+{% end %}
+{% if F.scale and RS.param == 0 then %}
+        const float g_row = nj_load_f32(GAMMA, op);
+{% end %}
+{% if F.bias and RS.param == 0 then %}
+        const float b_row = nj_load_f32(BETA, op);
+{% end %}
+{#------------------------------------------------ first pass: x (+ residual), statistics #}
+{% local function load_x(dst) %}
+            nj_load_vec<V>(X, ox + j, {{ dst }});
+{% if F.residual then %}
+            {
+                float r_[V];
+                nj_load_vec<V>(RES, ores + j * {{ RS.res }}, r_);
+#pragma unroll
+                for (int k = 0; k < V; k++) {{ dst }}[k] += r_[k];
+            }
+{% end %}
+{% end %}
+{% if P.regs_cache > 0 then %}
+        constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
+        float v[CPT][V];
+        float s = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+            const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
+            if (NCH % NJ_TPR == 0 || ch < NCH) {
+                const nj_i64 j = ch * V;
+{% load_x("v[c]") %}
+{% if F.resout then %}
+                nj_store_vec<V>(RESOUT, oresout + j * {{ RS.resout }}, v[c]);
+{% end %}
+#pragma unroll
+                for (int k = 0; k < V; k++) s += {{ F.center and "v[c][k]" or "v[c][k] * v[c][k]" }};
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; k++) v[c][k] = 0.0f;
+            }
+        }
+{% if F.center then %}
+        const float mean = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+        float s2 = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+            const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
+            if (NCH % NJ_TPR == 0 || ch < NCH) {
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    const float d = v[c][k] - mean;
+                    s2 += d * d;
+                }
+            }
+        }
+        const float var = {{ row_sum("s2", "scratch") }} * (1.0f / (float)NJ_N);
+{% else %}
+        const float mean = 0.0f;
+        const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+{% end %}
+{% else %}
+{% if F.center then %}
+        nj_welford w = nj_welford_init();
+{% else %}
+        float s = 0.0f;
+{% end %}
+        for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+            const nj_i64 j = ch * V;
+            float xv[V];
+{% load_x("xv") %}
+{% if F.resout then %}
+            nj_store_vec<V>(RESOUT, oresout + j * {{ RS.resout }}, xv);
+{% end %}
+#pragma unroll
+            for (int k = 0; k < V; k++) {{ F.center and "nj_welford_add(w, xv[k])" or "s += xv[k] * xv[k]" }};
+        }
+{% if F.center then %}
+        w = {{ row_welford("w", "wscratch") }};
+        const float mean = w.mean;
+        const float var = w.m2 * (1.0f / (float)NJ_N);
+{% else %}
+        const float mean = 0.0f;
+        const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+{% end %}
+{% end %}
+        const float rstd = rsqrtf(var + A.eps); /* IEEE sqrt + divide would call slow-path subroutines (spills) */
+{% if F.stats then %}
+        if (lane == 0) {
+            const nj_i64 os = {{ offset("stats", kept, "k") }};
+{% if F.center then %}
+            A.mean[os] = mean;
+{% end %}
+            A.rstd[os] = rstd;
+        }
+{% end %}
+{#------------------------------------------------ second pass: normalize, affine, activation #}
+{% local function normalize(src) %}
+            float o_[V];
+{% if F.scale and RS.param ~= 0 then %}
+            float g_[V];
+            nj_load_vec<V>(GAMMA, op + j * {{ RS.param }}, g_);
+{% end %}
+{% if F.bias and RS.param ~= 0 then %}
+            float b_[V];
+            nj_load_vec<V>(BETA, op + j * {{ RS.param }}, b_);
+{% end %}
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                float u = ({{ src }}[k] - mean) * rstd;
+{% if F.scale then %}
+                u *= {{ RS.param ~= 0 and "g_[k]" or "g_row" }};
+{% end %}
+{% if F.bias then %}
+                u += {{ RS.param ~= 0 and "b_[k]" or "b_row" }};
+{% end %}
+                o_[k] = nj_act_{{ P.act }}(u);
+            }
+            nj_store_vec<V>(Y, oy + j * {{ RS.y }}, o_);
+{% end %}
+{% if P.regs_cache > 0 then %}
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+            const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
+            if (NCH % NJ_TPR == 0 || ch < NCH) {
+                const nj_i64 j = ch * V;
+{% normalize("v[c]") %}
+            }
+        }
+{% else %}
+        for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+            const nj_i64 j = ch * V;
+            float xv[V];
+{% load_x("xv") %}
+{% normalize("xv") %}
+        }
+{% end %}
+    }
+}
+
+NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{
+    NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
+    NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
+{% if P.vec > 1 then %}
+{%
+  local conds = {}
+  for _, p in ipairs(vec_ptrs) do
+    local ptr = p[2] == "GAMMA" and "A.gamma" or p[2] == "BETA" and "A.beta"
+        or p[2] == "X" and "A.x" or p[2] == "Y" and "A.y" or p[2] == "RES" and "A.res" or "A.res_out"
+    local t = p[1] == "param" and P.ctype.param or P.ctype[p[1]]
+    conds[#conds + 1] = string.format("nj_aligned<%d>((const %s *)%s)", P.vec, t, ptr)
+    if p[1] ~= "param" then
+      conds[#conds + 1] = string.format("A.bstride[%d] %% %d == 0", OPD[p[1]], P.vec)
+    end
+  end
+%}
+    /* vec-wide accesses need aligned bases and batch strides; otherwise the scalar instance runs */
+    const bool vec_ok = {{ table.concat(conds, " &&\n        ") }};
+    if (vec_ok)
+        nj_fwd_row_body<{{ P.vec }}>(A, nj_scratch, nj_wscratch);
+    else
+        nj_fwd_row_body<1>(A, nj_scratch, nj_wscratch);
+{% else %}
+    nj_fwd_row_body<1>(A, nj_scratch, nj_wscratch);
+{% end %}
+}

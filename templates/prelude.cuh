@@ -1,0 +1,351 @@
+{# The device prelude: every generated kernel source starts with include("prelude.cuh").
+   It defines the device dialect of docs/dialect.md for CUDA (the emulator defines the same names in
+   templates/emu/emu.h and sets NJ_EMU), the kernel argument struct, dtype storage and conversions,
+   vector access, warp/block reductions, Welford statistics and the activations with their derivatives.
+   No includes: cuda_fp16.h alone would double the compile time. #}
+/* ---- normjit device prelude (generated source: do not edit) ---- */
+#ifndef NJ_EMU
+#define NJ_KERNEL(name, max_threads) \
+    extern "C" __global__ void __launch_bounds__(max_threads) name(const nj_kargs A)
+#define NJ_DEVICE static __device__ __forceinline__
+#define NJ_SHARED(type, name, count) __shared__ type name[count]
+/* helpers a kernel does not use are normal here: no "declared but never referenced" noise */
+#pragma nv_diag_suppress 177
+#define NJ_DYN_SHARED(type, name)                        \
+    extern __shared__ __align__(16) unsigned char nj_dyn_smem_[]; \
+    type *name = reinterpret_cast<type *>(nj_dyn_smem_)
+#endif
+
+typedef long long nj_i64;
+typedef unsigned nj_u32;
+typedef unsigned long long nj_u64;
+
+/* Identical to src/kernel_abi.h (test_codegen asserts the same size and offsets on the host side). */
+struct nj_kargs {
+    const void *x, *res, *gamma, *beta, *dy;
+    void *y, *res_out, *dx, *dgamma, *dbeta;
+    float *mean, *rstd;
+    void *workspace;
+    long long rows;
+    long long bstride[8];
+    float eps;
+    int reserved;
+};
+static_assert(sizeof(nj_kargs) == 184, "nj_kargs differs from src/kernel_abi.h");
+/* NVRTC has no offsetof; the host compiler (emulator) and nvcc check the offsets */
+#ifndef __CUDACC_RTC__
+static_assert(__builtin_offsetof(nj_kargs, workspace) == 96, "nj_kargs.workspace offset");
+static_assert(__builtin_offsetof(nj_kargs, rows) == 104, "nj_kargs.rows offset");
+static_assert(__builtin_offsetof(nj_kargs, bstride) == 112, "nj_kargs.bstride offset");
+static_assert(__builtin_offsetof(nj_kargs, eps) == 176, "nj_kargs.eps offset");
+#endif
+
+/* Operand numbers, as in src/problem.h (nj_operand): index A.bstride with them. */
+#define NJ_OPD_X 0
+#define NJ_OPD_Y 1
+#define NJ_OPD_RES 2
+#define NJ_OPD_RESOUT 3
+#define NJ_OPD_DY 4
+#define NJ_OPD_DX 5
+#define NJ_OPD_PARAM 6
+#define NJ_OPD_STATS 7
+
+/* ---- 16-bit storage types: bits only, arithmetic is always float ---- */
+struct alignas(2) nj_f16 { unsigned short bits; };
+struct alignas(2) nj_bf16 { unsigned short bits; };
+
+NJ_DEVICE float nj_to_f32(float v) { return v; }
+NJ_DEVICE float nj_to_f32(nj_bf16 v) { return __uint_as_float((unsigned)v.bits << 16); }
+NJ_DEVICE float nj_to_f32(nj_f16 v)
+{
+#ifndef NJ_EMU
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+#else
+    unsigned h = v.bits, sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in float */
+        float m = (float)man * 5.9604644775390625e-8f;
+        return sign ? -m : m;
+    }
+    return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
+#endif
+}
+
+/* float -> storage, round to nearest even (the conversion a GPU's cvt.rn does). Class templates,
+ * because an explicit function specialization may not be static (NJ_DEVICE is). */
+template <typename T> struct nj_conv;
+template <> struct nj_conv<float> {
+    NJ_DEVICE float from(float f) { return f; }
+};
+template <> struct nj_conv<nj_bf16> {
+    NJ_DEVICE nj_bf16 from(float f)
+{
+    unsigned u = __float_as_uint(f);
+    nj_bf16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        r.bits = (unsigned short)((u >> 16) | 0x40u); /* NaN stays a (quiet) NaN */
+        return r;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    r.bits = (unsigned short)(u >> 16);
+    return r;
+}
+};
+template <> struct nj_conv<nj_f16> {
+    NJ_DEVICE nj_f16 from(float f)
+{
+    nj_f16 r;
+#ifndef NJ_EMU
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));
+#else
+    unsigned u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        r.bits = (unsigned short)(sign | 0x7e00u);
+    } else if (a >= 0x477ff000u) { /* rounds to 65520 or more: infinity */
+        r.bits = (unsigned short)(sign | 0x7c00u);
+    } else if (a < 0x38800000u) { /* half subnormal: round a * 2^24 to an integer, ties to even */
+        float s = __uint_as_float(a) * 16777216.0f;
+        unsigned m = (unsigned)s;
+        float rest = s - (float)m;
+        if (rest > 0.5f || (rest == 0.5f && (m & 1u))) m++;
+        r.bits = (unsigned short)(sign | m);
+    } else {
+        unsigned h = (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu), rest = a & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+        r.bits = (unsigned short)(sign | h);
+    }
+#endif
+    return r;
+}
+};
+template <typename T> NJ_DEVICE T nj_from_f32(float f) { return nj_conv<T>::from(f); }
+
+template <typename T> NJ_DEVICE float nj_load_f32(const T *p, nj_i64 i) { return nj_to_f32(p[i]); }
+template <typename T> NJ_DEVICE void nj_store_f32(T *p, nj_i64 i, float v) { p[i] = nj_from_f32<T>(v); }
+
+/* ---- vector access: N consecutive elements as one 32/64/128-bit access (p + i aligned to N elements) ----
+ * Elements move through 32-bit words with shifts, not through a union: ptxas keeps those in registers
+ * (a union of uint4 and float[4] cost a stack frame on sm_80). Little-endian: element 0 is the low half. */
+template <int W> struct nj_words;
+template <> struct nj_words<1> {
+    NJ_DEVICE void load(const void *p, unsigned *w) { w[0] = *reinterpret_cast<const unsigned *>(p); }
+    NJ_DEVICE void store(void *p, const unsigned *w) { *reinterpret_cast<unsigned *>(p) = w[0]; }
+};
+template <> struct nj_words<2> {
+    NJ_DEVICE void load(const void *p, unsigned *w)
+    {
+        uint2 v = *reinterpret_cast<const uint2 *>(p);
+        w[0] = v.x, w[1] = v.y;
+    }
+    NJ_DEVICE void store(void *p, const unsigned *w) { *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]); }
+};
+template <> struct nj_words<4> {
+    NJ_DEVICE void load(const void *p, unsigned *w)
+    {
+        uint4 v = *reinterpret_cast<const uint4 *>(p);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    }
+    NJ_DEVICE void store(void *p, const unsigned *w)
+    {
+        *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+};
+/* element k of a word array, and back, per storage type (the pointer argument only picks the overload) */
+NJ_DEVICE float nj_word_get(const unsigned *w, int k, const float *) { return __uint_as_float(w[k]); }
+template <typename T16> NJ_DEVICE float nj_word_get(const unsigned *w, int k, const T16 *)
+{
+    T16 t;
+    t.bits = (unsigned short)(w[k >> 1] >> ((k & 1) * 16));
+    return nj_to_f32(t);
+}
+NJ_DEVICE void nj_word_put(unsigned *w, int k, float v, const float *) { w[k] = __float_as_uint(v); }
+template <typename T16> NJ_DEVICE void nj_word_put(unsigned *w, int k, float v, const T16 *)
+{
+    unsigned b = nj_from_f32<T16>(v).bits;
+    w[k >> 1] = (k & 1) ? (w[k >> 1] | (b << 16)) : b;
+}
+
+template <int N, typename T> struct nj_vec_io {
+    enum { W = N * (int)sizeof(T) / 4 };
+    NJ_DEVICE void load(const T *p, nj_i64 i, float *out)
+    {
+        unsigned w[W];
+        nj_words<W>::load(p + i, w);
+#pragma unroll
+        for (int k = 0; k < N; k++) out[k] = nj_word_get(w, k, (const T *)0);
+    }
+    NJ_DEVICE void store(T *p, nj_i64 i, const float *in)
+    {
+        unsigned w[W];
+#pragma unroll
+        for (int k = 0; k < N; k++) nj_word_put(w, k, in[k], (const T *)0);
+        nj_words<W>::store(p + i, w);
+    }
+};
+template <typename T> struct nj_vec_io<1, T> {
+    NJ_DEVICE void load(const T *p, nj_i64 i, float *out) { out[0] = nj_to_f32(p[i]); }
+    NJ_DEVICE void store(T *p, nj_i64 i, const float *in) { p[i] = nj_from_f32<T>(in[0]); }
+};
+template <int N, typename T> NJ_DEVICE void nj_load_vec(const T *p, nj_i64 i, float *out)
+{
+    nj_vec_io<N, T>::load(p, i, out);
+}
+template <int N, typename T> NJ_DEVICE void nj_store_vec(T *p, nj_i64 i, const float *in)
+{
+    nj_vec_io<N, T>::store(p, i, in);
+}
+/* True when p may be accessed N elements at a time (its address is a multiple of N elements). */
+template <int N, typename T> NJ_DEVICE bool nj_aligned(const T *p)
+{
+    return ((nj_u64)p & (nj_u64)(N * sizeof(T) - 1)) == 0;
+}
+
+/* ---- reductions: every lane of the warp (and every thread of the block) takes part ---- */
+#define NJ_FULL_MASK 0xffffffffu
+
+NJ_DEVICE float nj_warp_sum(float v)
+{
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(NJ_FULL_MASK, v, m);
+    return v;
+}
+NJ_DEVICE void nj_warp_sum2(float &a, float &b)
+{
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+        a += __shfl_xor_sync(NJ_FULL_MASK, a, m);
+        b += __shfl_xor_sync(NJ_FULL_MASK, b, m);
+    }
+}
+
+/* Block sum over NW warps; scratch holds NW floats (NJ_SHARED). Every thread gets the total. The
+ * closing barrier lets the caller reuse scratch at once. */
+template <int NW> NJ_DEVICE float nj_block_sum(float v, float *scratch)
+{
+    v = nj_warp_sum(v);
+    if (NW == 1) return v;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < NW ? scratch[lane] : 0.0f;
+    v = nj_warp_sum(v);
+    __syncthreads();
+    return v;
+}
+/* Two block sums at once (backward: sum(dy*g) and sum(dy*g*xhat)); scratch holds 2*NW floats. */
+template <int NW> NJ_DEVICE void nj_block_sum2(float &a, float &b, float *scratch)
+{
+    nj_warp_sum2(a, b);
+    if (NW == 1) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        scratch[warp] = a;
+        scratch[NW + warp] = b;
+    }
+    __syncthreads();
+    a = lane < NW ? scratch[lane] : 0.0f;
+    b = lane < NW ? scratch[NW + lane] : 0.0f;
+    nj_warp_sum2(a, b);
+    __syncthreads();
+}
+
+/* ---- Welford statistics: count, mean, sum of squared deviations (m2) ---- */
+struct nj_welford {
+    float n, mean, m2;
+};
+NJ_DEVICE nj_welford nj_welford_init()
+{
+    nj_welford w;
+    w.n = 0.0f;
+    w.mean = 0.0f;
+    w.m2 = 0.0f;
+    return w;
+}
+NJ_DEVICE void nj_welford_add(nj_welford &w, float x)
+{
+    w.n += 1.0f;
+    float d = x - w.mean;
+    w.mean += __fdividef(d, w.n); /* IEEE division calls a subroutine: register spills around it */
+    w.m2 += d * (x - w.mean);
+}
+/* Chan et al.'s parallel combination; either side may be empty. */
+NJ_DEVICE nj_welford nj_welford_merge(nj_welford a, nj_welford b)
+{
+    float n = a.n + b.n;
+    if (n == 0.0f) return a;
+    float d = b.mean - a.mean, fb = __fdividef(b.n, n);
+    nj_welford r;
+    r.n = n;
+    r.mean = a.mean + d * fb;
+    r.m2 = a.m2 + b.m2 + d * d * a.n * fb;
+    return r;
+}
+NJ_DEVICE nj_welford nj_warp_welford(nj_welford w)
+{
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+        nj_welford o;
+        o.n = __shfl_xor_sync(NJ_FULL_MASK, w.n, m);
+        o.mean = __shfl_xor_sync(NJ_FULL_MASK, w.mean, m);
+        o.m2 = __shfl_xor_sync(NJ_FULL_MASK, w.m2, m);
+        w = nj_welford_merge(w, o);
+    }
+    return w;
+}
+/* Block Welford over NW warps; scratch holds NW states. Every thread gets the result. */
+template <int NW> NJ_DEVICE nj_welford nj_block_welford(nj_welford w, nj_welford *scratch)
+{
+    w = nj_warp_welford(w);
+    if (NW == 1) return w;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = w;
+    __syncthreads();
+    w = lane < NW ? scratch[lane] : nj_welford_init();
+    w = nj_warp_welford(w);
+    __syncthreads();
+    return w;
+}
+
+/* ---- activations (applied after the affine) and their derivatives d act(u) / du ---- */
+#define NJ_SQRT_2_OVER_PI 0.7978845608028654f
+#define NJ_INV_SQRT_2 0.7071067811865476f
+#define NJ_INV_SQRT_2PI 0.3989422804014327f
+#define NJ_GELU_C 0.044715f
+
+NJ_DEVICE float nj_sigmoid(float u) { return 1.0f / (1.0f + expf(-u)); }
+
+NJ_DEVICE float nj_act_none(float u) { return u; }
+NJ_DEVICE float nj_act_relu(float u) { return u > 0.0f ? u : 0.0f; }
+NJ_DEVICE float nj_act_silu(float u) { return u * nj_sigmoid(u); }
+NJ_DEVICE float nj_act_sigmoid(float u) { return nj_sigmoid(u); }
+NJ_DEVICE float nj_act_gelu_erf(float u) { return 0.5f * u * (1.0f + erff(u * NJ_INV_SQRT_2)); }
+NJ_DEVICE float nj_act_gelu_tanh(float u)
+{
+    return 0.5f * u * (1.0f + tanhf(NJ_SQRT_2_OVER_PI * (u + NJ_GELU_C * u * u * u)));
+}
+
+NJ_DEVICE float nj_dact_none(float u) { return 1.0f; }
+NJ_DEVICE float nj_dact_relu(float u) { return u > 0.0f ? 1.0f : 0.0f; }
+NJ_DEVICE float nj_dact_sigmoid(float u)
+{
+    float s = nj_sigmoid(u);
+    return s * (1.0f - s);
+}
+NJ_DEVICE float nj_dact_silu(float u)
+{
+    float s = nj_sigmoid(u);
+    return s * (1.0f + u * (1.0f - s));
+}
+NJ_DEVICE float nj_dact_gelu_erf(float u)
+{
+    return 0.5f * (1.0f + erff(u * NJ_INV_SQRT_2)) + u * NJ_INV_SQRT_2PI * expf(-0.5f * u * u);
+}
+NJ_DEVICE float nj_dact_gelu_tanh(float u)
+{
+    float k = NJ_SQRT_2_OVER_PI * (u + NJ_GELU_C * u * u * u);
+    float t = tanhf(k);
+    return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * NJ_SQRT_2_OVER_PI * (1.0f + 3.0f * NJ_GELU_C * u * u);
+}
+/* ---- end of prelude ---- */

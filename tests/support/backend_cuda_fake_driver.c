@@ -1,0 +1,232 @@
+/* A fake libcuda for test_backend_cuda: enough of the Driver API, on host memory, to drive the CUDA backend
+ * on a machine without a GPU. It checks what a real driver checks where the backend could get it wrong (a
+ * context must be current, big dynamic shared memory needs the opt-in attribute, block size limits) and
+ * records launches for the test to read back.
+ * The test builds this file as a shared library (cc -shared -DNJ_FAKE_LIBCUDA) at run time; in the test
+ * support library it compiles to nothing. */
+#ifdef NJ_FAKE_LIBCUDA
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int CUresult;
+enum {
+    OK = 0,
+    INVALID_VALUE = 1,
+    NO_DEVICE = 100,
+    INVALID_DEVICE = 101,
+    INVALID_IMAGE = 200,
+    INVALID_CONTEXT = 201,
+    NOT_FOUND = 500
+};
+
+static int fake_ctx_token;
+static void *const FAKE_CTX = &fake_ctx_token;
+static _Thread_local void *ctx_stack[16];
+static _Thread_local int ctx_depth;
+static int ctx_refs, dyn_shared_attr;
+
+typedef struct fake_module {
+    char *image;
+    size_t size;
+    int elf;
+} fake_module;
+
+/* What the last launch saw, for the test. */
+static unsigned last_grid[3], last_block[3], last_shmem;
+static unsigned char last_args[256];
+static int launches;
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v && v[0] ? atoi(v) : dflt;
+}
+
+static int have_ctx(void) { return ctx_depth > 0 && ctx_stack[ctx_depth - 1] == FAKE_CTX; }
+
+EXPORT CUresult cuGetErrorName(CUresult r, const char **s)
+{
+    switch (r) {
+    case INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; return OK;
+    case INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; return OK;
+    case INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; return OK;
+    case NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; return OK;
+    default: *s = NULL; return INVALID_VALUE;
+    }
+}
+EXPORT CUresult cuGetErrorString(CUresult r, const char **s)
+{
+    *s = "fake driver error";
+    return OK;
+}
+EXPORT CUresult cuInit(unsigned flags) { return env_int("FAKE_CUDA_INIT", OK); }
+EXPORT CUresult cuDriverGetVersion(int *v)
+{
+    *v = 13000;
+    return OK;
+}
+EXPORT CUresult cuDeviceGetCount(int *n)
+{
+    *n = env_int("FAKE_CUDA_DEVICES", 1);
+    return OK;
+}
+EXPORT CUresult cuDeviceGet(int *d, int ordinal)
+{
+    if (ordinal < 0 || ordinal >= env_int("FAKE_CUDA_DEVICES", 1)) return INVALID_DEVICE;
+    *d = ordinal;
+    return OK;
+}
+EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
+{
+    switch (attr) {
+    case 75: *v = 9; return OK;       /* compute capability major */
+    case 76: *v = 0; return OK;       /* minor */
+    case 16: *v = 132; return OK;     /* multiprocessors */
+    case 1: *v = 1024; return OK;     /* max threads per block */
+    case 97: *v = 232448; return OK;  /* opt-in shared memory per block */
+    case 82: *v = 65536; return OK;   /* registers per multiprocessor */
+    default: return INVALID_VALUE;
+    }
+}
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **c, int dev)
+{
+    ctx_refs++;
+    *c = FAKE_CTX;
+    return OK;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev)
+{
+    ctx_refs--;
+    return OK;
+}
+EXPORT CUresult cuCtxGetCurrent(void **c)
+{
+    *c = ctx_depth ? ctx_stack[ctx_depth - 1] : NULL;
+    return OK;
+}
+EXPORT CUresult cuCtxPushCurrent_v2(void *c)
+{
+    if (ctx_depth == 16) return INVALID_VALUE;
+    ctx_stack[ctx_depth++] = c;
+    return OK;
+}
+EXPORT CUresult cuCtxPopCurrent_v2(void **c)
+{
+    if (ctx_depth == 0) return INVALID_CONTEXT;
+    *c = ctx_stack[--ctx_depth];
+    return OK;
+}
+EXPORT CUresult cuCtxSynchronize(void) { return have_ctx() ? OK : INVALID_CONTEXT; }
+EXPORT CUresult cuStreamSynchronize(void *s) { return have_ctx() ? OK : INVALID_CONTEXT; }
+
+/* A 64-bit ELF ends with its section header table: e_shoff + e_shnum * e_shentsize. */
+static size_t elf_size(const unsigned char *p)
+{
+    uint64_t shoff;
+    uint16_t shentsize, shnum;
+    memcpy(&shoff, p + 0x28, 8);
+    memcpy(&shentsize, p + 0x3a, 2);
+    memcpy(&shnum, p + 0x3c, 2);
+    return (size_t)(shoff + (uint64_t)shnum * shentsize);
+}
+
+EXPORT CUresult cuModuleLoadData(void **m, const void *image)
+{
+    if (!have_ctx()) return INVALID_CONTEXT;
+    const char *p = image;
+    int elf = memcmp(p, "\x7f" "ELF", 4) == 0;
+    if (!elf && !(strstr(p, ".version") && strstr(p, ".target"))) return INVALID_IMAGE;
+    fake_module *fm = malloc(sizeof *fm);
+    fm->size = elf ? elf_size(image) : strlen(p);
+    fm->image = malloc(fm->size);
+    memcpy(fm->image, p, fm->size); /* a real driver copies too: the caller may free the image */
+    fm->elf = elf;
+    *m = fm;
+    return OK;
+}
+EXPORT CUresult cuModuleUnload(void *m)
+{
+    if (!have_ctx()) return INVALID_CONTEXT;
+    free(((fake_module *)m)->image);
+    free(m);
+    return OK;
+}
+/* A cubin's string table holds "name\0"; PTX declares ".entry name(". */
+EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
+{
+    fake_module *fm = m;
+    size_t n = strlen(name);
+    for (size_t i = 0; i + n + 1 <= fm->size; i++) {
+        if (memcmp(fm->image + i, name, n) != 0) continue;
+        if (fm->elf ? fm->image[i + n] == '\0' && (i == 0 || fm->image[i - 1] == '\0')
+                    : fm->image[i + n] == '(' && i >= 7 && memcmp(fm->image + i - 7, ".entry ", 7) == 0) {
+            *f = fm->image + i;
+            return OK;
+        }
+    }
+    return NOT_FOUND;
+}
+EXPORT CUresult cuFuncSetAttribute(void *f, int attr, int v)
+{
+    if (attr != 8 || v > 232448) return INVALID_VALUE;
+    dyn_shared_attr = v;
+    return OK;
+}
+EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shmem, void *stream, void **params, void **extra)
+{
+    if (!have_ctx()) return INVALID_CONTEXT;
+    if ((uint64_t)bx * by * bz > 1024 || !params || extra) return INVALID_VALUE;
+    if (shmem > 48 * 1024 && (int)shmem > dyn_shared_attr) return INVALID_VALUE;
+    last_grid[0] = gx, last_grid[1] = gy, last_grid[2] = gz;
+    last_block[0] = bx, last_block[1] = by, last_block[2] = bz;
+    last_shmem = shmem;
+    memcpy(last_args, params[0], sizeof last_args < 184 ? sizeof last_args : 184); /* sizeof(nj_kargs) */
+    launches++;
+    return OK;
+}
+EXPORT CUresult cuMemAlloc_v2(uint64_t *p, size_t n)
+{
+    if (!have_ctx()) return INVALID_CONTEXT;
+    if (n == 0) return INVALID_VALUE;
+    *p = (uint64_t)(uintptr_t)malloc(n);
+    return OK;
+}
+EXPORT CUresult cuMemFree_v2(uint64_t p)
+{
+    if (!have_ctx()) return INVALID_CONTEXT;
+    free((void *)(uintptr_t)p);
+    return OK;
+}
+EXPORT CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n)
+{
+    if (!have_ctx()) return INVALID_CONTEXT;
+    memcpy((void *)(uintptr_t)dst, src, n);
+    return OK;
+}
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
+{
+    if (!have_ctx()) return INVALID_CONTEXT;
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return OK;
+}
+
+/* For the test, found with dlsym on the same handle. */
+EXPORT int fake_ctx_refs(void) { return ctx_refs; }
+EXPORT int fake_ctx_depth(void) { return ctx_depth; }
+EXPORT int fake_launches(void) { return launches; }
+EXPORT void fake_last_launch(unsigned grid[3], unsigned block[3], unsigned *shmem, void *args, size_t n)
+{
+    memcpy(grid, last_grid, sizeof last_grid);
+    memcpy(block, last_block, sizeof last_block);
+    *shmem = last_shmem;
+    memcpy(args, last_args, n < sizeof last_args ? n : sizeof last_args);
+}
+
+#else
+typedef int nj_fake_libcuda_not_built; /* ISO C wants a translation unit to declare something */
+#endif

@@ -1,0 +1,505 @@
+/* Template engine, template sets, the codegen environment, and rendered forward kernels. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codegen.h"
+#include "compile.h"
+#include "kernel_abi.h"
+#include "planner_canon.h"
+#include "problem_gen.h"
+
+/* The device side declares the same struct (templates/prelude.cuh, with its own static_asserts). */
+_Static_assert(sizeof(nj_kargs) == 184, "nj_kargs size changed: update templates/prelude.cuh");
+_Static_assert(offsetof(nj_kargs, workspace) == 96, "nj_kargs.workspace offset");
+_Static_assert(offsetof(nj_kargs, rows) == 104, "nj_kargs.rows offset");
+_Static_assert(offsetof(nj_kargs, bstride) == 112, "nj_kargs.bstride offset");
+_Static_assert(offsetof(nj_kargs, eps) == 176, "nj_kargs.eps offset");
+
+static char *render_ok(const char *tpl, const char *env)
+{
+    char *out = NULL;
+    nj_status s = nj_render_string("t.cu", tpl, env, &out);
+    if (s != NJ_OK) fprintf(stderr, "render failed: %s\n", nj_last_error());
+    assert_int_equal(s, NJ_OK);
+    assert_non_null(out);
+    return out;
+}
+
+static void expect_render(const char *tpl, const char *env, const char *want)
+{
+    char *out = render_ok(tpl, env);
+    assert_string_equal(out, want);
+    free(out);
+}
+
+/* Renders a failing template; the detail must start with `prefix` and contain `part`. */
+static void expect_fail(const char *tpl, const char *env, const char *prefix, const char *part)
+{
+    char *out = (char *)1;
+    nj_status s = nj_render_string("t.cu", tpl, env, &out);
+    assert_int_equal(s, NJ_ERR_TEMPLATE);
+    assert_null(out);
+    const char *e = nj_last_error();
+    if (strncmp(e, prefix, strlen(prefix)) != 0 || !strstr(e, part)) fprintf(stderr, "detail: %s\n", e);
+    assert_int_equal(strncmp(e, prefix, strlen(prefix)), 0);
+    assert_non_null(strstr(e, part));
+}
+
+static void test_expressions(void **state)
+{
+    (void)state;
+    expect_render("a{{ 1 + 2 }}b", NULL, "a3b");
+    expect_render("{{ P.n * 2 }} {{ P.n / 2 }} {{ P.n / 4 }}", "{n = 3}", "6 1.5 0.75");
+    expect_render("{{ 2.0 }} {{ 4 // 2 }} {{ -7 }} {{ 1e20 }}", NULL, "2 2 -7 1e+20");
+    expect_render("{{ 0.1 }} {{ 1/3 }}", NULL, "0.1 0.3333333333333333");
+    expect_render("{{ 'x' .. P.s }} {{ true }}", "{s = 'yz'}", "xyz true");
+    expect_render("{{ f32(1.5) }} {{ f32(2) }} {{ f32(-0.25) }} {{ f32(1e-8) }}", NULL, "1.5f 2.0f -0.25f 1e-08f");
+    expect_render("{{ ceil_div(10, 4) }} {{ join({1, 2, 3}) }}", NULL, "3 1, 2, 3");
+    expect_render("quote \" back \\ tab\there", NULL, "quote \" back \\ tab\there");
+}
+
+static void test_statements_and_lines(void **state)
+{
+    (void)state;
+    /* tag-only lines leave nothing behind; inline tags keep their line */
+    expect_render("a\n{% for i = 1, 3 do %}\n  v{{ i }};\n{% end %}\nb\n", NULL, "a\n  v1;\n  v2;\n  v3;\nb\n");
+    expect_render("  {# a comment #}  \nx {# inline #}y\n", NULL, "x y\n");
+    expect_render("{% if P.on then %}on{% else %}off{% end %}\n", "{on = false}", "off\n");
+    expect_render("{%\n local k = 5\n%}\n{{ k }}", NULL, "5");
+    expect_render("no newline at end {% local z = 1 %}", NULL, "no newline at end ");
+    expect_render("", NULL, "");
+}
+
+static void test_errors_fail(void **state)
+{
+    (void)state;
+    /* a missing P field used as a number, on line 3 */
+    expect_fail("line1\nline2\nx = {{ P.missing * 4 }};\n", "{}", "t.cu:3:", "nil");
+    /* a Lua syntax error inside a statement on line 2 */
+    expect_fail("ok\n{% if then %}\n", NULL, "t.cu:2:", "");
+    /* a runtime error() raised by the template on line 4 */
+    expect_fail("1\n2\n3\n{% error('boom') %}\n", NULL, "t.cu:4:", "boom");
+    /* outputting nil, an unterminated tag, f32 of a non-number */
+    expect_fail("\n{{ P.nothing }}", "{}", "t.cu:2:", "nil");
+    expect_fail("a\nb {{ 1 + \n", NULL, "t.cu:2:", "unterminated");
+    expect_fail("{{ f32('x') }}", NULL, "t.cu:1:", "f32");
+    /* a bad environment and a missing include */
+    expect_fail("x", "{ = }", "env:", "");
+    expect_fail("x", "42", "env", "not a table");
+    expect_fail("\n{% include('no_such_template.cu') %}", NULL, "t.cu:2:", "no_such_template.cu");
+}
+
+static void test_sandbox(void **state)
+{
+    (void)state;
+    expect_render("{{ tostring(io) }} {{ tostring(os) }} {{ tostring(require) }} {{ tostring(load) }}", NULL,
+                  "nil nil nil nil");
+    expect_render("{{ tostring(loadfile) }} {{ tostring(dofile) }} {{ tostring(collectgarbage) }}", NULL,
+                  "nil nil nil");
+    expect_render("{{ tostring(debug) }} {{ tostring(print) }} {{ tostring(string.dump) }} {{ tostring(package) }}",
+                  NULL, "nil nil nil nil");
+    expect_render("{{ type(string.format) }} {{ type(table.concat) }} {{ math.floor(2.5) }}", NULL,
+                  "function function 2");
+    /* runaway templates end with an error instead of hanging or eating memory */
+    expect_fail("\n{% while true do end %}", NULL, "t.cu:2:", "too long");
+    expect_fail("{% local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1000) .. i end %}", NULL, "", "memory");
+}
+
+/* ---- template sets: embedded and NORMJIT_TEMPLATE_DIR */
+
+static void write_file(const char *dir, const char *name, const char *text, size_t len)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *slash = strrchr(path, '/');
+    if (slash && slash > path + strlen(dir)) {
+        *slash = 0;
+        mkdir(path, 0700);
+        *slash = '/';
+    }
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    fclose(f);
+}
+
+static char tmpdir[256];
+
+static int make_tmpdir(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/nj_test_codegen_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int remove_tmpdir(void **state)
+{
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_embedded_set(void **state)
+{
+    (void)state;
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    assert_true(nj_embedded_template_count >= 3);
+    const char *text;
+    size_t len;
+    assert_int_equal(nj_template_get("prelude.cuh", &text, &len), NJ_OK);
+    assert_int_equal(len, strlen(text));
+    assert_non_null(strstr(text, "nj_kargs"));
+    assert_int_equal(nj_template_get("missing.cu", &text, &len), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "missing.cu"));
+    const char *h = nj_template_set_hash();
+    assert_int_equal(strlen(h), 32);
+    assert_ptr_equal(h, nj_template_set_hash()); /* computed once */
+}
+
+static void test_template_dir(void **state)
+{
+    (void)state;
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    char embedded_hash[33];
+    snprintf(embedded_hash, sizeof embedded_hash, "%s", nj_template_set_hash());
+    /* a copy of the embedded set, read from a folder, hashes the same */
+    for (size_t i = 0; i < nj_embedded_template_count; i++)
+        write_file(tmpdir, nj_embedded_templates[i].name, nj_embedded_templates[i].text, nj_embedded_templates[i].len);
+    setenv("NORMJIT_TEMPLATE_DIR", tmpdir, 1);
+    assert_string_equal(nj_template_set_hash(), embedded_hash);
+    /* an edit changes the hash and what nj_template_get returns */
+    const char *marker = "/* edited */\n";
+    write_file(tmpdir, "prelude.cuh", marker, strlen(marker));
+    char edited_hash[33];
+    snprintf(edited_hash, sizeof edited_hash, "%s", nj_template_set_hash());
+    assert_string_not_equal(edited_hash, embedded_hash);
+    const char *text;
+    size_t len;
+    assert_int_equal(nj_template_get("prelude.cuh", &text, &len), NJ_OK);
+    assert_int_equal(len, strlen(marker));
+    assert_memory_equal(text, marker, len);
+    /* a renamed file with the same content changes the hash too */
+    write_file(tmpdir, "zz_extra.cu", "", 0);
+    assert_string_not_equal(nj_template_set_hash(), edited_hash);
+    /* includes are resolved in the folder, errors name the included file and its line */
+    const char *inc = "inc {{ P.v }}\n{{ P.v + nil }}\n";
+    write_file(tmpdir, "inc.cuh", inc, strlen(inc));
+    char *out = NULL;
+    assert_int_equal(nj_render_string("main.cu", "{% include('inc.cuh') %}", "{v = 1}", &out), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "inc.cuh:2:"));
+    write_file(tmpdir, "inc.cuh", "inc {{ P.v }}\n", 14);
+    out = render_ok("<{% include('inc.cuh') %}>\n{% include('inc.cuh') %}\nend", "{v = 7}");
+    assert_string_equal(out, "<inc 7\n>\ninc 7\nend");
+    free(out);
+    assert_int_equal(nj_template_get("../etc/passwd", &text, &len), NJ_ERR_TEMPLATE);
+    /* an include cycle is an error, not a crash */
+    write_file(tmpdir, "loop.cuh", "{% include('loop.cuh') %}", 25);
+    assert_int_equal(nj_render_string("main.cu", "{% include('loop.cuh') %}", NULL, &out), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "nesting"));
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    assert_string_equal(nj_template_set_hash(), embedded_hash);
+}
+
+
+/* ---- forward kernels rendered from plans */
+
+/* A canonical problem under a name, for the render matrix. */
+typedef struct fwd_case {
+    const char *name;
+    nj_canon c;
+} fwd_case;
+
+static int nfwd;
+static fwd_case fwd[32];
+
+static nj_canon *add_case(const char *name)
+{
+    fwd[nfwd].name = name;
+    return &fwd[nfwd++].c;
+}
+
+static void build_cases(void)
+{
+    const uint32_t ln = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    nfwd = 0;
+    tc_row(add_case("row_warp_f32_vec4"), NJ_F32, 768, ln);
+    tc_row(add_case("row_warp_f16_rms_f32_gamma"), NJ_F16, 1024, NJ_FLAG_SCALE);
+    tc_row(add_case("row_warp_bf16_odd"), NJ_BF16, 333, ln | NJ_FLAG_SAVE_STATS);
+    nj_canon *c = add_case("row_warp_res_resout_stats_gelu");
+    tc_begin(c, NJ_F16, NJ_F16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT | NJ_FLAG_SAVE_STATS,
+             NJ_ACT_GELU_TANH, 64);
+    tc_axis(c, 512, true, true);
+    tc_finish(c);
+    tc_row(add_case("row_block_f32_cached"), NJ_F32, 8192, ln | NJ_FLAG_SAVE_STATS);
+    tc_row(add_case("row_block_f16_cached_1024"), NJ_F16, 16384, ln);
+    tc_row(add_case("row_block_odd_cached"), NJ_F32, 4097, NJ_FLAG_CENTER);
+    tc_row(add_case("row_stream_f32"), NJ_F32, 1 << 20, ln | NJ_FLAG_SAVE_STATS);
+    tc_row(add_case("row_stream_rms_bf16"), NJ_BF16, 100003, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
+    c = add_case("row_kept_axis_silu_scalar_gamma");
+    tc_begin(c, NJ_F32, NJ_F32, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_SILU, 8); /* features on the kept axis */
+    tc_axis(c, 12, false, true);
+    tc_axis(c, 256, true, false);
+    tc_finish(c);
+    c = add_case("column_bn_nhwc_relu");
+    tc_begin(c, NJ_F16, NJ_F32, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_RELU, 1);
+    tc_axis(c, 32, true, false);
+    tc_axis(c, 3136, true, false);
+    tc_axis(c, 64, false, true);
+    tc_finish(c);
+    c = add_case("general_gn_nhwc_res_sigmoid");
+    tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT | NJ_FLAG_SAVE_STATS,
+             NJ_ACT_SIGMOID, 2);
+    tc_axis(c, 1024, true, false); /* HW */
+    tc_axis(c, 8, false, true);    /* G */
+    tc_axis(c, 4, true, true);     /* C/G */
+    tc_finish(c);
+    c = add_case("general_rms_gelu_erf");
+    tc_begin(c, NJ_F32, NJ_F32, NJ_FLAG_SCALE, NJ_ACT_GELU_ERF, 4);
+    tc_axis(c, 6, true, true);
+    tc_axis(c, 5, false, false);
+    tc_axis(c, 7, true, true);
+    tc_finish(c);
+}
+
+/* NJ_DUMP_DIR=<dir>: writes each rendered source and a description of its problem and launch, for
+ * manual checks (nvcc -Xptxas -v resource reports, host runs against a reference). */
+static void dump_source(const char *name, const char *src, const nj_canon *c, const nj_plan_params *pp)
+{
+    const char *dir = getenv("NJ_DUMP_DIR");
+    if (!dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.cu", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fputs(src, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s.txt", dir, name);
+    if (!(f = fopen(path, "w"))) return;
+    uint32_t grid[3];
+    nj_launch_grid(&pp->launch[0], c->axes[0].extent, grid);
+    fprintf(f, "%d %u %d %s %d %u\n", c->rank, c->flags, c->act, pp->launch[0].kernel, pp->block, grid[0]);
+    for (int o = 0; o < NJ_OPD_COUNT; o++) fprintf(f, "%d ", c->dtype[o]);
+    fprintf(f, "\n");
+    for (int i = 0; i < c->rank; i++) {
+        fprintf(f, "%lld %d %d", (long long)c->axes[i].extent, c->axes[i].reduce, c->axes[i].feature);
+        for (int o = 0; o < NJ_OPD_COUNT; o++) fprintf(f, " %lld", (long long)c->axes[i].stride[o]);
+        fprintf(f, "\n");
+    }
+    fclose(f);
+}
+
+static void test_forward_variants(void **state)
+{
+    (void)state;
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    build_cases();
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    int families[4] = {0};
+    for (int i = 0; i < nfwd; i++) {
+        nj_plan_params pp;
+        assert_int_equal(nj_plan_pass(&fwd[i].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+        families[pp.family]++;
+        char *src = NULL;
+        nj_status s = nj_codegen(&fwd[i].c, &pp, &src);
+        if (s != NJ_OK) fail_msg("%s: %s", fwd[i].name, nj_last_error());
+        dump_source(fwd[i].name, src, &fwd[i].c, &pp);
+        assert_null(strstr(src, "{{"));
+        assert_null(strstr(src, "{%"));
+        assert_null(strstr(src, "{#"));
+        assert_non_null(strstr(src, "struct nj_kargs"));
+        char want[128];
+        snprintf(want, sizeof want, "NJ_KERNEL(%s, %d)", pp.launch[0].kernel, pp.block);
+        assert_non_null(strstr(src, want));
+        snprintf(want, sizeof want, "#define NJ_N %lldLL", (long long)fwd[i].c.reduce_size);
+        assert_non_null(strstr(src, want));
+        static const char *const acts[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
+        snprintf(want, sizeof want, "= nj_act_%s(", acts[fwd[i].c.act]);
+        if (pp.family == NJ_FAMILY_GENERAL) snprintf(want, sizeof want, ", nj_act_%s(u)", acts[fwd[i].c.act]);
+        assert_non_null(strstr(src, want));
+        if (pp.vec > 1) {
+            snprintf(want, sizeof want, "nj_fwd_row_body<%d>(A", pp.vec);
+            assert_non_null(strstr(src, want));
+        }
+        bool stats = fwd[i].c.flags & NJ_FLAG_SAVE_STATS, center = fwd[i].c.flags & NJ_FLAG_CENTER;
+        assert_int_equal(strstr(src, "A.rstd[") != NULL, stats);
+        assert_int_equal(strstr(src, "A.mean[") != NULL, stats && center);
+        assert_int_equal(strstr(src, "A.res_out") != NULL, (fwd[i].c.flags & NJ_FLAG_RESIDUAL_OUT) != 0);
+        free(src);
+    }
+    assert_true(families[NJ_FAMILY_ROW] >= 8);
+    assert_true(families[NJ_FAMILY_GENERAL] >= 3);
+}
+
+/* The general template is a correct fallback for ROW problems too. */
+static void test_general_renders_row(void **state)
+{
+    (void)state;
+    nj_canon c;
+    tc_row(&c, NJ_F32, 1000, NJ_FLAG_CENTER);
+    nj_plan_params pp;
+    nj_device_props dev;
+    nj_device_props_default(80, &dev);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+    pp.template_name = "fwd_general.cu";
+    snprintf(pp.launch[0].kernel, sizeof pp.launch[0].kernel, "nj_fwd_general");
+    char *src = NULL;
+    assert_int_equal(nj_codegen(&c, &pp, &src), NJ_OK);
+    dump_source("row_via_general", src, &c, &pp);
+    assert_non_null(strstr(src, "NJ_KERNEL(nj_fwd_general"));
+    free(src);
+}
+
+static void test_codegen_fail(void **state)
+{
+    (void)state;
+    nj_canon c;
+    nj_plan_params pp;
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    char *src = NULL;
+    /* a ROW template given a problem with two reduced axes stops with its own error and line */
+    tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
+    tc_axis(&c, 6, true, false);
+    tc_axis(&c, 7, true, false);
+    tc_finish(&c);
+    tc_row(&fwd[0].c, NJ_F32, 42, NJ_FLAG_CENTER);
+    assert_int_equal(nj_plan_pass(&fwd[0].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+    assert_int_equal(nj_codegen(&c, &pp, &src), NJ_ERR_TEMPLATE);
+    assert_null(src);
+    assert_int_equal(strncmp(nj_last_error(), "fwd_row.cu:", 11), 0);
+    assert_non_null(strstr(nj_last_error(), "exactly one reduced axis"));
+    /* a template that does not exist */
+    pp.template_name = "fwd_nothing.cu";
+    assert_int_equal(nj_codegen(&fwd[0].c, &pp, &src), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "fwd_nothing.cu"));
+    /* an environment the templates cannot describe */
+    assert_int_equal(nj_plan_pass(&fwd[0].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+    fwd[0].c.act = 99;
+    assert_int_equal(nj_codegen(&fwd[0].c, &pp, &src), NJ_ERR_TEMPLATE);
+    assert_non_null(strstr(nj_last_error(), "activation"));
+    assert_int_equal(nj_codegen(NULL, &pp, &src), NJ_ERR_NULL_POINTER);
+}
+
+/* Every forward variant compiles with NVRTC for sm_80 and sm_90 with no spills (the ptxas report): a
+ * spill in these memory-bound kernels costs more than any tuning gains. A stack frame above 8 bytes
+ * fails too (local arrays indexed at run time); ptxas 13.0 reserves an 8-byte frame without any spill
+ * traffic for one sm_80 variant (row_warp_f32_vec4), which is tolerated. */
+static void test_forward_compile_nvrtc(void **state)
+{
+    (void)state;
+    const char *v;
+    if (nj_nvrtc_version_string(&v) != NJ_OK) {
+        fprintf(stderr, "NVRTC not available (%s): compile check skipped\n", nj_last_error());
+        skip();
+    }
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    build_cases();
+    static const int32_t archs[] = {80, 90};
+    for (size_t a = 0; a < 2; a++) {
+        nj_device_props dev;
+        nj_device_props_default(archs[a], &dev);
+        for (int i = 0; i < nfwd; i++) {
+            nj_plan_params pp;
+            char *src = NULL;
+            assert_int_equal(nj_plan_pass(&fwd[i].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+            assert_int_equal(nj_codegen(&fwd[i].c, &pp, &src), NJ_OK);
+            nj_compile_result r;
+            memset(&r, 0, sizeof r);
+            nj_status s = nj_nvrtc_compile(src, fwd[i].name, archs[a], &r);
+            if (s != NJ_OK) fail_msg("%s sm_%d: %s", fwd[i].name, archs[a], nj_last_error());
+            assert_int_equal(r.nkernels, 1);
+            const nj_kernel_resources *k = &r.kernels[0];
+            if (k->spill_stores || k->spill_loads || k->stack_bytes > 8)
+                fail_msg("%s sm_%d: %d spill stores, %d spill loads, %d stack bytes", fwd[i].name, archs[a],
+                         k->spill_stores, k->spill_loads, k->stack_bytes);
+            assert_string_equal(k->kernel, pp.launch[0].kernel);
+            assert_true(k->registers > 0 && (int64_t)k->registers * pp.block <= 65536);
+            if (getenv("NJ_DUMP_DIR"))
+                fprintf(stderr, "sm_%d %-36s block %4d vec %d regs_cache %2d: %3d registers, %5d B smem, %.0f ms\n",
+                        archs[a], fwd[i].name, pp.block, pp.vec, pp.regs_cache, k->registers, k->shared_bytes,
+                        r.millis);
+            nj_binary_free(&r.bin);
+            free(src);
+        }
+    }
+}
+
+/* Random valid problems (every shape class, strided, padded, broadcast inputs, mixed dtypes): each one
+ * plans and renders, and a sample compiles with NVRTC without spills. */
+static void test_random_problems(void **state)
+{
+    (void)state;
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    const char *v;
+    bool nvrtc = nj_nvrtc_version_string(&v) == NJ_OK;
+    nj_pg_rng rng = {0x5eed};
+    nj_pg_opts opts = {.max_rank = 5, .max_extent = 6, .allow_pad = 1, .allow_broadcast = 1};
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    int kinds[4] = {0}, compiled = 0;
+    for (int i = 0; i < 400; i++) {
+        nj_problem_desc p;
+        nj_canon c;
+        nj_plan_params pp;
+        char *src = NULL;
+        nj_pg_problem(&rng, &opts, &p);
+        if (nj_canonicalize(&p, &c) != NJ_OK) fail_msg("problem %d: %s", i, nj_last_error());
+        kinds[c.kind]++;
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+        nj_status s = nj_codegen(&c, &pp, &src);
+        if (s != NJ_OK) fail_msg("problem %d: %s", i, nj_last_error());
+        assert_null(strstr(src, "{{"));
+        char name[32];
+        snprintf(name, sizeof name, "random_%03d", i);
+        if (i % 8 == 0) dump_source(name, src, &c, &pp);
+        if (nvrtc && i % 20 == 0) {
+            nj_compile_result r;
+            memset(&r, 0, sizeof r);
+            if (nj_nvrtc_compile(src, name, 90, &r) != NJ_OK) fail_msg("%s: %s", name, nj_last_error());
+            assert_int_equal(r.nkernels, 1);
+            assert_int_equal(r.kernels[0].spill_stores + r.kernels[0].spill_loads, 0);
+            nj_binary_free(&r.bin);
+            compiled++;
+        }
+        free(src);
+    }
+    assert_true(kinds[NJ_KIND_ROW] > 20 && kinds[NJ_KIND_COLUMN] > 20 && kinds[NJ_KIND_GENERAL] > 20);
+    assert_true(!nvrtc || compiled == 20);
+}
+
+int main(void)
+{
+    const struct CMUnitTest engine[] = {
+        cmocka_unit_test(test_expressions),
+        cmocka_unit_test(test_statements_and_lines),
+        cmocka_unit_test(test_errors_fail),
+        cmocka_unit_test(test_sandbox),
+    };
+    const struct CMUnitTest sets[] = {
+        cmocka_unit_test(test_embedded_set),
+        cmocka_unit_test(test_template_dir),
+    };
+    const struct CMUnitTest kernels[] = {
+        cmocka_unit_test(test_forward_variants),
+        cmocka_unit_test(test_general_renders_row),
+        cmocka_unit_test(test_codegen_fail),
+        cmocka_unit_test(test_forward_compile_nvrtc),
+        cmocka_unit_test(test_random_problems),
+    };
+    int fails = cmocka_run_group_tests_name("engine", engine, NULL, NULL);
+    fails += cmocka_run_group_tests_name("kernels", kernels, NULL, NULL);
+    fails += cmocka_run_group_tests_name("template_sets", sets, make_tmpdir, remove_tmpdir);
+    return fails;
+}

@@ -1,0 +1,312 @@
+/* Context: backend selection, plan table, single flight, disk reuse, argument checks, end-to-end runs
+ * on the emulator backend compared with the double-precision reference. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "context.h"
+#include "reference.h"
+
+typedef struct fixture {
+    char dir[256];
+} fixture;
+
+static int rm_tree(const char *path)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    return system(cmd);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/nj-ctx-XXXXXX");
+    if (!mkdtemp(f->dir)) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    rm_tree(f->dir);
+    free(f);
+    return 0;
+}
+
+static nj_context *emu_context(const char *dir, uint32_t flags)
+{
+    nj_context_options o;
+    nj_context_options_init(&o);
+    o.backend = NJ_BACKEND_EMULATOR;
+    o.arch = 90;
+    o.flags = flags;
+    o.cache_dir = dir;
+    nj_context *ctx = NULL;
+    nj_status s = nj_context_create(&o, &ctx);
+    if (s != NJ_OK) fail_msg("context: %s %s", nj_status_name(s), nj_last_error());
+    return ctx;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static double rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+/* Runs a LayerNorm forward (f32, scale+bias, stats) of rows x n on the emulator and returns the worst
+ * relative error against the reference. */
+static double run_layernorm(nj_context *ctx, int64_t rows, int64_t n)
+{
+    nj_problem_desc p;
+    int64_t ext[2] = {rows, n};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, ext, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS | NJ_FLAG_SAVE_STATS),
+                     NJ_OK);
+    nj_plan *plan;
+    nj_status s = nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan);
+    if (s != NJ_OK) fail_msg("plan: %s %s", nj_status_name(s), nj_last_error());
+    size_t numel = (size_t)(rows * n);
+    float *x = malloc(numel * 4), *y = malloc(numel * 4), *g = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+    float *mean = malloc((size_t)rows * 4), *rstd = malloc((size_t)rows * 4);
+    for (size_t i = 0; i < numel; i++) x[i] = (float)(rnd() + 3.0), y[i] = NAN;
+    for (int64_t i = 0; i < n; i++) g[i] = (float)(1.0 + 0.5 * rnd()), b[i] = (float)(0.1 * rnd());
+    nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .gamma = g, .beta = b, .y = y,
+                         .mean = mean, .rstd = rstd};
+    s = nj_forward(plan, &a);
+    if (s != NJ_OK) fail_msg("forward: %s %s", nj_status_name(s), nj_last_error());
+    double *ry = malloc(numel * sizeof(double)), *rm = malloc((size_t)rows * 8), *rr = malloc((size_t)rows * 8);
+    nj_ref_inputs in = {.x = x, .gamma = g, .beta = b, .eps = 1e-5};
+    nj_ref_outputs out = {.y = ry, .mean = rm, .rstd = rr};
+    assert_int_equal(nj_ref_forward(&p, &in, &out), NJ_OK);
+    double worst = 0;
+    for (size_t i = 0; i < numel; i++) worst = fmax(worst, fabs(y[i] - ry[i]) / (1e-6 + fabs(ry[i])));
+    for (int64_t i = 0; i < rows; i++) worst = fmax(worst, fabs(mean[i] - rm[i]) / (1e-6 + fabs(rm[i])));
+    if (isnan(worst)) worst = INFINITY; /* an unwritten element */
+    free(x), free(y), free(g), free(b), free(mean), free(rstd), free(ry), free(rm), free(rr);
+    return worst;
+}
+
+static void test_forward_matches_reference(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, NJ_CTX_EMU_POISON);
+    assert_true(run_layernorm(ctx, 5, 37) < 1e-4);
+    assert_true(run_layernorm(ctx, 3, 1024) < 1e-4);
+    nj_context_destroy(ctx);
+}
+
+static void test_disk_reuse_and_batch(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    assert_true(run_layernorm(ctx, 8, 64) < 1e-4);
+    assert_true(run_layernorm(ctx, 3, 64) < 1e-4); /* other batch: same kernels */
+    nj_cache_stats st;
+    assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
+    assert_int_equal(st.compiles, 1);
+    assert_true(st.disk_entries >= 1);
+    nj_context_destroy(ctx);
+
+    ctx = emu_context(f->dir, NJ_CTX_NO_COMPILE); /* a server process: loads from disk, never compiles */
+    assert_true(run_layernorm(ctx, 11, 64) < 1e-4);
+    assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
+    assert_int_equal(st.compiles, 0);
+    assert_int_equal(st.hits_disk, 1);
+    nj_context_destroy(ctx);
+}
+
+static void test_no_compile_miss_fail(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, NJ_CTX_NO_COMPILE);
+    nj_problem_desc p;
+    int64_t ext[2] = {4, 96};
+    assert_int_equal(nj_preset_rmsnorm(&p, NJ_BF16, 2, ext, 1, NJ_FLAG_SCALE), NJ_OK);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_ERR_NOT_CACHED);
+    assert_non_null(strstr(nj_last_error(), "warmup"));
+    nj_context_destroy(ctx);
+}
+
+static void test_hot_lookup_same_plan(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    nj_problem_desc p, q;
+    int64_t ext[3] = {2, 7, 256};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 3, ext, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    memset(&q, 0x5A, sizeof q); /* garbage in unused fields must not matter */
+    assert_int_equal(nj_preset_layernorm(&q, NJ_F16, 3, ext, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    nj_plan *a, *b;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &a), NJ_OK);
+    assert_int_equal(nj_plan_get(ctx, &q, NJ_PASS_FORWARD, &b), NJ_OK);
+    assert_ptr_equal(a, b);
+    char text[4096];
+    size_t len = 0;
+    assert_int_equal(nj_plan_describe(a, text, sizeof text, &len), NJ_OK);
+    assert_non_null(strstr(text, "launch"));
+    assert_int_equal(nj_plan_describe(a, text, 4, &len), NJ_ERR_BAD_ARGUMENT);
+    assert_true(len > 4);
+    nj_context_destroy(ctx);
+}
+
+typedef struct race_arg {
+    nj_context *ctx;
+    nj_plan *plan;
+    nj_status s;
+} race_arg;
+
+static void *race_body(void *v)
+{
+    race_arg *r = v;
+    nj_problem_desc p;
+    int64_t ext[2] = {16, 333};
+    nj_preset_layernorm(&p, NJ_F32, 2, ext, 1, NJ_FLAG_SCALE);
+    r->s = nj_plan_get(r->ctx, &p, NJ_PASS_FORWARD, &r->plan);
+    return NULL;
+}
+
+static void test_single_flight_threads(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    pthread_t t[8];
+    race_arg r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (race_arg){ctx, NULL, NJ_ERR_INTERNAL};
+        pthread_create(&t[i], NULL, race_body, &r[i]);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(r[i].s, NJ_OK);
+        assert_ptr_equal(r[i].plan, r[0].plan);
+    }
+    nj_cache_stats st;
+    nj_context_cache_stats(ctx, &st);
+    assert_int_equal(st.compiles, 1);
+    nj_context_destroy(ctx);
+}
+
+static void test_argument_checks_fail(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    nj_problem_desc p;
+    int64_t ext[2] = {2, 32};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, ext, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_OK);
+    float x[64], y[64], g[32], b[32], r[64];
+    nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .gamma = g, .beta = b, .y = y};
+    a.gamma = NULL;
+    assert_int_equal(nj_forward(plan, &a), NJ_ERR_NULL_POINTER);
+    assert_non_null(strstr(nj_last_error(), "gamma"));
+    a.gamma = g;
+    a.residual = r;
+    assert_int_equal(nj_forward(plan, &a), NJ_ERR_BAD_ARGUMENT);
+    a.residual = NULL;
+    a.eps = -1.0f;
+    assert_int_equal(nj_forward(plan, &a), NJ_ERR_BAD_ARGUMENT);
+    a.eps = 1e-5f;
+    a.struct_size = 3;
+    assert_int_equal(nj_forward(plan, &a), NJ_ERR_BAD_STRUCT_SIZE);
+    p.struct_size = 7;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_ERR_BAD_STRUCT_SIZE);
+    assert_int_equal(nj_plan_get(ctx, NULL, NJ_PASS_FORWARD, &plan), NJ_ERR_NULL_POINTER);
+    nj_context_destroy(ctx);
+}
+
+static void test_zero_size_launches_nothing(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    nj_problem_desc p;
+    int64_t ext[2] = {0, 128};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, ext, 1, NJ_FLAG_SCALE), NJ_OK);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_OK);
+    nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f};
+    assert_int_equal(nj_forward(plan, &a), NJ_OK);
+    nj_context_destroy(ctx);
+}
+
+static void test_backend_selection_fail(void **state)
+{
+    (void)state;
+    nj_context_options o;
+    nj_context_options_init(&o);
+    o.backend = NJ_BACKEND_CUDA;
+    nj_context *ctx = (nj_context *)1;
+    nj_status s = nj_context_create(&o, &ctx); /* no libcuda.so.1 on these machines */
+    assert_true(s == NJ_ERR_NO_DRIVER || s == NJ_ERR_NO_DEVICE);
+    assert_null(ctx);
+    assert_true(strlen(nj_last_error()) > 0);
+    o.backend = NJ_BACKEND_COMPILE_ONLY;
+    assert_int_equal(nj_context_create(&o, &ctx), NJ_ERR_BAD_ARGUMENT);
+    o.struct_size = 1;
+    assert_int_equal(nj_context_create(&o, &ctx), NJ_ERR_BAD_STRUCT_SIZE);
+    nj_context_destroy(NULL);
+}
+
+static void test_unsafe_root_falls_back_to_memory(void **state)
+{
+    fixture *f = *state;
+    char root[400];
+    snprintf(root, sizeof root, "%s/open", f->dir);
+    assert_int_equal(mkdir(root, 0777), 0);
+    assert_int_equal(chmod(root, 0777), 0); /* writable by others: refused */
+    nj_context *ctx = emu_context(root, 0);
+    assert_string_equal(nj_context_cache_dir(ctx), "");
+    assert_true(run_layernorm(ctx, 2, 48) < 1e-4);
+    nj_context_destroy(ctx);
+}
+
+static void test_record_manifest(void **state)
+{
+    fixture *f = *state;
+    char rec[400], line[1024];
+    snprintf(rec, sizeof rec, "%s/seen.txt", f->dir);
+    setenv("NORMJIT_RECORD", rec, 1);
+    nj_context *ctx = emu_context(f->dir, 0);
+    unsetenv("NORMJIT_RECORD");
+    assert_true(run_layernorm(ctx, 2, 40) < 1e-4);
+    nj_context_destroy(ctx);
+    FILE *fp = fopen(rec, "r");
+    assert_non_null(fp);
+    assert_non_null(fgets(line, sizeof line, fp));
+    fclose(fp);
+    nj_problem_desc back;
+    line[strcspn(line, "\n")] = 0;
+    assert_int_equal(nj_problem_from_text(line, 2, &back), NJ_OK);
+    assert_int_equal(back.x.extents[1], 40);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_forward_matches_reference, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disk_reuse_and_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_compile_miss_fail, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hot_lookup_same_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_single_flight_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_argument_checks_fail, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zero_size_launches_nothing, setup, teardown),
+        cmocka_unit_test(test_backend_selection_fail),
+        cmocka_unit_test_setup_teardown(test_unsafe_root_falls_back_to_memory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_manifest, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

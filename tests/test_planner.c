@@ -1,0 +1,347 @@
+/* Planner: choices for canonical problems, plan text, launch grids and launch metadata round trips. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+#include "planner_canon.h"
+
+static nj_device_props dev90;
+
+static int setup(void **state)
+{
+    (void)state;
+    nj_device_props_default(90, &dev90);
+    return 0;
+}
+
+static nj_plan_params plan_fwd(const nj_canon *c)
+{
+    nj_plan_params pp;
+    nj_status s = nj_plan_pass(c, NJ_PASS_FORWARD, &dev90, &pp);
+    if (s != NJ_OK) fail_msg("plan failed: %s", nj_last_error());
+    assert_int_equal(pp.pass, NJ_PASS_FORWARD);
+    assert_int_equal(pp.nlaunch, 1);
+    assert_int_equal(pp.launch[0].block[0], pp.block);
+    assert_int_equal(pp.block % 32, 0);
+    assert_int_equal(pp.workspace_fixed + pp.workspace_per_row, 0);
+    return pp;
+}
+
+static void test_device_props(void **state)
+{
+    (void)state;
+    nj_device_props p;
+    nj_device_props_default(90, &p);
+    assert_int_equal(p.arch, 90);
+    assert_int_equal(p.sm_count, 132);
+    assert_int_equal(p.max_threads_per_block, 1024);
+    assert_int_equal(p.max_shared_per_block, 227 * 1024);
+    nj_device_props_default(80, &p);
+    assert_int_equal(p.sm_count, 108);
+    assert_int_equal(p.max_shared_per_block, 163 * 1024);
+    nj_device_props_default(75, &p);
+    assert_int_equal(p.sm_count, 0);
+    assert_int_equal(p.max_shared_per_block, 48 * 1024);
+}
+
+/* Short rows: a warp per row, four rows per 128-thread block, the row in registers. */
+static void test_row_short(void **state)
+{
+    (void)state;
+    nj_canon c;
+    tc_row(&c, NJ_F32, 768, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+    assert_int_equal(c.kind, NJ_KIND_ROW);
+    nj_plan_params pp = plan_fwd(&c);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
+    assert_string_equal(pp.template_name, "fwd_row.cu");
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.block, 128);
+    assert_int_equal(pp.rows_per_block, 4);
+    assert_int_equal(pp.regs_cache, 24); /* 192 float4 chunks over 32 lanes: 6 chunks of 4 */
+    assert_int_equal(pp.split, 1);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_row");
+    assert_int_equal(pp.launch[0].row_div, 4);
+    /* f16 without param: 8 halves make 16 bytes; an f32 gamma limits it to 4 */
+    tc_row(&c, NJ_F16, 1024, NJ_FLAG_CENTER);
+    assert_int_equal(plan_fwd(&c).vec, 8);
+    assert_int_equal(plan_fwd(&c).regs_cache, 32);
+    tc_row(&c, NJ_F16, 1024, NJ_FLAG_CENTER | NJ_FLAG_SCALE);
+    assert_int_equal(plan_fwd(&c).vec, 4);
+}
+
+/* Odd lengths and strides narrow the vector width. */
+static void test_row_vec_width(void **state)
+{
+    (void)state;
+    nj_canon c;
+    tc_row(&c, NJ_F32, 1001, NJ_FLAG_CENTER);
+    assert_int_equal(plan_fwd(&c).vec, 1);
+    assert_int_equal(plan_fwd(&c).regs_cache, 32);
+    tc_row(&c, NJ_F32, 1002, NJ_FLAG_CENTER);
+    assert_int_equal(plan_fwd(&c).vec, 2);
+    tc_row(&c, NJ_BF16, 3000, NJ_FLAG_CENTER);
+    assert_int_equal(plan_fwd(&c).vec, 8);
+    /* a padded row pitch (kept axis stride 1001) that is not a multiple of 4 */
+    tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 8);
+    tc_axis(&c, 16, false, false);
+    tc_axis(&c, 1000, true, true);
+    tc_finish(&c);
+    assert_int_equal(plan_fwd(&c).vec, 4);
+    c.axes[1].stride[NJ_OPD_X] = 1001;
+    tc_kind(&c);
+    assert_int_equal(c.kind, NJ_KIND_ROW);
+    assert_int_equal(plan_fwd(&c).vec, 1);
+    /* y written with a non-unit stride along the row */
+    tc_row(&c, NJ_F32, 1000, NJ_FLAG_CENTER);
+    c.axes[1].stride[NJ_OPD_Y] = 2;
+    assert_int_equal(plan_fwd(&c).vec, 1);
+    /* gamma transposed against x (param stride along the row is not 1) */
+    tc_row(&c, NJ_F32, 1000, NJ_FLAG_CENTER | NJ_FLAG_SCALE);
+    c.axes[1].stride[NJ_OPD_PARAM] = 3;
+    assert_int_equal(plan_fwd(&c).vec, 1);
+}
+
+/* Long rows: a block per row, in registers while a thread's share fits, else streamed. */
+static void test_row_long(void **state)
+{
+    (void)state;
+    nj_canon c;
+    tc_row(&c, NJ_F32, 8192, NJ_FLAG_CENTER | NJ_FLAG_SCALE);
+    nj_plan_params pp = plan_fwd(&c);
+    assert_int_equal(pp.rows_per_block, 1);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.regs_cache, 16);
+    assert_int_equal(pp.launch[0].row_div, 1);
+    tc_row(&c, NJ_F32, 16384, NJ_FLAG_CENTER);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.block, 1024);
+    assert_int_equal(pp.regs_cache, 16);
+    tc_row(&c, NJ_F32, 4097, NJ_FLAG_CENTER);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.vec, 1);
+    assert_true(pp.regs_cache > 0 && pp.regs_cache <= 32);
+    assert_true((int64_t)pp.regs_cache * pp.block >= 4097);
+    tc_row(&c, NJ_F32, 1 << 20, 0);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.regs_cache, 0);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.rows_per_block, 1);
+}
+
+/* Column and general problems go to the general family. */
+static void test_column_general(void **state)
+{
+    (void)state;
+    nj_canon c;
+    /* BatchNorm channels-last: [N, HW, C], reduce N and HW, features C */
+    tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_RELU, 1);
+    tc_axis(&c, 32, true, false);
+    tc_axis(&c, 3136, true, false);
+    tc_axis(&c, 64, false, true);
+    tc_finish(&c);
+    assert_int_equal(c.kind, NJ_KIND_COLUMN);
+    nj_plan_params pp = plan_fwd(&c);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    assert_string_equal(pp.template_name, "fwd_general.cu");
+    assert_int_equal(pp.vec, 1);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.launch[0].row_mult, 64);
+    /* reduce axes 1 and 3 of [B, 6, 5, 7] */
+    tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
+    tc_axis(&c, 6, true, false);
+    tc_axis(&c, 5, false, false);
+    tc_axis(&c, 7, true, false);
+    tc_finish(&c);
+    assert_int_equal(c.kind, NJ_KIND_GENERAL);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    assert_int_equal(pp.block, 128);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_general");
+}
+
+static void test_plan_fail(void **state)
+{
+    (void)state;
+    nj_canon c;
+    nj_plan_params pp;
+    tc_row(&c, NJ_F32, 512, NJ_FLAG_CENTER);
+    assert_int_equal(nj_plan_pass(NULL, NJ_PASS_FORWARD, &dev90, &pp), NJ_ERR_NULL_POINTER);
+    assert_int_equal(nj_plan_pass(&c, (nj_pass)7, &dev90, &pp), NJ_ERR_BAD_ARGUMENT);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(nj_last_error(), "backward"));
+    c.kind = 9;
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_ERR_INTERNAL);
+}
+
+static void test_plan_text(void **state)
+{
+    (void)state;
+    nj_canon c;
+    tc_row(&c, NJ_F32, 768, NJ_FLAG_CENTER);
+    nj_plan_params a = plan_fwd(&c), b = plan_fwd(&c);
+    char *ta = nj_plan_text(&a), *tb = nj_plan_text(&b);
+    assert_string_equal(ta, tb);
+    assert_null(strchr(ta, '\n'));
+    assert_non_null(strstr(ta, "family=row"));
+    assert_non_null(strstr(ta, "vec=4"));
+    assert_non_null(strstr(ta, "nj_fwd_row 128 1 1"));
+    tc_row(&c, NJ_F32, 769, NJ_FLAG_CENTER);
+    b = plan_fwd(&c);
+    char *tc = nj_plan_text(&b);
+    assert_string_not_equal(ta, tc);
+    free(ta), free(tb), free(tc);
+}
+
+static void test_launch_grid(void **state)
+{
+    (void)state;
+    nj_canon c;
+    tc_row(&c, NJ_F32, 768, NJ_FLAG_CENTER);
+    nj_plan_params pp = plan_fwd(&c);
+    uint32_t g[3];
+    nj_launch_grid(&pp.launch[0], 1001, g);
+    assert_int_equal(g[0], 251); /* ceil(1001 rows / 4 rows per block) */
+    assert_int_equal(g[1], 1);
+    assert_int_equal(g[2], 1);
+    nj_launch_grid(&pp.launch[0], 10000000, g);
+    assert_int_equal(g[0], (uint32_t)pp.launch[0].grid_x_cap);
+    assert_true(g[0] >= 132);
+    nj_launch_grid(&pp.launch[0], 0, g);
+    assert_int_equal(g[0], 1);
+    nj_launch fixed = pp.launch[0];
+    fixed.grid_x = 7, fixed.grid_y = 3;
+    nj_launch_grid(&fixed, 1000, g);
+    assert_int_equal(g[0], 7);
+    assert_int_equal(g[1], 3);
+}
+
+static void test_launches_round_trip(void **state)
+{
+    (void)state;
+    nj_plan_params pp;
+    memset(&pp, 0, sizeof pp);
+    pp.nlaunch = 3;
+    for (int i = 0; i < 3; i++) {
+        nj_launch *l = &pp.launch[i];
+        snprintf(l->kernel, sizeof l->kernel, "nj_kernel_%d", i);
+        l->block[0] = 128 * (i + 1), l->block[1] = 1 + i, l->block[2] = 1;
+        l->grid_x = i, l->grid_y = 2, l->grid_z = 1 + i;
+        l->row_mult = 1000 + i, l->row_div = 4, l->grid_x_cap = 1LL << 40, l->shmem = 4096u * i;
+    }
+    char *t = nj_launches_to_text(&pp);
+    assert_non_null(t);
+    nj_plan_params back;
+    memset(&back, 0xff, sizeof back);
+    assert_int_equal(nj_launches_from_text(t, &back), NJ_OK);
+    assert_int_equal(back.nlaunch, 3);
+    assert_memory_equal(back.launch, pp.launch, sizeof pp.launch[0] * 3);
+    char *t2 = nj_launches_to_text(&back);
+    assert_string_equal(t, t2);
+    free(t), free(t2);
+}
+
+static void test_launches_parse_fail(void **state)
+{
+    (void)state;
+    nj_plan_params pp;
+    memset(&pp, 0, sizeof pp);
+    static const char *const bad[] = {
+        "",
+        "launches 5\n",
+        "launches 1\n",
+        "launches 1\nk 128 1 1 0 1 1 1 1 0\n",          /* a field short */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0 0 9\n",      /* a field too many */
+        "launches 1\nk-x 128 1 1 0 1 1 1 1 0 0\n",      /* bad name */
+        "launches 1\nk 0 1 1 0 1 1 1 1 0 0\n",          /* zero block */
+        "launches 1\nk 128 1 1 -1 1 1 1 1 0 0\n",       /* negative grid */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0 0\nextra\n", /* trailing text */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pp.nlaunch = 2;
+        assert_int_equal(nj_launches_from_text(bad[i], &pp), NJ_ERR_PARSE);
+        assert_int_equal(pp.nlaunch, 2); /* untouched on failure */
+    }
+    assert_int_equal(nj_launches_from_text("launches 1\nk 128 1 1 0 1 1 1 1 0 0\n", &pp), NJ_OK);
+    assert_int_equal(pp.nlaunch, 1);
+}
+
+static nj_plan_params plan_desc(const nj_problem_desc *p, nj_canon *c)
+{
+    nj_status s = nj_canonicalize(p, c);
+    if (s != NJ_OK) fail_msg("canonicalize: %s", nj_last_error());
+    return plan_fwd(c);
+}
+
+/* The presets, through problem.c's canonical form. */
+static void test_presets(void **state)
+{
+    (void)state;
+    nj_problem_desc p;
+    nj_canon c;
+    const uint32_t aff = NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    int64_t llm[3] = {8, 128, 768};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 3, llm, 1, aff), NJ_OK);
+    nj_plan_params pp = plan_desc(&p, &c);
+    assert_int_equal(c.kind, NJ_KIND_ROW);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.rows_per_block, 4);
+    assert_int_equal(pp.launch[0].row_mult * c.axes[0].extent, 8 * 128); /* rows = batch * kept_inner */
+    int64_t big[2] = {4, 12288};
+    assert_int_equal(nj_preset_rmsnorm(&p, NJ_BF16, 2, big, 1, NJ_FLAG_SCALE), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
+    assert_int_equal(pp.rows_per_block, 1);
+    assert_true(pp.vec >= 4);
+    assert_true(pp.regs_cache > 0);
+    /* GroupNorm NCHW: (C/G, H, W) is one contiguous run of 4 * 256 elements, but C/G is a feature axis
+     * and H*W is not, so the canonical form keeps two reduced axes: the general kind */
+    int64_t img[4] = {2, 32, 16, 16};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 0, aff), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_equal(c.kind, NJ_KIND_GENERAL);
+    assert_int_equal(c.reduce_size, 1024);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    /* GroupNorm NHWC, BatchNorm both layouts, InstanceNorm channels-last: the general family */
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, aff), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_not_equal(c.kind, NJ_KIND_ROW);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    int64_t bn[4] = {8, 64, 14, 14};
+    for (int cl = 0; cl < 2; cl++) {
+        assert_int_equal(nj_preset_batchnorm(&p, NJ_F32, 4, bn, cl, aff), NJ_OK);
+        pp = plan_desc(&p, &c);
+        assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+        assert_int_equal(c.reduce_size, 8 * 14 * 14);
+        assert_int_equal(pp.block, 256);
+    }
+    assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, bn, 1, aff), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_equal(c.kind, NJ_KIND_COLUMN);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, bn, 0, aff), NJ_OK);
+    pp = plan_desc(&p, &c);
+    assert_int_equal(c.kind, NJ_KIND_ROW);
+    assert_int_equal(pp.vec, 4); /* gamma is per row (channel): it does not limit the width */
+    assert_int_equal(pp.regs_cache, 8); /* 49 float4 chunks over 32 lanes: 2 chunks of 4 */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
+        cmocka_unit_test(test_row_vec_width),     cmocka_unit_test(test_row_long),
+        cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid),
+        cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
+    };
+    return cmocka_run_group_tests_name("planner", tests, setup, NULL);
+}
