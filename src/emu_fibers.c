@@ -1,7 +1,7 @@
 /* Emulator core: each block's threads run as fibers on the launching thread. A fiber runs until it
  * blocks (barrier, warp operation) or returns; the scheduler then picks the next runnable fiber, in
- * thread order or, with NJ_CTX_EMU_SHUFFLE, in a seeded random order (see rq_uniform). When nothing is runnable the
- * scheduler either releases a barrier every thread has reached or reports divergence/deadlock.
+ * thread order or, with NJ_CTX_EMU_SHUFFLE, in a seeded random order (see rq_uniform). When nothing is
+ * runnable the scheduler either releases a barrier every thread has reached or reports divergence/deadlock.
  * Switching is a few instructions of assembly on x86-64 (swapcontext costs a sigprocmask syscall per
  * switch); other machines fall back to ucontext. */
 #include "emu_fibers.h"
@@ -356,7 +356,10 @@ static emu_fiber *rq_pop(emu_sched *s)
 
 /* ---------------------------------------------------------------- messages */
 
-static emu_warp *warp_of(emu_sched *s, const emu_fiber *f) { return &s->warps[f->block * s->nwarps + (int32_t)(f->linear / 32)]; }
+static emu_warp *warp_of(emu_sched *s, const emu_fiber *f)
+{
+    return &s->warps[f->block * s->nwarps + (int32_t)(f->linear / 32)];
+}
 
 static const char *thread_name(const emu_fiber *f, char *buf, size_t cap)
 {
@@ -739,7 +742,8 @@ static nj_status run_cluster(emu_sched *s, const uint32_t c[3])
 {
     const nj_emu_launch *l = s->l;
     place_blocks(s, c);
-    uint64_t lin = c[0] + (uint64_t)(l->grid[0] / l->cluster[0]) * (c[1] + (uint64_t)(l->grid[1] / l->cluster[1]) * c[2]);
+    uint64_t nx = l->grid[0] / l->cluster[0], ny = l->grid[1] / l->cluster[1];
+    uint64_t lin = c[0] + nx * (c[1] + ny * c[2]);
     s->rng = l->seed ^ (lin * 0xD1B54A32D192ED03ull);
     s->ndone = 0;
     s->rq_head = s->rq_len = 0;
