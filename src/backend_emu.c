@@ -520,6 +520,30 @@ static void emu_props(int32_t arch, nj_device_props *p)
     p->regs_per_sm = 65536;
 }
 
+/* $CXX when set (it may carry arguments, e.g. "ccache g++"); else the first of c++, g++, clang++ that runs. */
+static nj_status choose_compiler(emu_backend *e)
+{
+    static const char *const candidates[] = {"c++", "g++", "clang++"};
+    const char *cxx = getenv("CXX");
+    size_t n = cxx && *cxx ? 1 : NJ_ARRAY_LEN(candidates);
+    for (size_t i = 0; i < n; i++) {
+        const char *c = cxx && *cxx ? cxx : candidates[i];
+        free(e->cxx_words);
+        e->cxx_words = strdup(c);
+        if (!e->cxx_words) return NJ_ERR_OUT_OF_MEMORY;
+        e->cxx_argc = split_words(e->cxx_words, e->cxx_argv, EMU_MAX_ARGV);
+        if (e->cxx_argc == 0) return NJ_OK; /* compile() reports the empty CXX */
+        probe_compiler(e, c);
+        if (strcmp(e->compiler_id, "none") != 0) return NJ_OK;
+    }
+    /* none runs: keep the first, so that compile() names it in its error */
+    free(e->cxx_words);
+    e->cxx_words = strdup(cxx && *cxx ? cxx : candidates[0]);
+    if (!e->cxx_words) return NJ_ERR_OUT_OF_MEMORY;
+    e->cxx_argc = split_words(e->cxx_words, e->cxx_argv, EMU_MAX_ARGV);
+    return NJ_OK;
+}
+
 nj_status nj_backend_emu_create(const nj_backend_config *cfg, nj_backend **out)
 {
     NJ_RETURN_IF(!out, NJ_ERR_NULL_POINTER, "emulator backend: out is NULL");
@@ -530,19 +554,16 @@ nj_status nj_backend_emu_create(const nj_backend_config *cfg, nj_backend **out)
     emu_props(cfg ? cfg->arch : 0, &e->base.props);
     e->flags = cfg ? cfg->flags : 0;
     e->seed = cfg ? cfg->seed : 0;
-    const char *cxx = getenv("CXX");
     const char *extra = getenv("NORMJIT_EMU_CXXFLAGS");
-    e->cxx_words = strdup(cxx && *cxx ? cxx : "c++");
     e->extra_words = strdup(extra ? extra : "");
-    if (!e->cxx_words || !e->extra_words) {
+    nj_status st = e->extra_words ? choose_compiler(e) : NJ_ERR_OUT_OF_MEMORY;
+    if (st != NJ_OK) {
         free(e->cxx_words);
         free(e->extra_words);
         free(e);
         return nj_fail(NJ_ERR_OUT_OF_MEMORY, "emulator backend");
     }
-    e->cxx_argc = split_words(e->cxx_words, e->cxx_argv, EMU_MAX_ARGV);
     e->extra_argc = split_words(e->extra_words, e->extra_argv, EMU_MAX_ARGV);
-    if (e->cxx_argc > 0) probe_compiler(e, cxx && *cxx ? cxx : "c++");
     char xh[33] = "";
     if (extra && *extra) nj_hash_hex(extra, strlen(extra), xh);
     /* extra flags change the code, so they change the target (and thus every signature) */
