@@ -228,7 +228,7 @@ static nj_status compile_in(emu_backend *e, const char *dir, const char *name)
     snprintf(src, sizeof src, "%s/k.cc", dir);
     snprintf(so, sizeof so, "%s/k.so", dir);
     snprintf(logp, sizeof logp, "%s/log.txt", dir);
-    char *argv[2 * EMU_MAX_ARGV + 16];
+    char *argv[2 * EMU_MAX_ARGV + NJ_ARRAY_LEN(emu_flags) + 16]; /* + gnu-unique, asan, -o out src -lm */
     int32_t n = 0;
     for (int32_t i = 0; i < e->cxx_argc; i++) argv[n++] = e->cxx_argv[i];
     for (size_t i = 0; i < NJ_ARRAY_LEN(emu_flags); i++) argv[n++] = (char *)emu_flags[i];
