@@ -27,8 +27,14 @@ typedef struct nj_cache_counters {
     uint64_t hits, misses, stores, evictions, corrupt;
 } nj_cache_counters;
 
-/* Opens (creating with 0700) root. NJ_ERR_CACHE_UNSAFE / NJ_ERR_CACHE_IO with the path in the detail. */
+/* Opens (creating with 0700) root. NJ_ERR_CACHE_UNSAFE / NJ_ERR_CACHE_IO with the path in the detail.
+ * max_bytes 0 means the default bound (NJ_CACHE_DEFAULT_MAX_BYTES). Caller closes. */
 NJ_HIDDEN nj_status nj_cache_open(const char *root, uint64_t max_bytes, nj_cache **out);
+#define NJ_CACHE_DEFAULT_MAX_BYTES ((uint64_t)1 << 30)
+/* Flags for nj_cache_open_ex. READ_ONLY: never write to the root (a shipped image, `normjit cache ls`);
+ * a root that has no write permission or sits on a read-only file system is read-only anyway. */
+#define NJ_CACHE_OPEN_READ_ONLY 1u
+NJ_HIDDEN nj_status nj_cache_open_ex(const char *root, uint64_t max_bytes, uint32_t flags, nj_cache **out);
 NJ_HIDDEN void nj_cache_close(nj_cache *c);
 NJ_HIDDEN const char *nj_cache_root(const nj_cache *c);
 NJ_HIDDEN int nj_cache_read_only(const nj_cache *c);
@@ -44,13 +50,20 @@ NJ_HIDDEN nj_status nj_cache_get(nj_cache *c, const char *signature, const char 
 NJ_HIDDEN nj_status nj_cache_put(nj_cache *c, const char *signature, const char *ext, const char *meta,
                                  const void *payload, size_t payload_size);
 
-/* Cross-process per-key lock (blocking up to timeout_ms; NJ_ERR_LOCK_TIMEOUT). Pass the fd to unlock. */
+/* Cross-process per-key lock (blocking up to timeout_ms, negative = no limit; NJ_ERR_LOCK_TIMEOUT).
+ * Pass the fd to unlock. On a read-only root where no lock file exists, *lock_fd is -1 (nothing to
+ * take: this process cannot publish anyway) and unlock(-1) does nothing. */
 NJ_HIDDEN nj_status nj_cache_lock(nj_cache *c, const char *signature, int32_t timeout_ms, int *lock_fd);
 NJ_HIDDEN void nj_cache_unlock(nj_cache *c, int lock_fd);
 
 NJ_HIDDEN void nj_cache_counters_get(nj_cache *c, nj_cache_counters *out);
 
-/* Maintenance (used by the tool). */
+/* Test hook (tests only; NULL in normal use): put calls it once with the temp file's path after half of
+ * the entry bytes are written, so a test can kill the writer mid-publish. */
+NJ_HIDDEN extern void (*nj_cache_test_mid_write_hook)(const char *temp_path);
+
+/* Maintenance (used by the tool). Stale temp files (older than a minute) are removed on the way.
+ * visit gets path and signature (NULL when unreadable) valid during the call; mtime in seconds. */
 typedef void (*nj_cache_visit_fn)(void *user, const char *path, const char *signature, uint64_t bytes,
                                   int64_t mtime, nj_status verify_status);
 /* Visits every entry; with verify, fully verifies each and removes bad ones (reported to visit). */

@@ -6,8 +6,9 @@
 #include <string.h>
 
 /* A pointer the flags require must be given, one they exclude must be NULL (a mismatch is almost
- * always a caller bug that would otherwise read or write memory nobody meant). */
-static nj_status nj_want(const void *ptr, int needed, const char *name)
+ * always a caller bug that would otherwise read or write memory nobody meant). Zero-size problems skip
+ * these checks: frameworks pass whatever their empty tensors hold. */
+static nj_status nj_want(const void *ptr, uint32_t needed, const char *name)
 {
     NJ_RETURN_IF(needed && !ptr, NJ_ERR_NULL_POINTER, "%s is required by the problem's flags", name);
     NJ_RETURN_IF(!needed && ptr, NJ_ERR_BAD_ARGUMENT, "%s is given but the problem's flags do not use it", name);
@@ -20,7 +21,7 @@ static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream)
     NJ_TRY(nj_plan_ensure(plan, pass, &ks));
     ka->rows = plan->rows;
     memcpy(ka->bstride, plan->bstride, sizeof ka->bstride);
-    if (plan->numel == 0) return NJ_OK; /* zero-size problems launch nothing */
+    /* A zero batch leaves only fixed-grid launches (e.g. zeroing dgamma/dbeta, the sum over nothing). */
     size_t ws = (size_t)(ks->params.workspace_fixed + (uint64_t)plan->rows * ks->params.workspace_per_row);
     NJ_RETURN_IF(ws && !ka->workspace, NJ_ERR_NULL_POINTER, "this plan needs %zu bytes of workspace", ws);
     nj_backend *b = plan->ctx->backend;
@@ -35,6 +36,20 @@ static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream)
     return NJ_OK;
 }
 
+static nj_status nj_forward_check(const nj_plan *plan, const nj_forward_args *a)
+{
+    uint32_t f = plan->desc.flags;
+    if (plan->numel == 0) return NJ_OK;
+    NJ_TRY(nj_want(a->x, 1, "x"));
+    NJ_TRY(nj_want(a->y, 1, "y"));
+    NJ_TRY(nj_want(a->residual, f & NJ_FLAG_RESIDUAL, "residual"));
+    NJ_TRY(nj_want(a->residual_out, f & NJ_FLAG_RESIDUAL_OUT, "residual_out"));
+    NJ_TRY(nj_want(a->gamma, f & NJ_FLAG_SCALE, "gamma"));
+    NJ_TRY(nj_want(a->beta, f & NJ_FLAG_BIAS, "beta"));
+    NJ_TRY(nj_want(a->mean, (f & NJ_FLAG_SAVE_STATS) && (f & NJ_FLAG_CENTER), "mean"));
+    return nj_want(a->rstd, f & NJ_FLAG_SAVE_STATS, "rstd");
+}
+
 nj_status nj_forward(nj_plan *plan, const nj_forward_args *a)
 {
     nj_error_clear();
@@ -42,16 +57,7 @@ nj_status nj_forward(nj_plan *plan, const nj_forward_args *a)
     NJ_RETURN_IF(a->struct_size != sizeof *a, NJ_ERR_BAD_STRUCT_SIZE, "nj_forward_args.struct_size is %u, expected %zu",
                  a->struct_size, sizeof *a);
     NJ_RETURN_IF(!(a->eps >= 0.0f), NJ_ERR_BAD_ARGUMENT, "eps must be >= 0 (got %g)", (double)a->eps);
-    uint32_t f = plan->desc.flags;
-    int empty = plan->numel == 0;
-    NJ_TRY(nj_want(a->x, !empty, "x"));
-    NJ_TRY(nj_want(a->y, !empty, "y"));
-    NJ_TRY(nj_want(a->residual, !empty && (f & NJ_FLAG_RESIDUAL), "residual"));
-    NJ_TRY(nj_want(a->residual_out, !empty && (f & NJ_FLAG_RESIDUAL_OUT), "residual_out"));
-    NJ_TRY(nj_want(a->gamma, !empty && (f & NJ_FLAG_SCALE), "gamma"));
-    NJ_TRY(nj_want(a->beta, !empty && (f & NJ_FLAG_BIAS), "beta"));
-    NJ_TRY(nj_want(a->mean, !empty && (f & NJ_FLAG_SAVE_STATS) && (f & NJ_FLAG_CENTER), "mean"));
-    NJ_TRY(nj_want(a->rstd, !empty && (f & NJ_FLAG_SAVE_STATS), "rstd"));
+    NJ_TRY(nj_forward_check(plan, a));
     nj_kargs ka;
     memset(&ka, 0, sizeof ka);
     ka.x = a->x;
@@ -67,23 +73,29 @@ nj_status nj_forward(nj_plan *plan, const nj_forward_args *a)
     return nj_run(plan, NJ_PASS_FORWARD, &ka, a->stream);
 }
 
+static nj_status nj_backward_check(const nj_plan *plan, const nj_backward_args *a)
+{
+    uint32_t f = plan->desc.flags;
+    NJ_RETURN_IF(a->dgamma && !(f & NJ_FLAG_SCALE), NJ_ERR_BAD_ARGUMENT, "dgamma is given but the problem has no scale");
+    NJ_RETURN_IF(a->dbeta && !(f & NJ_FLAG_BIAS), NJ_ERR_BAD_ARGUMENT, "dbeta is given but the problem has no bias");
+    if (plan->numel == 0) return NJ_OK;
+    NJ_TRY(nj_want(a->dy, 1, "dy"));
+    NJ_TRY(nj_want(a->x, 1, "x"));
+    NJ_TRY(nj_want(a->dx, 1, "dx"));
+    NJ_TRY(nj_want(a->rstd, 1, "rstd"));
+    NJ_TRY(nj_want(a->mean, f & NJ_FLAG_CENTER, "mean"));
+    NJ_TRY(nj_want(a->gamma, f & NJ_FLAG_SCALE, "gamma"));
+    return nj_want(a->beta, plan->desc.activation != NJ_ACT_NONE && (f & NJ_FLAG_BIAS),
+                   "beta (needed to recompute the activation input)");
+}
+
 nj_status nj_backward(nj_plan *plan, const nj_backward_args *a)
 {
     nj_error_clear();
     NJ_RETURN_IF(!plan || !a, NJ_ERR_NULL_POINTER, "nj_backward: plan and args are required");
     NJ_RETURN_IF(a->struct_size != sizeof *a, NJ_ERR_BAD_STRUCT_SIZE,
                  "nj_backward_args.struct_size is %u, expected %zu", a->struct_size, sizeof *a);
-    uint32_t f = plan->desc.flags;
-    int empty = plan->numel == 0, act = plan->desc.activation != NJ_ACT_NONE;
-    NJ_TRY(nj_want(a->dy, !empty, "dy"));
-    NJ_TRY(nj_want(a->x, !empty, "x"));
-    NJ_TRY(nj_want(a->dx, !empty, "dx"));
-    NJ_TRY(nj_want(a->rstd, !empty, "rstd"));
-    NJ_TRY(nj_want(a->mean, !empty && (f & NJ_FLAG_CENTER), "mean"));
-    NJ_TRY(nj_want(a->gamma, !empty && (f & NJ_FLAG_SCALE), "gamma"));
-    NJ_TRY(nj_want(a->beta, !empty && act && (f & NJ_FLAG_BIAS), "beta (needed to recompute the activation input)"));
-    NJ_RETURN_IF(a->dgamma && !(f & NJ_FLAG_SCALE), NJ_ERR_BAD_ARGUMENT, "dgamma is given but the problem has no scale");
-    NJ_RETURN_IF(a->dbeta && !(f & NJ_FLAG_BIAS), NJ_ERR_BAD_ARGUMENT, "dbeta is given but the problem has no bias");
+    NJ_TRY(nj_backward_check(plan, a));
     nj_kargs ka;
     memset(&ka, 0, sizeof ka);
     ka.dy = a->dy;

@@ -92,8 +92,10 @@ static double run_layernorm(nj_context *ctx, int64_t rows, int64_t n)
     nj_ref_outputs out = {.y = ry, .mean = rm, .rstd = rr};
     assert_int_equal(nj_ref_forward(&p, &in, &out), NJ_OK);
     double worst = 0;
-    for (size_t i = 0; i < numel; i++) worst = fmax(worst, fabs(y[i] - ry[i]) / (1e-6 + fabs(ry[i])));
-    for (int64_t i = 0; i < rows; i++) worst = fmax(worst, fabs(mean[i] - rm[i]) / (1e-6 + fabs(rm[i])));
+    /* Error in units of the f32 tolerance (outputs are of unit scale). */
+    for (size_t i = 0; i < numel; i++) worst = fmax(worst, fabs(y[i] - ry[i]) / (1e-5 + 1e-5 * fabs(ry[i])));
+    for (int64_t i = 0; i < rows; i++) worst = fmax(worst, fabs(mean[i] - rm[i]) / (1e-5 + 1e-5 * fabs(rm[i])));
+    for (int64_t i = 0; i < rows; i++) worst = fmax(worst, fabs(rstd[i] - rr[i]) / (1e-5 + 1e-5 * fabs(rr[i])));
     if (isnan(worst)) worst = INFINITY; /* an unwritten element */
     free(x), free(y), free(g), free(b), free(mean), free(rstd), free(ry), free(rm), free(rr);
     return worst;
@@ -103,8 +105,8 @@ static void test_forward_matches_reference(void **state)
 {
     fixture *f = *state;
     nj_context *ctx = emu_context(f->dir, NJ_CTX_EMU_POISON);
-    assert_true(run_layernorm(ctx, 5, 37) < 1e-4);
-    assert_true(run_layernorm(ctx, 3, 1024) < 1e-4);
+    assert_true(run_layernorm(ctx, 5, 37) < 1.0);
+    assert_true(run_layernorm(ctx, 3, 1024) < 1.0);
     nj_context_destroy(ctx);
 }
 
@@ -112,8 +114,8 @@ static void test_disk_reuse_and_batch(void **state)
 {
     fixture *f = *state;
     nj_context *ctx = emu_context(f->dir, 0);
-    assert_true(run_layernorm(ctx, 8, 64) < 1e-4);
-    assert_true(run_layernorm(ctx, 3, 64) < 1e-4); /* other batch: same kernels */
+    assert_true(run_layernorm(ctx, 8, 64) < 1.0);
+    assert_true(run_layernorm(ctx, 3, 64) < 1.0); /* other batch: same kernels */
     nj_cache_stats st;
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 1);
@@ -121,7 +123,7 @@ static void test_disk_reuse_and_batch(void **state)
     nj_context_destroy(ctx);
 
     ctx = emu_context(f->dir, NJ_CTX_NO_COMPILE); /* a server process: loads from disk, never compiles */
-    assert_true(run_layernorm(ctx, 11, 64) < 1e-4);
+    assert_true(run_layernorm(ctx, 11, 64) < 1.0);
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 0);
     assert_int_equal(st.hits_disk, 1);
@@ -270,7 +272,7 @@ static void test_unsafe_root_falls_back_to_memory(void **state)
     assert_int_equal(chmod(root, 0777), 0); /* writable by others: refused */
     nj_context *ctx = emu_context(root, 0);
     assert_string_equal(nj_context_cache_dir(ctx), "");
-    assert_true(run_layernorm(ctx, 2, 48) < 1e-4);
+    assert_true(run_layernorm(ctx, 2, 48) < 1.0);
     nj_context_destroy(ctx);
 }
 
@@ -282,7 +284,7 @@ static void test_record_manifest(void **state)
     setenv("NORMJIT_RECORD", rec, 1);
     nj_context *ctx = emu_context(f->dir, 0);
     unsetenv("NORMJIT_RECORD");
-    assert_true(run_layernorm(ctx, 2, 40) < 1e-4);
+    assert_true(run_layernorm(ctx, 2, 40) < 1.0);
     nj_context_destroy(ctx);
     FILE *fp = fopen(rec, "r");
     assert_non_null(fp);

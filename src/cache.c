@@ -1,0 +1,692 @@
+/* On-disk kernel cache: opening a root safely, lookup with full verification, atomic publish,
+ * per-key cross-process locks. Maintenance is in cache_maint.c, archives in cache_archive.c. */
+#include "cache_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+void (*nj_cache_test_mid_write_hook)(const char *temp_path) = NULL;
+
+/* ---- little-endian fields ---- */
+
+void nj_cache_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void nj_cache_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint32_t nj_cache_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+uint64_t nj_cache_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+int nj_cache_pathf(char out[PATH_MAX], const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, PATH_MAX, fmt, ap);
+    va_end(ap);
+    return (n < 0 || n >= PATH_MAX) ? -1 : 0;
+}
+
+/* ---- counters and the size estimate ---- */
+
+void nj_cache_count(nj_cache *c, nj_cache_counter which, uint64_t n)
+{
+    pthread_mutex_lock(&c->mu);
+    switch (which) {
+    case NJ_CC_HITS: c->counters.hits += n; break;
+    case NJ_CC_MISSES: c->counters.misses += n; break;
+    case NJ_CC_STORES: c->counters.stores += n; break;
+    case NJ_CC_EVICTIONS: c->counters.evictions += n; break;
+    case NJ_CC_CORRUPT: c->counters.corrupt += n; break;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void nj_cache_total_add(nj_cache *c, int64_t delta)
+{
+    pthread_mutex_lock(&c->mu);
+    if (delta < 0 && (uint64_t)-delta > c->total)
+        c->total = 0;
+    else
+        c->total += (uint64_t)delta;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void nj_cache_total_set(nj_cache *c, uint64_t total)
+{
+    pthread_mutex_lock(&c->mu);
+    c->total = total;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static uint64_t nj_cache_total_get(nj_cache *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t t = c->total;
+    pthread_mutex_unlock(&c->mu);
+    return t;
+}
+
+void nj_cache_counters_get(nj_cache *c, nj_cache_counters *out)
+{
+    if (!c || !out) return;
+    pthread_mutex_lock(&c->mu);
+    *out = c->counters;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- names and the entry format ---- */
+
+int nj_cache_ext_ok(const char *ext)
+{
+    size_t n = ext ? strlen(ext) : 0;
+    if (n == 0 || n > NJ_CACHE_EXT_MAX) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = ext[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) return 0;
+    }
+    return 1;
+}
+
+static int nj_is_lower_hex(char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); }
+
+int nj_cache_entry_name(const char *name, const char **ext)
+{
+    for (int i = 0; i < 32; i++)
+        if (!nj_is_lower_hex(name[i])) return 0;
+    if (name[32] != '.' || !nj_cache_ext_ok(name + 33)) return 0;
+    if (ext) *ext = name + 33;
+    return 1;
+}
+
+int nj_cache_entry_path(const nj_cache *c, const char *hash, const char *ext, char out[PATH_MAX])
+{
+    return nj_cache_pathf(out, "%s/%.2s/%s.%s", c->vdir, hash, hash, ext);
+}
+
+const char *nj_cache_check_header(const uint8_t *hdr, uint64_t file_size, nj_cache_view *v)
+{
+    if (file_size < NJ_CACHE_HEADER_SIZE) return "shorter than the entry header";
+    if (memcmp(hdr, NJ_CACHE_MAGIC, 8) != 0) return "bad magic";
+    if (nj_cache_get_u32(hdr + 8) != NJ_CACHE_FORMAT) return "unknown format version";
+    if (nj_cache_get_u32(hdr + 12) != NJ_CACHE_HEADER_SIZE) return "unexpected header size";
+    if (nj_cache_get_u64(hdr + 40) != nj_hash64(hdr, 40)) return "header checksum mismatch";
+    uint64_t sig = nj_cache_get_u32(hdr + 16), meta = nj_cache_get_u32(hdr + 20);
+    uint64_t payload = nj_cache_get_u64(hdr + 24);
+    uint64_t room = file_size - NJ_CACHE_HEADER_SIZE;
+    /* Compare step by step so a huge payload length cannot wrap the sum. */
+    if (payload > room || sig + meta != room - payload) return "lengths disagree with the file size";
+    if (sig == 0) return "empty signature";
+    v->sig_len = (uint32_t)sig;
+    v->meta_len = (uint32_t)meta;
+    v->payload_len = payload;
+    return NULL;
+}
+
+const char *nj_cache_check_image(const uint8_t *buf, size_t n, const char *expect_sig, nj_cache_view *v)
+{
+    const char *why = nj_cache_check_header(buf, n, v);
+    if (why) return why;
+    const uint8_t *body = buf + NJ_CACHE_HEADER_SIZE;
+    v->sig = (const char *)body;
+    v->meta = v->sig + v->sig_len;
+    v->payload = (const uint8_t *)v->meta + v->meta_len;
+    if (expect_sig && (strlen(expect_sig) != v->sig_len || memcmp(expect_sig, v->sig, v->sig_len) != 0))
+        return "stored signature differs from the one asked for (hash collision)";
+    if (nj_cache_get_u64(buf + 32) != nj_hash64(body, n - NJ_CACHE_HEADER_SIZE)) return "payload checksum mismatch";
+    if (memchr(v->sig, 0, v->sig_len) || memchr(v->meta, 0, v->meta_len)) return "NUL inside signature or meta";
+    return NULL;
+}
+
+/* ---- file helpers ---- */
+
+int nj_cache_write_all(int fd, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int nj_cache_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+uint8_t *nj_cache_read_fd(int fd, const struct stat *st, const char **why)
+{
+    if (!S_ISREG(st->st_mode)) {
+        *why = "not a regular file";
+        return NULL;
+    }
+    if (st->st_size < (off_t)NJ_CACHE_HEADER_SIZE) {
+        *why = "shorter than the entry header";
+        return NULL;
+    }
+    if ((uint64_t)st->st_size > NJ_CACHE_ENTRY_MAX) {
+        *why = "larger than any entry";
+        return NULL;
+    }
+    size_t n = (size_t)st->st_size, got = 0;
+    uint8_t *buf = malloc(n);
+    if (!buf) {
+        *why = "out of memory";
+        return NULL;
+    }
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            free(buf);
+            *why = r == 0 ? "file shrank while reading" : "read failed";
+            return NULL;
+        }
+        got += (size_t)r;
+    }
+    return buf;
+}
+
+/* ---- opening a root ---- */
+
+/* Creates path and missing parents with 0700 (chmod after mkdir: the umask may have taken bits away). */
+static nj_status nj_cache_mkdirs(char *path)
+{
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0700) == 0) {
+            if (chmod(path, 0700) != 0) {
+                *p = saved;
+                return nj_fail(NJ_ERR_CACHE_IO, "cache: cannot set mode 0700 on %s: %s", path, strerror(errno));
+            }
+        } else if (errno != EEXIST) {
+            nj_status s = nj_fail(NJ_ERR_CACHE_IO, "cache root %s: cannot create %s: %s", path, path, strerror(errno));
+            *p = saved;
+            return s;
+        }
+        *p = saved;
+        if (saved == '\0') return NJ_OK;
+    }
+}
+
+/* The root must be a real directory of ours that nobody else can write into. */
+static nj_status nj_cache_check_root(const char *root)
+{
+    struct stat st;
+    if (lstat(root, &st) != 0)
+        return nj_fail(NJ_ERR_CACHE_IO, "cache root %s: %s", root, strerror(errno));
+    if (S_ISLNK(st.st_mode))
+        return nj_fail(NJ_ERR_CACHE_UNSAFE, "cache root %s refused: it is a symbolic link", root);
+    if (!S_ISDIR(st.st_mode))
+        return nj_fail(NJ_ERR_CACHE_IO, "cache root %s: not a directory", root);
+    if (st.st_uid != geteuid())
+        return nj_fail(NJ_ERR_CACHE_UNSAFE, "cache root %s refused: owned by uid %u, not by this user (uid %u)",
+                       root, (unsigned)st.st_uid, (unsigned)geteuid());
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return nj_fail(NJ_ERR_CACHE_UNSAFE, "cache root %s refused: writable by group or others (mode %03o)", root,
+                       (unsigned)(st.st_mode & 0777));
+    return NJ_OK;
+}
+
+static int nj_cache_dir_writable(const char *dir)
+{
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) return 0;
+    return access(dir, W_OK) == 0;
+}
+
+/* Creates (when writable) and checks <root>/v<format> and its locks/ directory. */
+static nj_status nj_cache_open_vdir(nj_cache *c)
+{
+    char locks[PATH_MAX];
+    nj_cache_pathf(locks, "%s/locks", c->vdir);
+    if (!c->read_only) {
+        NJ_TRY(nj_cache_mkdirs(c->vdir));
+        NJ_TRY(nj_cache_mkdirs(locks));
+    }
+    struct stat st;
+    if (lstat(c->vdir, &st) != 0) {
+        if (errno == ENOENT && c->read_only) return NJ_OK; /* an empty read-only cache: every get misses */
+        return nj_fail(NJ_ERR_CACHE_IO, "cache directory %s: %s", c->vdir, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
+        return nj_fail(NJ_ERR_CACHE_UNSAFE,
+                       "cache directory %s refused: not a private directory of this user (symlink, file, "
+                       "foreign owner or shared write permission)",
+                       c->vdir);
+    if (!c->read_only && !nj_cache_dir_writable(c->vdir)) c->read_only = 1;
+    return NJ_OK;
+}
+
+static nj_status nj_cache_init_paths(nj_cache *c, const char *root)
+{
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/') n--; /* "dir/" would make lstat follow a symlink */
+    NJ_RETURN_IF(n + 64 >= PATH_MAX, NJ_ERR_BAD_ARGUMENT, "cache root path too long (%zu bytes)", n);
+    memcpy(c->root, root, n);
+    c->root[n] = '\0';
+    nj_cache_pathf(c->vdir, "%s/v%d", c->root, NJ_CACHE_FORMAT);
+    return NJ_OK;
+}
+
+static nj_status nj_cache_open_checked(nj_cache *c, uint32_t flags)
+{
+    struct stat st;
+    if (lstat(c->root, &st) != 0) {
+        NJ_RETURN_IF(errno != ENOENT, NJ_ERR_CACHE_IO, "cache root %s: %s", c->root, strerror(errno));
+        NJ_RETURN_IF(flags & NJ_CACHE_OPEN_READ_ONLY, NJ_ERR_CACHE_IO,
+                     "cache root %s does not exist (opened read-only)", c->root);
+        NJ_TRY(nj_cache_mkdirs(c->root));
+    }
+    NJ_TRY(nj_cache_check_root(c->root));
+    c->read_only = (flags & NJ_CACHE_OPEN_READ_ONLY) || !nj_cache_dir_writable(c->root);
+    NJ_TRY(nj_cache_open_vdir(c));
+    uint64_t bytes = 0, entries = 0;
+    NJ_TRY(nj_cache_usage(c, &bytes, &entries)); /* sets the running estimate */
+    return NJ_OK;
+}
+
+nj_status nj_cache_open_ex(const char *root, uint64_t max_bytes, uint32_t flags, nj_cache **out)
+{
+    NJ_RETURN_IF(!root || !out, NJ_ERR_NULL_POINTER, "nj_cache_open: root and out are required");
+    *out = NULL;
+    NJ_RETURN_IF(!root[0], NJ_ERR_BAD_ARGUMENT, "nj_cache_open: empty root path");
+    NJ_RETURN_IF(flags & ~NJ_CACHE_OPEN_READ_ONLY, NJ_ERR_BAD_FLAGS, "nj_cache_open: unknown flags 0x%x", flags);
+    nj_cache *c = calloc(1, sizeof *c);
+    NJ_RETURN_IF(!c, NJ_ERR_OUT_OF_MEMORY, "nj_cache_open: out of memory");
+    c->max_bytes = max_bytes ? max_bytes : NJ_CACHE_DEFAULT_MAX_BYTES;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->gc_mu, NULL);
+    nj_status s = nj_cache_init_paths(c, root);
+    if (s == NJ_OK) s = nj_cache_open_checked(c, flags);
+    if (s != NJ_OK) {
+        nj_cache_close(c);
+        return s;
+    }
+    *out = c;
+    return NJ_OK;
+}
+
+nj_status nj_cache_open(const char *root, uint64_t max_bytes, nj_cache **out)
+{
+    return nj_cache_open_ex(root, max_bytes, 0, out);
+}
+
+void nj_cache_close(nj_cache *c)
+{
+    if (!c) return;
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->gc_mu);
+    free(c);
+}
+
+const char *nj_cache_root(const nj_cache *c) { return c ? c->root : NULL; }
+
+int nj_cache_read_only(const nj_cache *c) { return c ? c->read_only : 1; }
+
+static char *nj_join(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    char *s = malloc(na + nb + 1);
+    if (!s) return NULL;
+    memcpy(s, a, na);
+    memcpy(s + na, b, nb + 1);
+    return s;
+}
+
+char *nj_cache_default_root(const char *explicit_root)
+{
+    if (explicit_root && explicit_root[0]) return nj_join(explicit_root, "");
+    const char *env = getenv("NORMJIT_CACHE_DIR");
+    if (env && env[0]) return nj_join(env, "");
+    env = getenv("XDG_CACHE_HOME");
+    if (env && env[0] == '/') return nj_join(env, "/normjit"); /* the XDG spec says relative values are ignored */
+    env = getenv("HOME");
+    if (env && env[0]) return nj_join(env, "/.cache/normjit");
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    if (getpwuid_r(geteuid(), &pw, buf, sizeof buf, &res) == 0 && res && res->pw_dir && res->pw_dir[0])
+        return nj_join(res->pw_dir, "/.cache/normjit");
+    return NULL;
+}
+
+/* ---- lookup ---- */
+
+void nj_cache_entry_free(nj_cache_entry *e)
+{
+    if (!e) return;
+    free(e->signature);
+    free(e->meta);
+    free(e->payload);
+    memset(e, 0, sizeof *e);
+}
+
+/* A bad entry is removed so the next put replaces it, but only if the path still names the file we
+ * judged: another process may have renamed a good entry over it in the meantime. */
+static nj_status nj_cache_drop_bad(nj_cache *c, const char *path, const struct stat *judged, const char *why)
+{
+    nj_cache_count(c, NJ_CC_CORRUPT, 1);
+    nj_cache_count(c, NJ_CC_MISSES, 1);
+    struct stat now;
+    if (!c->read_only && lstat(path, &now) == 0 &&
+        (!judged || (now.st_dev == judged->st_dev && now.st_ino == judged->st_ino))) {
+        if (nj_cache_remove_path(path) == 0) nj_cache_total_add(c, -(int64_t)now.st_size);
+    }
+    return nj_fail(NJ_ERR_NOT_CACHED, "cache entry %s failed verification (%s)%s", path, why,
+                   c->read_only ? "; left in place on a read-only root" : "; removed");
+}
+
+static nj_status nj_cache_fill_entry(const nj_cache_view *v, nj_cache_entry *out)
+{
+    out->signature = malloc((size_t)v->sig_len + 1);
+    out->meta = malloc((size_t)v->meta_len + 1);
+    out->payload = malloc(v->payload_len ? (size_t)v->payload_len : 1);
+    if (!out->signature || !out->meta || !out->payload) {
+        nj_cache_entry_free(out);
+        return nj_fail(NJ_ERR_OUT_OF_MEMORY, "cache: out of memory reading an entry");
+    }
+    memcpy(out->signature, v->sig, v->sig_len);
+    out->signature[v->sig_len] = '\0';
+    memcpy(out->meta, v->meta, v->meta_len);
+    out->meta[v->meta_len] = '\0';
+    memcpy(out->payload, v->payload, (size_t)v->payload_len);
+    out->payload_size = (size_t)v->payload_len;
+    return NJ_OK;
+}
+
+static nj_status nj_cache_key_path(const nj_cache *c, const char *signature, const char *ext, char path[PATH_MAX])
+{
+    NJ_RETURN_IF(!nj_cache_ext_ok(ext), NJ_ERR_BAD_ARGUMENT, "cache: bad entry extension \"%s\"", ext ? ext : "");
+    size_t n = strlen(signature);
+    NJ_RETURN_IF(n == 0 || n > UINT32_MAX, NJ_ERR_BAD_ARGUMENT, "cache: signature length %zu out of range", n);
+    char hash[33];
+    nj_hash_hex(signature, n, hash);
+    NJ_RETURN_IF(nj_cache_entry_path(c, hash, ext, path) != 0, NJ_ERR_BAD_ARGUMENT, "cache: entry path too long");
+    return NJ_OK;
+}
+
+nj_status nj_cache_get(nj_cache *c, const char *signature, const char *ext, nj_cache_entry *out)
+{
+    NJ_RETURN_IF(!c || !signature || !ext || !out, NJ_ERR_NULL_POINTER, "nj_cache_get: NULL argument");
+    memset(out, 0, sizeof *out);
+    char path[PATH_MAX];
+    NJ_TRY(nj_cache_key_path(c, signature, ext, path));
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ELOOP) return nj_cache_drop_bad(c, path, NULL, "a symbolic link");
+        int e = errno;
+        nj_cache_count(c, NJ_CC_MISSES, 1);
+        return nj_fail(NJ_ERR_NOT_CACHED, "no cache entry %s (%s)", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        nj_cache_count(c, NJ_CC_MISSES, 1);
+        return nj_fail(NJ_ERR_NOT_CACHED, "cache entry %s: fstat: %s", path, strerror(e));
+    }
+    const char *why = NULL;
+    uint8_t *buf = nj_cache_read_fd(fd, &st, &why);
+    nj_cache_view v;
+    if (buf) why = nj_cache_check_image(buf, (size_t)st.st_size, signature, &v);
+    if (why) {
+        close(fd);
+        free(buf);
+        if (strcmp(why, "out of memory") == 0) return nj_fail(NJ_ERR_OUT_OF_MEMORY, "cache: out of memory");
+        return nj_cache_drop_bad(c, path, &st, why);
+    }
+    nj_status s = nj_cache_fill_entry(&v, out);
+    free(buf);
+    if (s == NJ_OK && !c->read_only) (void)futimens(fd, NULL); /* LRU: a hit makes the entry young */
+    close(fd);
+    if (s == NJ_OK) nj_cache_count(c, NJ_CC_HITS, 1);
+    return s;
+}
+
+/* ---- publish ---- */
+
+typedef struct nj_cache_part {
+    const void *data;
+    size_t len;
+} nj_cache_part;
+
+/* Writes the parts in order; the test hook fires once, after half of all bytes. */
+static int nj_cache_write_parts(int fd, const nj_cache_part *parts, int nparts, const char *tmp)
+{
+    size_t total = 0, done = 0, half;
+    for (int i = 0; i < nparts; i++) total += parts[i].len;
+    half = total / 2;
+    int hooked = nj_cache_test_mid_write_hook == NULL;
+    for (int i = 0; i < nparts; i++) {
+        const uint8_t *p = parts[i].data;
+        size_t left = parts[i].len;
+        while (left > 0) {
+            size_t n = left;
+            if (!hooked && done < half && done + n > half) n = half - done;
+            if (nj_cache_write_all(fd, p, n) != 0) return -1;
+            p += n;
+            left -= n;
+            done += n;
+            if (!hooked && done >= half) {
+                hooked = 1;
+                nj_cache_test_mid_write_hook(tmp);
+            }
+        }
+    }
+    return 0;
+}
+
+static nj_status nj_cache_ensure_subdir(const nj_cache *c, const char *hash, char dir[PATH_MAX])
+{
+    nj_cache_pathf(dir, "%s/%.2s", c->vdir, hash);
+    if (mkdir(dir, 0700) == 0) {
+        NJ_RETURN_IF(chmod(dir, 0700) != 0, NJ_ERR_CACHE_IO, "cache: chmod %s: %s", dir, strerror(errno));
+    } else if (errno == ENOENT) {
+        /* The version directory went away (cleared by hand): recreate it. */
+        char tmp[PATH_MAX];
+        nj_cache_pathf(tmp, "%s", dir);
+        NJ_TRY(nj_cache_mkdirs(tmp));
+    } else if (errno != EEXIST) {
+        return nj_fail(NJ_ERR_CACHE_IO, "cache: cannot create %s: %s", dir, strerror(errno));
+    }
+    return NJ_OK;
+}
+
+/* Temp file, write, fsync, rename over the final name, fsync the directory. */
+static nj_status nj_cache_publish_parts(nj_cache *c, const char *hash, const char *ext, const nj_cache_part *parts,
+                                        int nparts, int64_t *added)
+{
+    NJ_RETURN_IF(c->read_only, NJ_ERR_CACHE_IO, "cache root %s is read-only; entry not stored", c->root);
+    char dir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX];
+    NJ_TRY(nj_cache_ensure_subdir(c, hash, dir));
+    nj_cache_pathf(tmp, "%s/" NJ_CACHE_TEMP_PREFIX "XXXXXX", dir);
+    NJ_RETURN_IF(nj_cache_entry_path(c, hash, ext, final) != 0, NJ_ERR_BAD_ARGUMENT, "cache: path too long");
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    NJ_RETURN_IF(fd < 0, NJ_ERR_CACHE_IO, "cache: cannot create a temp file in %s: %s", dir, strerror(errno));
+    const char *step = "fchmod";
+    int rc = fchmod(fd, 0600);
+    if (rc == 0) step = "write", rc = nj_cache_write_parts(fd, parts, nparts, tmp);
+    if (rc == 0) step = "fsync", rc = fsync(fd);
+    int e = errno;
+    if (close(fd) != 0 && rc == 0) step = "close", rc = -1, e = errno;
+    struct stat old, fresh;
+    int had_old = 0;
+    if (rc == 0 && lstat(final, &old) == 0) {
+        had_old = S_ISREG(old.st_mode);
+        if (!S_ISREG(old.st_mode)) nj_cache_remove_path(final); /* a directory where the file should be */
+    }
+    if (rc == 0) step = "rename", rc = rename(tmp, final), e = errno;
+    if (rc != 0) {
+        unlink(tmp);
+        return nj_fail(NJ_ERR_CACHE_IO, "cache: %s of %s failed: %s", step, final, strerror(e));
+    }
+    (void)nj_cache_fsync_dir(dir); /* the entry is complete either way; this only orders it on disk */
+    int64_t size = lstat(final, &fresh) == 0 ? (int64_t)fresh.st_size : 0;
+    *added = size - (had_old ? (int64_t)old.st_size : 0);
+    return NJ_OK;
+}
+
+nj_status nj_cache_publish_image(nj_cache *c, const char *hash, const char *ext, const uint8_t *img, size_t n,
+                                 int64_t *added)
+{
+    nj_cache_part part = {img, n};
+    return nj_cache_publish_parts(c, hash, ext, &part, 1, added);
+}
+
+static void nj_cache_encode_header(uint8_t *h, uint32_t sig_len, uint32_t meta_len, uint64_t payload_len,
+                                   uint64_t body_sum)
+{
+    memcpy(h, NJ_CACHE_MAGIC, 8);
+    nj_cache_put_u32(h + 8, NJ_CACHE_FORMAT);
+    nj_cache_put_u32(h + 12, NJ_CACHE_HEADER_SIZE);
+    nj_cache_put_u32(h + 16, sig_len);
+    nj_cache_put_u32(h + 20, meta_len);
+    nj_cache_put_u64(h + 24, payload_len);
+    nj_cache_put_u64(h + 32, body_sum);
+    nj_cache_put_u64(h + 40, nj_hash64(h, 40));
+}
+
+/* Over the bound after a store: evict, but never the entry just stored. */
+static void nj_cache_after_store(nj_cache *c, const char *hash, const char *ext)
+{
+    if (nj_cache_total_get(c) <= c->max_bytes) return;
+    char keep[PATH_MAX];
+    if (nj_cache_entry_path(c, hash, ext, keep) != 0) return;
+    uint64_t evicted = 0;
+    (void)nj_cache_evict(c, c->max_bytes, keep, &evicted); /* the store itself succeeded */
+}
+
+nj_status nj_cache_put(nj_cache *c, const char *signature, const char *ext, const char *meta, const void *payload,
+                       size_t payload_size)
+{
+    NJ_RETURN_IF(!c || !signature || !ext, NJ_ERR_NULL_POINTER, "nj_cache_put: NULL argument");
+    NJ_RETURN_IF(!payload && payload_size, NJ_ERR_NULL_POINTER, "nj_cache_put: NULL payload");
+    char path[PATH_MAX];
+    NJ_TRY(nj_cache_key_path(c, signature, ext, path));
+    NJ_RETURN_IF(c->read_only, NJ_ERR_CACHE_IO, "cache root %s is read-only; entry not stored", c->root);
+    if (!meta) meta = "";
+    size_t sig_len = strlen(signature), meta_len = strlen(meta);
+    NJ_RETURN_IF(meta_len > UINT32_MAX, NJ_ERR_BAD_ARGUMENT, "nj_cache_put: meta too long");
+    NJ_RETURN_IF((uint64_t)payload_size + sig_len + meta_len + NJ_CACHE_HEADER_SIZE > NJ_CACHE_ENTRY_MAX,
+                 NJ_ERR_BAD_ARGUMENT, "nj_cache_put: entry of %zu bytes too large", payload_size);
+    XXH3_state_t *st = XXH3_createState();
+    NJ_RETURN_IF(!st, NJ_ERR_OUT_OF_MEMORY, "nj_cache_put: out of memory");
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, signature, sig_len);
+    XXH3_64bits_update(st, meta, meta_len);
+    XXH3_64bits_update(st, payload ? payload : "", payload_size);
+    uint64_t body_sum = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    uint8_t hdr[NJ_CACHE_HEADER_SIZE];
+    nj_cache_encode_header(hdr, (uint32_t)sig_len, (uint32_t)meta_len, payload_size, body_sum);
+    nj_cache_part parts[4] = {{hdr, sizeof hdr}, {signature, sig_len}, {meta, meta_len}, {payload, payload_size}};
+    char hash[33];
+    nj_hash_hex(signature, sig_len, hash);
+    int64_t added = 0;
+    NJ_TRY(nj_cache_publish_parts(c, hash, ext, parts, 4, &added));
+    nj_cache_count(c, NJ_CC_STORES, 1);
+    nj_cache_total_add(c, added);
+    nj_cache_after_store(c, hash, ext);
+    return NJ_OK;
+}
+
+/* ---- cross-process lock ---- */
+
+static nj_status nj_cache_open_lock(nj_cache *c, const char *path, int *fd)
+{
+    *fd = -1;
+    if (!c->read_only) {
+        *fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (*fd < 0 && errno == ENOENT) { /* locks/ removed by hand: recreate */
+            char dir[PATH_MAX];
+            nj_cache_pathf(dir, "%s/locks", c->vdir);
+            NJ_TRY(nj_cache_mkdirs(dir));
+            *fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        }
+        NJ_RETURN_IF(*fd < 0, NJ_ERR_CACHE_IO, "cache lock %s: %s", path, strerror(errno));
+        (void)fchmod(*fd, 0600);
+        return NJ_OK;
+    }
+    /* Read-only: share a writer's existing lock file if there is one (flock works on read-only fds). */
+    *fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    return NJ_OK;
+}
+
+nj_status nj_cache_lock(nj_cache *c, const char *signature, int32_t timeout_ms, int *lock_fd)
+{
+    NJ_RETURN_IF(!c || !signature || !lock_fd, NJ_ERR_NULL_POINTER, "nj_cache_lock: NULL argument");
+    *lock_fd = -1;
+    size_t n = strlen(signature);
+    NJ_RETURN_IF(n == 0, NJ_ERR_BAD_ARGUMENT, "nj_cache_lock: empty signature");
+    char hash[33], path[PATH_MAX];
+    nj_hash_hex(signature, n, hash);
+    nj_cache_pathf(path, "%s/locks/%s.lock", c->vdir, hash);
+    int fd;
+    NJ_TRY(nj_cache_open_lock(c, path, &fd));
+    if (fd < 0) return NJ_OK;
+    uint64_t deadline = nj_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) break;
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            int e = errno;
+            close(fd);
+            return nj_fail(NJ_ERR_CACHE_IO, "cache lock %s: %s", path, strerror(e));
+        }
+        if (timeout_ms >= 0 && nj_now_ns() >= deadline) {
+            close(fd);
+            return nj_fail(NJ_ERR_LOCK_TIMEOUT, "cache lock %s still held by another process after %d ms", path,
+                           (int)timeout_ms);
+        }
+        struct timespec ts = {0, 2 * 1000000L}; /* short: the holder is usually a compile of tens of ms */
+        nanosleep(&ts, NULL);
+    }
+    *lock_fd = fd;
+    return NJ_OK;
+}
+
+void nj_cache_unlock(nj_cache *c, int lock_fd)
+{
+    (void)c;
+    if (lock_fd < 0) return;
+    flock(lock_fd, LOCK_UN);
+    close(lock_fd);
+}

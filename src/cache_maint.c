@@ -1,0 +1,310 @@
+/* Cache maintenance: walking the entry tree, scan/verify, LRU eviction, clear, usage. */
+#include "cache_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t nj_mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static int nj_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) == 0 ? 0 : -1;
+}
+
+int nj_cache_remove_path(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path);
+    return nftw(path, nj_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A temp file this old belongs to a writer that died (readers never open temp names). */
+static void nj_cache_drop_stale_temp(nj_cache *c, int dfd, const char *name, int64_t now_ns)
+{
+    struct stat st;
+    if (c->read_only || strncmp(name, NJ_CACHE_TEMP_PREFIX, strlen(NJ_CACHE_TEMP_PREFIX)) != 0) return;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+    if (now_ns - nj_mtime_ns(&st) > (int64_t)NJ_CACHE_STALE_TEMP_NS) unlinkat(dfd, name, 0);
+}
+
+static int nj_cache_walk_sub(nj_cache *c, const char *dir, nj_cache_walk_fn fn, void *user, int64_t now_ns)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0; /* "ab" that is not a directory: not ours to judge */
+    int stop = 0;
+    struct dirent *ent;
+    while (!stop && (ent = readdir(d)) != NULL) {
+        const char *name = ent->d_name, *ext = NULL;
+        if (name[0] == '.') {
+            nj_cache_drop_stale_temp(c, dirfd(d), name, now_ns);
+            continue;
+        }
+        struct stat st;
+        char path[PATH_MAX];
+        if (!nj_cache_entry_name(name, &ext) || fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (nj_cache_pathf(path, "%s/%s", dir, name) != 0) continue;
+        stop = fn(user, path, path + strlen(dir) + 34, &st);
+    }
+    closedir(d);
+    return stop;
+}
+
+static int nj_is_hex2(const char *s)
+{
+    for (int i = 0; i < 2; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return s[2] == '\0';
+}
+
+nj_status nj_cache_walk(nj_cache *c, nj_cache_walk_fn fn, void *user)
+{
+    DIR *top = opendir(c->vdir);
+    if (!top) {
+        if (errno == ENOENT) return NJ_OK;
+        return nj_fail(NJ_ERR_CACHE_IO, "cache directory %s: %s", c->vdir, strerror(errno));
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    struct dirent *ent;
+    while ((ent = readdir(top)) != NULL) {
+        if (!nj_is_hex2(ent->d_name)) continue;
+        char dir[PATH_MAX];
+        nj_cache_pathf(dir, "%s/%s", c->vdir, ent->d_name);
+        if (nj_cache_walk_sub(c, dir, fn, user, now_ns)) break;
+    }
+    closedir(top);
+    return NJ_OK;
+}
+
+/* ---- usage ---- */
+
+typedef struct nj_usage_acc {
+    uint64_t bytes, entries;
+} nj_usage_acc;
+
+static int nj_usage_cb(void *user, const char *path, const char *ext, const struct stat *st)
+{
+    nj_usage_acc *a = user;
+    if (S_ISREG(st->st_mode)) {
+        a->bytes += (uint64_t)st->st_size;
+        a->entries++;
+    }
+    return 0;
+}
+
+nj_status nj_cache_usage(nj_cache *c, uint64_t *bytes, uint64_t *entries)
+{
+    NJ_RETURN_IF(!c, NJ_ERR_NULL_POINTER, "nj_cache_usage: NULL cache");
+    nj_usage_acc a = {0, 0};
+    NJ_TRY(nj_cache_walk(c, nj_usage_cb, &a));
+    nj_cache_total_set(c, a.bytes); /* a full count corrects the running estimate */
+    if (bytes) *bytes = a.bytes;
+    if (entries) *entries = a.entries;
+    return NJ_OK;
+}
+
+/* ---- eviction ---- */
+
+typedef struct nj_lru_item {
+    char *path;
+    uint64_t bytes;
+    int64_t mtime_ns;
+} nj_lru_item;
+
+typedef struct nj_lru_list {
+    nj_lru_item *items;
+    size_t n, cap;
+    uint64_t total;
+    int failed;
+} nj_lru_list;
+
+static int nj_lru_cb(void *user, const char *path, const char *ext, const struct stat *st)
+{
+    nj_lru_list *l = user;
+    if (!S_ISREG(st->st_mode)) return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        nj_lru_item *items = realloc(l->items, cap * sizeof *items);
+        if (!items) return l->failed = 1;
+        l->items = items;
+        l->cap = cap;
+    }
+    char *p = strdup(path);
+    if (!p) return l->failed = 1;
+    l->items[l->n++] = (nj_lru_item){p, (uint64_t)st->st_size, nj_mtime_ns(st)};
+    l->total += (uint64_t)st->st_size;
+    return 0;
+}
+
+static int nj_lru_cmp(const void *a, const void *b)
+{
+    const nj_lru_item *x = a, *y = b;
+    if (x->mtime_ns != y->mtime_ns) return x->mtime_ns < y->mtime_ns ? -1 : 1;
+    return strcmp(x->path, y->path); /* a stable order for equal times */
+}
+
+static void nj_lru_free(nj_lru_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) free(l->items[i].path);
+    free(l->items);
+}
+
+/* Removes the oldest entries; one that was touched since the listing (a hit in another process) stays. */
+static uint64_t nj_lru_trim(nj_lru_list *l, uint64_t bound, const char *keep)
+{
+    uint64_t evicted = 0;
+    for (size_t i = 0; i < l->n && l->total > bound; i++) {
+        nj_lru_item *it = &l->items[i];
+        struct stat st;
+        if (keep && strcmp(it->path, keep) == 0) continue;
+        if (lstat(it->path, &st) != 0) {
+            l->total -= it->bytes; /* gone already */
+            continue;
+        }
+        if (nj_mtime_ns(&st) != it->mtime_ns || unlink(it->path) != 0) continue;
+        l->total -= it->bytes;
+        evicted++;
+    }
+    return evicted;
+}
+
+nj_status nj_cache_evict(nj_cache *c, uint64_t bound, const char *keep, uint64_t *evicted)
+{
+    *evicted = 0;
+    NJ_RETURN_IF(c->read_only, NJ_ERR_CACHE_IO, "cache root %s is read-only; nothing evicted", c->root);
+    pthread_mutex_lock(&c->gc_mu);
+    nj_lru_list l = {0};
+    nj_status s = nj_cache_walk(c, nj_lru_cb, &l);
+    if (s == NJ_OK && l.failed) s = nj_fail(NJ_ERR_OUT_OF_MEMORY, "cache: out of memory listing entries");
+    if (s == NJ_OK) {
+        qsort(l.items, l.n, sizeof *l.items, nj_lru_cmp);
+        *evicted = nj_lru_trim(&l, bound, keep);
+        nj_cache_total_set(c, l.total);
+        nj_cache_count(c, NJ_CC_EVICTIONS, *evicted);
+    }
+    nj_lru_free(&l);
+    pthread_mutex_unlock(&c->gc_mu);
+    return s;
+}
+
+nj_status nj_cache_gc(nj_cache *c, uint64_t max_bytes, uint64_t *evicted)
+{
+    NJ_RETURN_IF(!c, NJ_ERR_NULL_POINTER, "nj_cache_gc: NULL cache");
+    uint64_t n = 0;
+    nj_status s = nj_cache_evict(c, max_bytes, NULL, &n);
+    if (evicted) *evicted = n;
+    return s;
+}
+
+/* ---- scan ---- */
+
+typedef struct nj_scan_ctx {
+    nj_cache *c;
+    int verify;
+    nj_cache_visit_fn visit;
+    void *user;
+    uint64_t total;
+} nj_scan_ctx;
+
+/* Full check of one entry file, including that its name is the hash of the signature it holds. */
+static const char *nj_scan_verify(int fd, const struct stat *st, const char *ext, char **sig_out)
+{
+    const char *why = NULL;
+    uint8_t *buf = nj_cache_read_fd(fd, st, &why);
+    if (!buf) return why;
+    nj_cache_view v;
+    why = nj_cache_check_image(buf, (size_t)st->st_size, NULL, &v);
+    if (!why) {
+        char hash[33];
+        nj_hash_hex(v.sig, v.sig_len, hash);
+        if (memcmp(hash, ext - 33, 32) != 0) why = "signature does not hash to the entry's name";
+    }
+    if (!why) *sig_out = strndup(v.sig, v.sig_len);
+    free(buf);
+    return why;
+}
+
+/* Header and signature only: cheap enough for `normjit cache ls` over a big cache. */
+static const char *nj_scan_peek(int fd, const struct stat *st, char **sig_out)
+{
+    uint8_t hdr[NJ_CACHE_HEADER_SIZE];
+    nj_cache_view v;
+    if (!S_ISREG(st->st_mode)) return "not a regular file";
+    if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr) return "shorter than the entry header";
+    const char *why = nj_cache_check_header(hdr, (uint64_t)st->st_size, &v);
+    if (why) return why;
+    char *sig = malloc((size_t)v.sig_len + 1);
+    if (!sig) return "out of memory";
+    if (pread(fd, sig, v.sig_len, NJ_CACHE_HEADER_SIZE) != (ssize_t)v.sig_len) {
+        free(sig);
+        return "file shrank while reading";
+    }
+    sig[v.sig_len] = '\0';
+    *sig_out = sig;
+    return NULL;
+}
+
+static int nj_scan_cb(void *user, const char *path, const char *ext, const struct stat *st)
+{
+    nj_scan_ctx *x = user;
+    char *sig = NULL;
+    const char *why = "not a regular file";
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    struct stat fst = *st;
+    if (fd >= 0 && fstat(fd, &fst) == 0)
+        why = x->verify ? nj_scan_verify(fd, &fst, ext, &sig) : nj_scan_peek(fd, &fst, &sig);
+    if (fd >= 0) close(fd);
+    nj_status vs = why ? NJ_ERR_CACHE_CORRUPT : NJ_OK;
+    if (why && x->verify) {
+        nj_cache_count(x->c, NJ_CC_CORRUPT, 1);
+        if (!x->c->read_only) nj_cache_remove_path(path);
+    } else if (S_ISREG(fst.st_mode)) {
+        x->total += (uint64_t)fst.st_size;
+    }
+    if (x->visit) x->visit(x->user, path, sig, (uint64_t)fst.st_size, (int64_t)fst.st_mtim.tv_sec, vs);
+    free(sig);
+    return 0;
+}
+
+nj_status nj_cache_scan(nj_cache *c, int verify, nj_cache_visit_fn visit, void *user)
+{
+    NJ_RETURN_IF(!c, NJ_ERR_NULL_POINTER, "nj_cache_scan: NULL cache");
+    nj_scan_ctx x = {c, verify, visit, user, 0};
+    NJ_TRY(nj_cache_walk(c, nj_scan_cb, &x));
+    nj_cache_total_set(c, x.total);
+    return NJ_OK;
+}
+
+/* ---- clear ---- */
+
+static int nj_clear_cb(void *user, const char *path, const char *ext, const struct stat *st)
+{
+    int *failed = user;
+    if (nj_cache_remove_path(path) != 0) *failed = 1;
+    return 0;
+}
+
+nj_status nj_cache_clear(nj_cache *c)
+{
+    NJ_RETURN_IF(!c, NJ_ERR_NULL_POINTER, "nj_cache_clear: NULL cache");
+    NJ_RETURN_IF(c->read_only, NJ_ERR_CACHE_IO, "cache root %s is read-only; not cleared", c->root);
+    int failed = 0;
+    NJ_TRY(nj_cache_walk(c, nj_clear_cb, &failed));
+    uint64_t bytes = 0, entries = 0;
+    NJ_TRY(nj_cache_usage(c, &bytes, &entries));
+    NJ_RETURN_IF(failed, NJ_ERR_CACHE_IO, "cache: some entries under %s could not be removed", c->vdir);
+    return NJ_OK;
+}

@@ -1,0 +1,204 @@
+/* The numerics matrix: every preset in its layouts x dtypes x param dtypes x flags x activations x sizes
+ * that reach every kernel variant the planner chooses, run forward and backward on the emulator (with
+ * thread-order shuffling and poisoned shared memory and outputs) and compared with the double-precision
+ * reference through the same checker and tolerances as `normjit check` (tools/check_lib.c, tolerance.h).
+ * A failure prints the problem and its per-output report; each family asserts zero failures. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nj_testutil.h"
+#include "tool_check.h"
+
+static const char *const dtypes[] = {"f32", "f16", "bf16"};
+static const char *const acts[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
+/* Presets add or clear `center` themselves; the general form (`norm`) takes flags literally, so there
+ * "scale" alone is an RMS problem. */
+static const char *const combos[] = {"none", "scale", "scale,bias", "scale,bias,stats", "scale,bias,residual,resout",
+                                     "bias,residual,stats"};
+#define NCOMBO (sizeof combos / sizeof combos[0])
+#define NACT (sizeof acts / sizeof acts[0])
+
+typedef struct matrix_state {
+    nj_context *ctx;
+    char dir[512];
+    int run, failed;
+} matrix_state;
+
+static int group_setup(void **state)
+{
+    static matrix_state m;
+    if (!nj_tu_make_temp_dir("matrix", m.dir, sizeof m.dir)) return -1;
+    nj_context_options o;
+    nj_context_options_init(&o);
+    o.backend = NJ_BACKEND_EMULATOR;
+    o.arch = 90;
+    o.flags = NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON;
+    o.seed = 7;
+    o.cache_dir = getenv("NJ_MATRIX_CACHE") ? getenv("NJ_MATRIX_CACHE") : m.dir;
+    if (nj_context_create(&o, &m.ctx) != NJ_OK) {
+        fprintf(stderr, "matrix: no emulator context: %s\n", nj_last_error());
+        return -1;
+    }
+    *state = &m;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    matrix_state *m = *state;
+    nj_context_destroy(m->ctx);
+    nj_tu_remove_tree(m->dir);
+    fprintf(stderr, "matrix: %d problems checked, %d failed\n", m->run, m->failed);
+    return 0;
+}
+
+/* Checks one problem line; returns 1 when it passed. */
+static int check_line(matrix_state *m, const char *line, double offset, uint64_t seed)
+{
+    nj_problem_desc p;
+    nj_status s = nj_problem_from_text(line, 3, &p);
+    if (s != NJ_OK) fail_msg("matrix line does not parse: %s: %s", line, nj_last_error());
+    nj_check_options o;
+    nj_check_options_init(&o);
+    o.seed = seed;
+    o.offset = offset;
+    o.passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
+    nj_check_report rep;
+    memset(&rep, 0, sizeof rep);
+    s = nj_check_problem(m->ctx, &p, &o, &rep);
+    m->run++;
+    if (s == NJ_OK && rep.pass) return 1;
+    m->failed++;
+    fprintf(stderr, "FAIL %s (offset %g, seed %llu)\n", line, offset, (unsigned long long)seed);
+    if (s != NJ_OK) fprintf(stderr, "  %s: %s\n", nj_status_name(s), nj_last_error());
+    else nj_check_report_print(stderr, &rep);
+    return 0;
+}
+
+/* Runs each base shape in every dtype; flags, activation and param dtype rotate with the index so that
+ * every combination appears across a family without the full cross product. */
+static void run_family(matrix_state *m, const char *const *bases, size_t nbases)
+{
+    int before = m->failed;
+    for (size_t b = 0; b < nbases; b++) {
+        for (size_t d = 0; d < 3; d++) {
+            size_t k = b * 3 + d;
+            char base[256], line[512];
+            snprintf(base, sizeof base, bases[b], dtypes[d]);
+            snprintf(line, sizeof line, "%s flags=%s act=%s%s%s", base, combos[k % NCOMBO], acts[(k / 2 + b) % NACT],
+                     (k % 2) ? " param=" : "", (k % 2) ? dtypes[d] : "");
+            check_line(m, line, 0.0, 1 + k);
+        }
+    }
+    assert_int_equal(m->failed - before, 0);
+}
+
+static void test_layernorm(void **state)
+{
+    static const char *const bases[] = {
+        "layernorm %s 3x1",         /* size-1 reduction: y = beta */
+        "layernorm %s 5x7",         /* odd row, vector width 1 */
+        "layernorm %s 4x31",        /* prime */
+        "layernorm %s 3x64",        /* warp per row */
+        "layernorm %s 6x1000",      /* block per row, cached in registers */
+        "layernorm %s 2x4096",      /* vectorized */
+        "layernorm %s 2x12289",     /* long prime row: re-read pass */
+        "layernorm %s 1x70001",     /* row above 2^16 */
+        "layernorm %s 66000x8",     /* rows above 2^16 */
+        "layernorm %s 0x256",       /* zero-size batch */
+        "layernorm %s 2x3x5x6 last=2",
+        "layernorm %s nchw 2x24x7x5 axes=1", /* ConvNeXt: the channel of NCHW */
+        "layernorm %s 2x6x5x4 axes=0,2",     /* Keras: non-adjacent axes */
+    };
+    run_family(*state, bases, sizeof bases / sizeof bases[0]);
+}
+
+static void test_rmsnorm(void **state)
+{
+    static const char *const bases[] = {"rmsnorm %s 4x96", "rmsnorm %s 3x8192", "rmsnorm %s 2x129", "rmsnorm %s 7x2"};
+    run_family(*state, bases, sizeof bases / sizeof bases[0]);
+}
+
+static void test_instancenorm(void **state)
+{
+    static const char *const bases[] = {"instancenorm %s nchw 2x6x9x7", "instancenorm %s nhwc 2x9x7x6",
+                                        "instancenorm %s ncl 2x5x33", "instancenorm %s ndhwc 1x4x5x3x8",
+                                        "instancenorm %s nchw 3x2x1x1"};
+    run_family(*state, bases, sizeof bases / sizeof bases[0]);
+}
+
+static void test_groupnorm(void **state)
+{
+    static const char *const bases[] = {"groupnorm %s nchw 2x12x5x5 groups=4", "groupnorm %s nhwc 2x12x5x5 groups=3",
+                                        "groupnorm %s nhwc 1x64x8x8 groups=32", "groupnorm %s nchw 2x6x1x1 groups=6",
+                                        "groupnorm %s nchw 1x32x16x16 groups=32"};
+    run_family(*state, bases, sizeof bases / sizeof bases[0]);
+}
+
+static void test_batchnorm(void **state)
+{
+    static const char *const bases[] = {"batchnorm %s nchw 3x5x4x4", "batchnorm %s nhwc 3x5x4x4",
+                                        "batchnorm %s ncl 2x3x17"};
+    run_family(*state, bases, sizeof bases / sizeof bases[0]);
+}
+
+static void test_general(void **state)
+{
+    static const char *const bases[] = {
+        "norm %s shape=4x6x5x3 reduce=0,2 feature=1",
+        "norm %s shape=3x5x7 strides=70,1,10 reduce=1 feature=1", /* permuted, padded view */
+        "norm %s shape=4x8x6 reduce=1,2 feature=2",                /* F partly inside R */
+        "norm %s shape=5x9 reduce=0 feature=none",
+    };
+    run_family(*state, bases, sizeof bases / sizeof bases[0]);
+}
+
+/* Every flag set with every activation, on a row, a channels-last group and a general problem. */
+static void test_flags_by_activation(void **state)
+{
+    matrix_state *m = *state;
+    static const char *const bases[] = {"layernorm f32 3x64", "groupnorm bf16 nhwc 2x8x3x3 groups=2",
+                                        "norm f16 shape=4x6x5 reduce=0,2 feature=1"};
+    int before = m->failed;
+    for (size_t b = 0; b < 3; b++)
+        for (size_t c = 0; c < NCOMBO; c++)
+            for (size_t a = 0; a < NACT; a++) {
+                char line[512];
+                snprintf(line, sizeof line, "%s flags=%s act=%s", bases[b], combos[c], acts[a]);
+                check_line(m, line, 0.0, 100 + c * NACT + a);
+            }
+    assert_int_equal(m->failed - before, 0);
+}
+
+/* A large mean offset must not cancel (stable statistics), and half-precision inputs near the f16 limit
+ * must not overflow (arithmetic in float32). */
+static void test_special_values(void **state)
+{
+    matrix_state *m = *state;
+    int before = m->failed;
+    check_line(m, "layernorm f32 4x1000 flags=scale,bias,stats", 1e4, 11);
+    check_line(m, "instancenorm f32 nchw 2x3x16x16 flags=scale,bias,stats", 1e4, 12);
+    check_line(m, "norm f32 shape=4x6x5 reduce=0,2 feature=1 flags=center,scale,bias,stats", 1e4, 13);
+    check_line(m, "layernorm f16 3x256 flags=scale,bias", 6.0e4, 14);
+    check_line(m, "groupnorm f16 nhwc 2x8x4x4 groups=2 flags=scale,bias act=silu", 6.0e4, 15);
+    check_line(m, "rmsnorm f16 3x512 flags=scale", 6.0e4, 16);
+    check_line(m, "layernorm bf16 3x4096 flags=scale,bias,residual,resout", 1e3, 17);
+    assert_int_equal(m->failed - before, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_instancenorm), cmocka_unit_test(test_groupnorm),
+        cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
+        cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

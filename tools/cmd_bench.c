@@ -1,0 +1,283 @@
+/* normjit bench: the JIT pipeline's figures. Cold compile per kernel (fresh temporary cache, compile-only
+ * for sm_90, one thread so each kernel is timed alone), warm load of a cached plan by a new context, and
+ * the hot lookup of a loaded plan (nj_plan_get on the same context, ns per call). A benchmark, not a test. */
+#include "tool.h"
+
+#include "context.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void nj_bench_help(FILE *f)
+{
+    fprintf(f,
+            "usage: normjit bench [options]\n"
+            "\n"
+            "Measures, over the problems of the manifests: the cold compile time per kernel (median, max) into a\n"
+            "fresh temporary cache with the compile-only backend for sm_90; the warm load of cached plans by a\n"
+            "new context (median per problem); and the hot lookup of an already loaded plan (nj_plan_get on the\n"
+            "same context, ns per call), which needs a backend that can load kernels: cuda, else the emulator.\n"
+            "\n"
+            "options:\n"
+            "  --manifest F        a manifest to take problems from (repeatable; default: manifests/llm.txt,\n"
+            "                      manifests/unet.txt, manifests/convnext.txt, manifests/seeds.txt)\n"
+            "  --arch sm_XX        target of the cold compiles (default sm_90)\n"
+            "  --passes P          fwd, bwd or fwd,bwd (default fwd,bwd)\n"
+            "  --hot-backend B     cuda | emulator for the load and lookup figures (default: cuda, else emulator)\n"
+            "  --iterations N      lookups timed for the hot figure (default 1000000)\n"
+            "  --keep              keep the temporary cache (its path is printed)\n"
+            "  -h, --help          this text\n");
+}
+
+typedef struct nj_bench_args {
+    char **files;
+    int nfiles;
+    int32_t arch;
+    uint32_t passes;
+    int hot_given;
+    nj_backend_kind hot;
+    long iterations;
+    int keep;
+} nj_bench_args;
+
+static int nj_bench_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void nj_bench_row(const char *what, double *v, int n, double unit, const char *uname)
+{
+    if (!n) {
+        printf("%-46s %6d %12s %12s\n", what, 0, "-", "-");
+        return;
+    }
+    qsort(v, (size_t)n, sizeof *v, nj_bench_cmp);
+    double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    printf("%-46s %6d %9.3f %-2s %9.3f %-2s\n", what, n, med * unit, uname, v[n - 1] * unit, uname);
+}
+
+static int nj_bench_rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static nj_status nj_bench_ctx(nj_backend_kind kind, int32_t arch, const char *dir, nj_context **out)
+{
+    nj_context_options o;
+    nj_context_options_init(&o);
+    o.backend = kind;
+    o.arch = arch;
+    o.cache_dir = dir;
+    o.max_parallel_compiles = 1;
+    return nj_context_create(&o, out);
+}
+
+/* Cold: every kernel compiled into the fresh cache, one at a time. Seconds per kernel into ms/nvrtc. */
+static int nj_bench_cold(const nj_bench_args *a, const char *dir, nj_problem_desc *pr, int np, double *total,
+                         double *nvrtc, int *nk)
+{
+    nj_context *ctx = NULL;
+    nj_status s = nj_bench_ctx(NJ_BACKEND_COMPILE_ONLY, a->arch, dir, &ctx);
+    if (s != NJ_OK) {
+        nj_tool_error(s, "cannot create a compile-only context for sm_%d", (int)a->arch);
+        return -1;
+    }
+    for (int i = 0; i < np; i++) {
+        for (uint32_t pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
+            if (!(a->passes & pass)) continue;
+            int32_t compiled = 0, cached = 0;
+            double t = nj_tool_now();
+            s = nj_context_warm(ctx, &pr[i], pass, &compiled, &cached);
+            t = nj_tool_now() - t;
+            if (s != NJ_OK) nj_tool_error(s, "compile of %s", nj_tool_problem_text(&pr[i]));
+            else if (compiled) {
+                total[*nk] = t;
+                nvrtc[*nk] = nj_context_last_compile_ms() * 1e-3;
+                (*nk)++;
+            }
+        }
+    }
+    nj_context_destroy(ctx);
+    return 0;
+}
+
+/* Warm: a new context over the same cache finds every problem's kernels on disk. */
+static void nj_bench_warm(const nj_bench_args *a, const char *dir, nj_problem_desc *pr, int np, double *v, int *n)
+{
+    nj_context *ctx = NULL;
+    nj_status s = nj_bench_ctx(NJ_BACKEND_COMPILE_ONLY, a->arch, dir, &ctx);
+    if (s != NJ_OK) {
+        nj_tool_error(s, "cannot create a compile-only context");
+        return;
+    }
+    for (int i = 0; i < np; i++) {
+        int32_t compiled = 0, cached = 0;
+        double t = nj_tool_now();
+        s = nj_context_warm(ctx, &pr[i], a->passes, &compiled, &cached);
+        t = nj_tool_now() - t;
+        if (s == NJ_OK && !compiled && cached) v[(*n)++] = t;
+    }
+    nj_context_destroy(ctx);
+}
+
+/* A context of a backend that can load kernels: the one asked for, else cuda, else the emulator. */
+static nj_context *nj_bench_loadable(const nj_bench_args *a, const char *dir)
+{
+    nj_context *ctx = NULL;
+    nj_backend_kind kind = a->hot_given ? a->hot : NJ_BACKEND_CUDA;
+    nj_status s = nj_bench_ctx(kind, 0, dir, &ctx);
+    if (s != NJ_OK && !a->hot_given) {
+        static int noted;
+        if (!noted++) printf("note: cuda unavailable (%s); load and lookup figures use the emulator\n", nj_status_name(s));
+        kind = NJ_BACKEND_EMULATOR;
+        s = nj_bench_ctx(kind, 0, dir, &ctx);
+    }
+    if (s != NJ_OK) nj_tool_error(s, "cannot create a %s context", nj_tool_backend_name(kind));
+    return s == NJ_OK ? ctx : NULL;
+}
+
+/* Loads the first few problems' forward plans through a loadable backend: cold (compile + load), then
+ * warm from disk in a new context, then the hot lookup loop on that context. */
+static void nj_bench_hot(const nj_bench_args *a, const char *dir, nj_problem_desc *pr, int np)
+{
+    int k = np < 3 ? np : 3;
+    double cold[3], warm[3];
+    int nc = 0, nw = 0;
+    nj_context *ctx = nj_bench_loadable(a, dir);
+    if (!ctx) return;
+    const char *bname = nj_tool_backend_name(nj_context_backend(ctx));
+    for (int i = 0; i < k; i++) {
+        nj_plan *plan;
+        double t = nj_tool_now();
+        nj_status s = nj_plan_get(ctx, &pr[i], NJ_PASS_FORWARD, &plan);
+        if (s == NJ_OK) cold[nc++] = nj_tool_now() - t;
+        else nj_tool_error(s, "%s plan of %s", bname, nj_tool_problem_text(&pr[i]));
+    }
+    nj_context_destroy(ctx);
+    if (!nc || !(ctx = nj_bench_loadable(a, dir))) return;
+    nj_plan *plan = NULL;
+    for (int i = 0; i < k; i++) {
+        double t = nj_tool_now();
+        if (nj_plan_get(ctx, &pr[i], NJ_PASS_FORWARD, &plan) == NJ_OK) warm[nw++] = nj_tool_now() - t;
+    }
+    char label[96];
+    snprintf(label, sizeof label, "cold plan_get, fwd (%s, compile+load)", bname);
+    nj_bench_row(label, cold, nc, 1e3, "ms");
+    snprintf(label, sizeof label, "warm load from disk, fwd plan_get (%s)", bname);
+    nj_bench_row(label, warm, nw, 1e3, "ms");
+    if (nw) {
+        double t = nj_tool_now();
+        long fails = 0;
+        for (long it = 0; it < a->iterations; it++) fails += nj_plan_get(ctx, &pr[it % nw], NJ_PASS_FORWARD, &plan) != NJ_OK;
+        t = nj_tool_now() - t;
+        printf("%-46s %6ld %9.1f ns/call%s\n", "hot lookup, nj_plan_get on a loaded plan", a->iterations,
+               t * 1e9 / (double)a->iterations, fails ? " (some lookups failed)" : "");
+    }
+    nj_context_destroy(ctx);
+}
+
+static int nj_bench_parse_args(int argc, char **argv, nj_bench_args *a)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int r;
+        if (nj_tool_is_help(argv[i])) {
+            nj_bench_help(stdout);
+            return -1;
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--manifest", &v))) {
+            if (r < 0) return nj_tool_usage_error("bench", "--manifest needs a file");
+            a->files[a->nfiles++] = (char *)v;
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--arch", &v))) {
+            if (r < 0 || nj_tool_parse_arch(v, &a->arch)) return nj_tool_usage_error("bench", "--arch takes sm_XX");
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--passes", &v))) {
+            if (r < 0 || nj_tool_parse_passes(v, &a->passes))
+                return nj_tool_usage_error("bench", "--passes takes fwd, bwd or fwd,bwd");
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--hot-backend", &v))) {
+            if (r < 0 || nj_tool_parse_backend(v, &a->hot) || a->hot == NJ_BACKEND_COMPILE_ONLY)
+                return nj_tool_usage_error("bench", "--hot-backend takes cuda or emulator");
+            a->hot_given = 1;
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--iterations", &v))) {
+            if (r < 0 || nj_tool_parse_int(v, 1, 1000000000L, &a->iterations))
+                return nj_tool_usage_error("bench", "--iterations takes a positive number");
+        } else if (!strcmp(argv[i], "--keep")) {
+            a->keep = 1;
+        } else {
+            return nj_tool_usage_error("bench", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    return 0;
+}
+
+static nj_problem_desc *nj_bench_problems(const nj_bench_args *a, int *np)
+{
+    nj_manifest_line *lines = NULL;
+    int n = 0, cap = 0;
+    for (int f = 0; f < a->nfiles; f++)
+        if (nj_tool_read_manifest(a->files[f], &lines, &n, &cap) != 0)
+            fprintf(stderr, "normjit bench: cannot read %s: %s\n", a->files[f], strerror(errno));
+    nj_problem_desc *pr = calloc((size_t)(n ? n : 1), sizeof *pr);
+    *np = 0;
+    for (int i = 0; pr && i < n; i++) {
+        nj_status s = nj_problem_from_text(lines[i].text, 1, &pr[*np]);
+        if (s == NJ_OK) (*np)++;
+        else fprintf(stderr, "%s:%d: %s: %s\n", lines[i].file, lines[i].line, nj_status_name(s), nj_last_error());
+    }
+    nj_tool_free_manifest(lines, n);
+    return pr;
+}
+
+int nj_cmd_bench(int argc, char **argv)
+{
+    static char *defaults[] = {"manifests/llm.txt", "manifests/unet.txt", "manifests/convnext.txt",
+                               "manifests/seeds.txt"};
+    nj_bench_args a = {.arch = 90, .passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD, .iterations = 1000000};
+    a.files = calloc((size_t)argc + 4, sizeof(char *));
+    if (!a.files) return NJ_EXIT_FAIL;
+    int rc = nj_bench_parse_args(argc, argv, &a);
+    if (rc) {
+        free(a.files);
+        return rc < 0 ? NJ_EXIT_OK : rc;
+    }
+    if (!a.nfiles)
+        for (int i = 0; i < 4; i++) a.files[a.nfiles++] = defaults[i];
+    int np = 0;
+    nj_problem_desc *pr = nj_bench_problems(&a, &np);
+    char dir[] = "/tmp/normjit-bench-XXXXXX";
+    if (!pr || !np || !mkdtemp(dir)) {
+        fprintf(stderr, "normjit bench: %s\n", !np ? "no problems to measure" : "cannot create a temporary cache");
+        free(pr);
+        free(a.files);
+        return NJ_EXIT_FAIL;
+    }
+    double *total = calloc((size_t)np * 2, sizeof(double)), *nvrtc = calloc((size_t)np * 2, sizeof(double));
+    double *warm = calloc((size_t)np, sizeof(double));
+    int nk = 0, nw = 0;
+    rc = NJ_EXIT_FAIL;
+    printf("normjit bench: %d problems, temporary cache %s\n", np, dir);
+    if (total && nvrtc && warm && nj_bench_cold(&a, dir, pr, np, total, nvrtc, &nk) == 0) {
+        nj_bench_warm(&a, dir, pr, np, warm, &nw);
+        printf("%-46s %6s %12s %12s\n", "figure", "n", "median", "max");
+        char label[96];
+        snprintf(label, sizeof label, "cold compile per kernel (sm_%d, end to end)", (int)a.arch);
+        nj_bench_row(label, total, nk, 1e3, "ms");
+        nj_bench_row("  of which NVRTC", nvrtc, nk, 1e3, "ms");
+        nj_bench_row("warm hit per problem (new context, warm)", warm, nw, 1e3, "ms");
+        nj_bench_hot(&a, dir, pr, np);
+        rc = NJ_EXIT_OK;
+    }
+    if (a.keep) printf("cache kept at %s\n", dir);
+    else nftw(dir, nj_bench_rm, 16, FTW_DEPTH | FTW_PHYS);
+    free(total);
+    free(nvrtc);
+    free(warm);
+    free(pr);
+    free(a.files);
+    return rc;
+}

@@ -1,0 +1,136 @@
+/* normjit check: run problems through a backend on seeded random data and compare every output with
+ * the double-precision reference (tools/check_lib.c, tolerances in tools/tolerance.h). */
+#include "tool.h"
+
+#include "check_lib.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void nj_check_help(FILE *f)
+{
+    fprintf(f,
+            "usage: normjit check PROBLEM... [options]\n"
+            "\n"
+            "Runs each problem on random inputs (uniform in [-1, 1] plus --offset; gamma around 1, beta small),\n"
+            "with outputs pre-filled with NaN, and compares y, residual_out, mean, rstd (forward) and dx, dgamma,\n"
+            "dbeta (backward), as the problem's flags ask, with a double-precision reference. Prints per output\n"
+            "the worst absolute and relative error, the normalized error |got-ref|/(atol*scale+rtol*|ref|), the\n"
+            "tolerance and PASS/FAIL. A PROBLEM is the text form, quoted or as several words.\n"
+            "\n"
+            "options:\n"
+            "  --backend B         emulator | cuda (default: NORMJIT_BACKEND, else cuda, else the emulator)\n"
+            "  --seed S            random seed (default 1)\n"
+            "  --offset V          added to every x value (tests stability against a large mean; default 0)\n"
+            "  --eps E             epsilon (default 1e-5)\n"
+            "  --pass P            fwd, bwd or fwd,bwd (default fwd,bwd)\n"
+            "  --cache DIR         cache root (default as for warmup)\n"
+            "  -h, --help          this text\n"
+            "\n"
+            "exit status: 0 when every output passes, 1 on any FAIL or error, 2 on a usage error.\n");
+}
+
+typedef struct nj_check_args {
+    nj_tool_target t;
+    nj_check_options o;
+    int nwords;
+    char **words;
+} nj_check_args;
+
+static int nj_check_parse_double(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Returns 0 to go on, -1 after --help, or an exit code. */
+static int nj_check_parse_args(int argc, char **argv, nj_check_args *a)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int r;
+        if (nj_tool_is_help(argv[i])) {
+            nj_check_help(stdout);
+            return -1;
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--backend", &v))) {
+            if (r < 0 || nj_tool_parse_backend(v, &a->t.backend) || a->t.backend == NJ_BACKEND_COMPILE_ONLY)
+                return nj_tool_usage_error("check", "--backend takes emulator or cuda");
+            a->t.backend_given = 1;
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--seed", &v))) {
+            if (r < 0 || nj_tool_parse_u64(v, &a->o.seed)) return nj_tool_usage_error("check", "--seed takes a number");
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--offset", &v))) {
+            if (r < 0 || nj_check_parse_double(v, &a->o.offset))
+                return nj_tool_usage_error("check", "--offset takes a number");
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--eps", &v))) {
+            if (r < 0 || nj_check_parse_double(v, &a->o.eps) || !(a->o.eps >= 0))
+                return nj_tool_usage_error("check", "--eps takes a non-negative number");
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--pass", &v)) || (r = nj_tool_opt(argc, argv, &i, "--passes", &v))) {
+            if (r < 0 || nj_tool_parse_passes(v, &a->o.passes))
+                return nj_tool_usage_error("check", "--pass takes fwd, bwd or fwd,bwd");
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--cache", &v))) {
+            if (r < 0) return nj_tool_usage_error("check", "--cache needs a directory");
+            a->t.cache_dir = v;
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            return nj_tool_usage_error("check", "unknown option '%s'", argv[i]);
+        } else {
+            a->words[a->nwords++] = argv[i];
+        }
+    }
+    if (!a->nwords) return nj_tool_usage_error("check", "no problem given");
+    return 0;
+}
+
+static int nj_check_one(nj_context *ctx, const char *text, const nj_check_options *o)
+{
+    nj_problem_desc p;
+    nj_status s = nj_problem_from_text(text, 1, &p);
+    if (s != NJ_OK) {
+        nj_tool_error(s, "cannot parse '%s'", text);
+        return NJ_EXIT_FAIL;
+    }
+    printf("%s\n  as %s\n", text, nj_tool_problem_text(&p));
+    nj_check_report rep;
+    double t = nj_tool_now();
+    s = nj_check_problem(ctx, &p, o, &rep);
+    nj_check_report_print(stdout, &rep);
+    if (s != NJ_OK) {
+        fflush(stdout);
+        nj_tool_error(s, "check of '%s' did not run", text);
+        return NJ_EXIT_FAIL;
+    }
+    printf("  => %s (%.2f s)\n", rep.pass ? "PASS" : "FAIL", nj_tool_now() - t);
+    return rep.pass ? NJ_EXIT_OK : NJ_EXIT_FAIL;
+}
+
+int nj_cmd_check(int argc, char **argv)
+{
+    nj_check_args a;
+    memset(&a, 0, sizeof a);
+    nj_check_options_init(&a.o);
+    a.words = calloc((size_t)argc, sizeof(char *));
+    if (!a.words) return NJ_EXIT_FAIL;
+    int rc = nj_check_parse_args(argc, argv, &a);
+    if (rc) {
+        free(a.words);
+        return rc < 0 ? NJ_EXIT_OK : rc;
+    }
+    char **probs = NULL;
+    int np = nj_tool_group_problems(a.nwords, a.words, &probs), failed = 0;
+    nj_context *ctx = NULL;
+    if (nj_tool_open_context(&a.t, NJ_TOOL_FALLBACK_EMULATOR, &ctx) != NJ_OK) {
+        rc = NJ_EXIT_FAIL;
+    } else {
+        printf("backend %s, seed %llu, offset %g, eps %g\n", nj_tool_backend_name(nj_context_backend(ctx)),
+               (unsigned long long)a.o.seed, a.o.offset, a.o.eps);
+        for (int i = 0; i < np; i++) failed += nj_check_one(ctx, probs[i], &a.o) != NJ_EXIT_OK;
+        printf("%d problem(s), %d passed, %d failed\n", np, np - failed, failed);
+        rc = failed ? NJ_EXIT_FAIL : NJ_EXIT_OK;
+    }
+    nj_context_destroy(ctx);
+    nj_tool_free_strings(probs, np);
+    free(a.words);
+    return rc;
+}
