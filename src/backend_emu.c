@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,10 +149,35 @@ static nj_status write_file(const char *path, const char *a, size_t alen, const 
     return NJ_OK;
 }
 
-/* Asks the compiler for its version: "gcc-12.2.0" or "clang-14.0.6". */
-static void probe_compiler(emu_backend *e)
+/* "gcc-12.2.0" from "c++ (Debian 12.2.0-14+deb12u1) 12.2.0" or "g++ (GCC) 13.2.1 20230801";
+ * "clang-14.0.6" from "Debian clang version 14.0.6". */
+static void parse_version(char *first_line, char *out, size_t cap)
 {
+    char *eol = strchr(first_line, '\n');
+    if (eol) *eol = '\0';
+    bool clang = strstr(first_line, "clang") != NULL;
+    const char *v = strstr(first_line, "version ");
+    const char *paren = strrchr(first_line, ')');
+    if (!clang && paren) v = paren + 1;
+    else if (v) v += 8;
+    else v = first_line;
+    v += strcspn(v, "0123456789");
+    size_t n = strspn(v, "0123456789.");
+    snprintf(out, cap, "%s-%.*s", clang ? "clang" : "gcc", (int)(n > 0 && n < 40 ? n : 7), n ? v : "unknown");
+}
+
+/* Asks the compiler for its version once per process and compiler command (a spawn costs ~10 ms, and
+ * contexts are created often); "none" when it cannot be run (compile() reports why). */
+static void probe_compiler(emu_backend *e, const char *cxx)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char cached_cxx[256], cached_id[64];
     snprintf(e->compiler_id, sizeof e->compiler_id, "none");
+    pthread_mutex_lock(&lock);
+    bool hit = cached_id[0] && strcmp(cached_cxx, cxx) == 0;
+    if (hit) snprintf(e->compiler_id, sizeof e->compiler_id, "%s", cached_id);
+    pthread_mutex_unlock(&lock);
+    if (hit) return;
     const char *tmp = getenv("TMPDIR");
     char path[4096];
     snprintf(path, sizeof path, "%s/nj-emu-version-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -167,18 +193,15 @@ static void probe_compiler(emu_backend *e)
     char *text = NULL;
     size_t len = 0;
     if (run_process(argv, path, &code) == NJ_OK && code == 0 && read_file(path, 4096, &text, &len) == NJ_OK) {
-        char *eol = strchr(text, '\n');
-        if (eol) *eol = '\0';
-        const char *ver = strstr(text, "version ");
-        const char *kind = strstr(text, "clang") ? "clang" : "gcc";
-        if (ver) ver += 8;
-        else ver = (ver = strrchr(text, ' ')) ? ver + 1 : text;
-        size_t vlen = strcspn(ver, " \t");
-        snprintf(e->compiler_id, sizeof e->compiler_id, "%s-%.*s", kind, (int)(vlen < 40 ? vlen : 40), ver);
+        parse_version(text, e->compiler_id, sizeof e->compiler_id);
+        pthread_mutex_lock(&lock);
+        snprintf(cached_cxx, sizeof cached_cxx, "%s", cxx);
+        snprintf(cached_id, sizeof cached_id, "%s", e->compiler_id);
+        pthread_mutex_unlock(&lock);
     }
     free(text);
     unlink(path);
-    nj_error_clear(); /* a missing compiler is reported by compile(), not here */
+    nj_error_clear();
 }
 
 /* nj_template_get (codegen.c) honours NORMJIT_TEMPLATE_DIR. It is weak so that a program linking the static
@@ -205,7 +228,7 @@ static nj_status compile_in(emu_backend *e, const char *dir, const char *name)
     snprintf(src, sizeof src, "%s/k.cc", dir);
     snprintf(so, sizeof so, "%s/k.so", dir);
     snprintf(logp, sizeof logp, "%s/log.txt", dir);
-    char *argv[2 * EMU_MAX_ARGV + 16];
+    char *argv[2 * EMU_MAX_ARGV + NJ_ARRAY_LEN(emu_flags) + 16]; /* + gnu-unique, asan, -o out src -lm */
     int32_t n = 0;
     for (int32_t i = 0; i < e->cxx_argc; i++) argv[n++] = e->cxx_argv[i];
     for (size_t i = 0; i < NJ_ARRAY_LEN(emu_flags); i++) argv[n++] = (char *)emu_flags[i];
@@ -497,6 +520,30 @@ static void emu_props(int32_t arch, nj_device_props *p)
     p->regs_per_sm = 65536;
 }
 
+/* $CXX when set (it may carry arguments, e.g. "ccache g++"); else the first of c++, g++, clang++ that runs. */
+static nj_status choose_compiler(emu_backend *e)
+{
+    static const char *const candidates[] = {"c++", "g++", "clang++"};
+    const char *cxx = getenv("CXX");
+    size_t n = cxx && *cxx ? 1 : NJ_ARRAY_LEN(candidates);
+    for (size_t i = 0; i < n; i++) {
+        const char *c = cxx && *cxx ? cxx : candidates[i];
+        free(e->cxx_words);
+        e->cxx_words = strdup(c);
+        if (!e->cxx_words) return NJ_ERR_OUT_OF_MEMORY;
+        e->cxx_argc = split_words(e->cxx_words, e->cxx_argv, EMU_MAX_ARGV);
+        if (e->cxx_argc == 0) return NJ_OK; /* compile() reports the empty CXX */
+        probe_compiler(e, c);
+        if (strcmp(e->compiler_id, "none") != 0) return NJ_OK;
+    }
+    /* none runs: keep the first, so that compile() names it in its error */
+    free(e->cxx_words);
+    e->cxx_words = strdup(cxx && *cxx ? cxx : candidates[0]);
+    if (!e->cxx_words) return NJ_ERR_OUT_OF_MEMORY;
+    e->cxx_argc = split_words(e->cxx_words, e->cxx_argv, EMU_MAX_ARGV);
+    return NJ_OK;
+}
+
 nj_status nj_backend_emu_create(const nj_backend_config *cfg, nj_backend **out)
 {
     NJ_RETURN_IF(!out, NJ_ERR_NULL_POINTER, "emulator backend: out is NULL");
@@ -507,19 +554,16 @@ nj_status nj_backend_emu_create(const nj_backend_config *cfg, nj_backend **out)
     emu_props(cfg ? cfg->arch : 0, &e->base.props);
     e->flags = cfg ? cfg->flags : 0;
     e->seed = cfg ? cfg->seed : 0;
-    const char *cxx = getenv("CXX");
     const char *extra = getenv("NORMJIT_EMU_CXXFLAGS");
-    e->cxx_words = strdup(cxx && *cxx ? cxx : "c++");
     e->extra_words = strdup(extra ? extra : "");
-    if (!e->cxx_words || !e->extra_words) {
+    nj_status st = e->extra_words ? choose_compiler(e) : NJ_ERR_OUT_OF_MEMORY;
+    if (st != NJ_OK) {
         free(e->cxx_words);
         free(e->extra_words);
         free(e);
         return nj_fail(NJ_ERR_OUT_OF_MEMORY, "emulator backend");
     }
-    e->cxx_argc = split_words(e->cxx_words, e->cxx_argv, EMU_MAX_ARGV);
     e->extra_argc = split_words(e->extra_words, e->extra_argv, EMU_MAX_ARGV);
-    if (e->cxx_argc > 0) probe_compiler(e);
     char xh[33] = "";
     if (extra && *extra) nj_hash_hex(extra, strlen(extra), xh);
     /* extra flags change the code, so they change the target (and thus every signature) */

@@ -1,7 +1,7 @@
 /* Emulator core: each block's threads run as fibers on the launching thread. A fiber runs until it
  * blocks (barrier, warp operation) or returns; the scheduler then picks the next runnable fiber, in
- * thread order or, with NJ_CTX_EMU_SHUFFLE, in a seeded random order (see rq_uniform). When nothing is runnable the
- * scheduler either releases a barrier every thread has reached or reports divergence/deadlock.
+ * thread order or, with NJ_CTX_EMU_SHUFFLE, in a seeded random order (see rq_uniform). When nothing is
+ * runnable the scheduler either releases a barrier every thread has reached or reports divergence/deadlock.
  * Switching is a few instructions of assembly on x86-64 (swapcontext costs a sigprocmask syscall per
  * switch); other machines fall back to ucontext. */
 #include "emu_fibers.h"
@@ -356,7 +356,10 @@ static emu_fiber *rq_pop(emu_sched *s)
 
 /* ---------------------------------------------------------------- messages */
 
-static emu_warp *warp_of(emu_sched *s, const emu_fiber *f) { return &s->warps[f->block * s->nwarps + (int32_t)(f->linear / 32)]; }
+static emu_warp *warp_of(emu_sched *s, const emu_fiber *f)
+{
+    return &s->warps[f->block * s->nwarps + (int32_t)(f->linear / 32)];
+}
 
 static const char *thread_name(const emu_fiber *f, char *buf, size_t cap)
 {
@@ -739,7 +742,8 @@ static nj_status run_cluster(emu_sched *s, const uint32_t c[3])
 {
     const nj_emu_launch *l = s->l;
     place_blocks(s, c);
-    uint64_t lin = c[0] + (uint64_t)(l->grid[0] / l->cluster[0]) * (c[1] + (uint64_t)(l->grid[1] / l->cluster[1]) * c[2]);
+    uint64_t nx = l->grid[0] / l->cluster[0], ny = l->grid[1] / l->cluster[1];
+    uint64_t lin = c[0] + nx * (c[1] + ny * c[2]);
     s->rng = l->seed ^ (lin * 0xD1B54A32D192ED03ull);
     s->ndone = 0;
     s->rq_head = s->rq_len = 0;
@@ -784,8 +788,16 @@ nj_status nj_emu_run(const nj_emu_launch *l)
     if (st == NJ_OK) st = arena_ensure(per * nc);
     if (st == NJ_OK && g_pool_dirty) pool_clean();
     if (st == NJ_OK) {
-        *s = (emu_sched){.l = l, .nthr = (int32_t)n, .nwarps = (int32_t)(n + 31) / 32, .nblocks = (int32_t)nc,
-                         .nfib = nfib, .arena_per = per, .runq = g_runq, .warps = g_warps, .fib = g_fibs};
+        memset(s, 0, sizeof *s); /* not a compound literal: it would be a large temporary on the caller's stack */
+        s->l = l;
+        s->nthr = (int32_t)n;
+        s->nwarps = (int32_t)(n + 31) / 32;
+        s->nblocks = (int32_t)nc;
+        s->nfib = nfib;
+        s->arena_per = per;
+        s->runq = g_runq;
+        s->warps = g_warps;
+        s->fib = g_fibs;
         setup_fibers(s);
         g_rt.bdim = (emu_u3){l->block[0], l->block[1], l->block[2]};
         g_rt.gdim = (emu_u3){l->grid[0], l->grid[1], l->grid[2]};

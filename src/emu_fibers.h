@@ -30,7 +30,8 @@ typedef struct nj_emu_launch {
 NJ_HIDDEN const void *nj_emu_runtime_table(void);
 NJ_HIDDEN unsigned nj_emu_runtime_size(void);
 
-/* Runs every block of the grid, a cluster's blocks together; launches are serialized process-wide (the runtime table is global).
+/* Runs every block of the grid, a cluster's blocks together; launches are serialized process-wide (the
+ * runtime table is global).
  * NJ_ERR_EMULATOR on barrier divergence, deadlock or a shared-memory/warp-operation misuse. */
 NJ_HIDDEN nj_status nj_emu_run(const nj_emu_launch *l);
 

@@ -359,6 +359,54 @@ static void test_warp_ops(void **state)
     drop(&k, true);
 }
 
+/* ---------------------------------------------------------------- the rest of the dialect */
+
+static const char *dialect_src =
+    "static_assert(alignof(float2) == 8 && alignof(float4) == 16 && alignof(int2) == 8 && alignof(int4) == 16 &&\n"
+    "              alignof(uint2) == 8 && alignof(uint4) == 16 && alignof(ushort2) == 4 &&\n"
+    "              alignof(ushort4) == 8 && sizeof(float4) == 16 && sizeof(ushort4) == 8, \"CUDA layout\");\n"
+    "NJ_KERNEL(dialect, 64) {\n"
+    "    const float x = ((const float *)A.x)[threadIdx.x];\n"
+    "    float *y = (float *)A.y + 16 * threadIdx.x;\n"
+    "    y[0] = sqrtf(x); y[1] = rsqrtf(x); y[2] = expf(-x); y[3] = logf(x); y[4] = tanhf(x - 1.0f);\n"
+    "    y[5] = erff(x - 1.0f); y[6] = fabsf(1.0f - x); y[7] = fmaxf(x, 1.0f); y[8] = fminf(x, 1.0f);\n"
+    "    y[9] = fmaf(x, x, 0.5f); y[10] = floorf(x * 3.0f); y[11] = __expf(x) * __fdividef(1.0f, x);\n"
+    "    y[12] = __uint_as_float(__float_as_uint(x) + 1u) + __int_as_float(__float_as_int(x));\n"
+    "    float4 v = make_float4(x, 2.0f * x, 3.0f, 4.0f); ushort2 h = make_ushort2(7, 9);\n"
+    "    int4 i4 = make_int4(1, 2, 3, (int)threadIdx.x); uint2 u2 = make_uint2(5u, 6u);\n"
+    "    y[13] = v.x + v.y + v.z + v.w + (float)(h.x * h.y) + (float)(i4.w + (int)u2.y);\n"
+    "    y[14] = (float)(isfinite(x) + 2 * isnan(x / 0.0f - x / 0.0f) + 4 * isinf(1.0f / (x - x)));\n"
+    "    y[15] = (float)(min(3, (int)threadIdx.x) + max(2u, threadIdx.x));\n"
+    "}\n";
+
+static void test_dialect_math(void **state)
+{
+    built k = build(0, 0, dialect_src, "dialect");
+    enum { N = 64 };
+    float x[N], y[16 * N];
+    for (int t = 0; t < N; t++) x[t] = 0.05f + 0.07f * (float)t;
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    assert_int_equal(go(&k, 1, 1, 1, N, 1, 1, 0, &a), NJ_OK);
+    for (int t = 0; t < N; t++) {
+        const float v = x[t], *r = y + 16 * t;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        u++;
+        float next;
+        memcpy(&next, &u, 4);
+        const double want[16] = {sqrt(v), 1.0 / sqrt(v), exp(-v), log(v), tanh(v - 1.0), erf(v - 1.0),
+                                 fabs(1.0 - v), v > 1 ? v : 1, v < 1 ? v : 1, (double)v * v + 0.5,
+                                 floor((double)(v * 3.0f)), exp(v) / v, (double)next + v,
+                                 3.0 * v + 7 + 63 + t + 6, 7, (t < 3 ? t : 3) + (t > 2 ? t : 2)};
+        for (int j = 0; j < 16; j++)
+            if (fabs(r[j] - want[j]) > 2e-6 * (1.0 + fabs(want[j])))
+                fail_msg("thread %d, result %d: %.9g, expected %.9g", t, j, r[j], want[j]);
+    }
+    drop(&k, true);
+}
+
 /* ---------------------------------------------------------------- planted bugs */
 
 /* Thread t reads what thread t-1 wrote without a barrier: invisible in thread order, where t-1 has
@@ -527,16 +575,26 @@ static const char *bad_mask_src =
     "NJ_KERNEL(mask, 1024) {\n"
     "    float v = __shfl_xor_sync(0x0000ffffu, (float)threadIdx.x, 1);\n"
     "    ((float *)A.y)[threadIdx.x] = v;\n"
+    "}\n"
+    "NJ_KERNEL(partial, 1024) {\n"
+    "    float v = __shfl_down_sync(0xffffffffu, (float)threadIdx.x, 8);\n"
+    "    ((float *)A.y)[threadIdx.x] = v;\n"
     "}\n";
 
 static void test_partial_mask_fail(void **state)
 {
     built k = build(0, 0, bad_mask_src, "mask");
-    float y[32];
+    float y[64];
     nj_kargs a = {0};
     a.y = y;
     assert_int_equal(go(&k, 1, 1, 1, 32, 1, 1, 0, &a), NJ_ERR_EMULATOR);
     assert_non_null(strstr(nj_last_error(), "mask"));
+    drop(&k, true);
+    /* a block of 48 threads: lanes 8..15 of the second warp read lanes that do not exist */
+    k = build(0, 0, bad_mask_src, "partial");
+    assert_int_equal(go(&k, 1, 1, 1, 32, 1, 1, 0, &a), NJ_OK);
+    assert_int_equal(go(&k, 1, 1, 1, 48, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    assert_non_null(strstr(nj_last_error(), "does not exist"));
     drop(&k, true);
 }
 
@@ -902,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_static_shared_limit_fail),
         cmocka_unit_test(test_atomics),
         cmocka_unit_test(test_warp_ops),
+        cmocka_unit_test(test_dialect_math),
         cmocka_unit_test(test_missing_sync_fail),
         cmocka_unit_test(test_divergent_barrier_fail),
         cmocka_unit_test(test_unwritten_output_fail),

@@ -161,9 +161,11 @@ extern "C" {
 float sqrtf(float) noexcept; float expf(float) noexcept; float logf(float) noexcept; float tanhf(float) noexcept;
 float erff(float) noexcept; float fabsf(float) noexcept; float fmaxf(float, float) noexcept;
 float fminf(float, float) noexcept; float fmaf(float, float, float) noexcept; float floorf(float) noexcept;
-float ceilf(float) noexcept; float truncf(float) noexcept; float roundf(float) noexcept; float powf(float, float) noexcept;
+float ceilf(float) noexcept; float truncf(float) noexcept; float roundf(float) noexcept;
+float powf(float, float) noexcept;
 float exp2f(float) noexcept; float log2f(float) noexcept; float log1pf(float) noexcept; float expm1f(float) noexcept;
-float erfcf(float) noexcept; float sinf(float) noexcept; float cosf(float) noexcept; float copysignf(float, float) noexcept;
+float erfcf(float) noexcept; float sinf(float) noexcept; float cosf(float) noexcept;
+float copysignf(float, float) noexcept;
 double sqrt(double) noexcept; double exp(double) noexcept; double log(double) noexcept; double fabs(double) noexcept;
 double fma(double, double, double) noexcept; double floor(double) noexcept; double fmax(double, double) noexcept;
 double fmin(double, double) noexcept; double tanh(double) noexcept; double erf(double) noexcept;
@@ -176,6 +178,22 @@ static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __fsqrt_rn(float x) { return sqrtf(x); }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+/* Correctly rounded operations CUDA offers to keep the compiler from contracting into FMAs (x86-64 without
+ * -mfma never contracts, so these are the plain operators). */
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline int __float2int_rn(float x) { return (int)__builtin_rintf(x); }
+static inline int __float2int_rz(float x) { return (int)x; }
+static inline float __int2float_rn(int x) { return (float)x; }
+static inline bool isnan(float x) { return __builtin_isnan(x); }
+static inline bool isnan(double x) { return __builtin_isnan(x); }
+static inline bool isinf(float x) { return __builtin_isinf(x); }
+static inline bool isinf(double x) { return __builtin_isinf(x); }
+static inline bool isfinite(float x) { return __builtin_isfinite(x); }
+static inline bool isfinite(double x) { return __builtin_isfinite(x); }
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
