@@ -1,0 +1,46 @@
+{# Lua helpers shared by the backward templates (renders no text). Included after lib_index.cuh.
+   The per-element backward: xhat = (x - mean) * rstd; z = xhat * gamma + beta; dz = dy * act'(z);
+   g = dz * gamma; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (no mean(g) term under RMS). #}
+{%
+-- typedefs of the operand storage types the backward kernels touch
+function bwd_typedefs()
+  local t = {"typedef " .. P.ctype.x .. " nj_tx;", "typedef " .. P.ctype.dy .. " nj_tdy;",
+             "typedef " .. P.ctype.dx .. " nj_tdx;"}
+  if P.flags.scale or P.flags.bias then t[#t + 1] = "typedef " .. P.ctype.param .. " nj_tparam;" end
+  return table.concat(t, "\n")
+end
+
+-- typed views of the kernel arguments (only those the problem uses, so no unused variables)
+function bwd_pointers()
+  local F = P.flags
+  local t = {"    const nj_tx *X = (const nj_tx *)A.x;", "    const nj_tdy *DY = (const nj_tdy *)A.dy;",
+             "    nj_tdx *DX = (nj_tdx *)A.dx;"}
+  if F.scale then t[#t + 1] = "    const nj_tparam *GAMMA = (const nj_tparam *)A.gamma;" end
+  if F.bias and P.act ~= "none" then t[#t + 1] = "    const nj_tparam *BETA = (const nj_tparam *)A.beta;" end
+  t[#t + 1] = "    (void)DX;"
+  return table.concat(t, "\n")
+end
+
+-- Statements computing xh, dz (and g unless no_g) for one element: xe, de are C expressions of the x
+-- and dy storage values, po the element offset of gamma/beta. Needs mean, rstd in scope.
+function bwd_element(xe, de, po, ind, no_g)
+  local F = P.flags
+  local t = {}
+  t[#t + 1] = string.format("const float xh = (nj_to_f32(%s) - mean) * rstd;", xe)
+  t[#t + 1] = string.format("float dz = nj_to_f32(%s);", de)
+  if F.scale and (not no_g or P.act ~= "none") then t[#t + 1] = string.format("const float gm = nj_load_f32(GAMMA, %s);", po) end
+  if P.act ~= "none" then
+    local z = F.scale and "xh * gm" or "xh"
+    if F.bias then z = z .. " + nj_load_f32(BETA, " .. po .. ")" end
+    t[#t + 1] = string.format("dz *= nj_dact_%s(%s);", P.act, z)
+  end
+  if not no_g then t[#t + 1] = F.scale and "const float g = dz * gm;" or "const float g = dz;" end
+  return ind .. table.concat(t, "\n" .. ind)
+end
+
+-- dx from g, xhat and the two row means of g and g * xhat
+function bwd_dx_expr(g, xh, m1, m2)
+  if P.flags.center then return string.format("rstd * (%s - %s - %s * %s)", g, m1, xh, m2) end
+  return string.format("rstd * (%s - %s * %s)", g, xh, m2)
+end
+%}

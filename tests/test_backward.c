@@ -1,0 +1,394 @@
+/* Backward pass: nj_plan_backward -> nj_codegen -> emulator backend, against the double-precision
+ * reference (nj_ref_backward) for every preset and layout, f32/f16/bf16, with and without scale/bias and
+ * with activations. dx/dgamma/dbeta are poisoned (all-ones bytes: NaN in every dtype) before each run so
+ * an unwritten element fails, and every problem runs twice (shuffled thread order) and must give the
+ * same bytes (determinism). Every variant is also compiled by NVRTC for sm_80 and sm_90 and must not
+ * spill. Driven directly (not through nj_plan_get) so this suite needs only this module's planner. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "codegen.h"
+#include "compile.h"
+#include "kernel_abi.h"
+#include "planner_bwd.h"
+#include "ref_harness.h"
+
+typedef struct bwd_state {
+    nj_backend *emu;
+    nj_device_props dev;
+    int nvrtc_ok; /* 1 when NVRTC loads; the spill test needs it */
+    int max_regs[2];
+} bwd_state;
+
+static int group_setup(void **state)
+{
+    static bwd_state s;
+    nj_backend_config cfg = {0, 0, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 11};
+    if (nj_backend_emu_create(&cfg, &s.emu) != NJ_OK) {
+        fprintf(stderr, "backward: no emulator: %s\n", nj_last_error());
+        return -1;
+    }
+    nj_device_props_default(90, &s.dev);
+    const char *v = NULL;
+    s.nvrtc_ok = nj_nvrtc_version_string(&v) == NJ_OK;
+    *state = &s;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    bwd_state *s = *state;
+    s->emu->ops->destroy(s->emu);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one problem on the emulator */
+
+typedef struct bwd_kernels {
+    nj_canon c;
+    nj_plan_params pp;
+    char *src;
+    void *mod, *fn[NJ_MAX_LAUNCHES];
+} bwd_kernels;
+
+static void bwd_build(bwd_state *s, const nj_problem_desc *p, bwd_kernels *k)
+{
+    memset(k, 0, sizeof *k);
+    nj_status st = nj_canonicalize(p, &k->c);
+    if (st != NJ_OK) fail_msg("canonicalize: %s", nj_last_error());
+    st = nj_plan_backward(&k->c, &s->dev, &k->pp);
+    if (st != NJ_OK) fail_msg("plan: %s", nj_last_error());
+    st = nj_codegen(&k->c, &k->pp, &k->src);
+    if (st != NJ_OK) fail_msg("codegen: %s", nj_last_error());
+    nj_compile_result r;
+    memset(&r, 0, sizeof r);
+    st = s->emu->ops->compile(s->emu, k->src, k->pp.template_name, &r);
+    if (st != NJ_OK) fail_msg("emulator compile: %s\n%s", nj_last_error(), k->src);
+    st = s->emu->ops->load(s->emu, r.bin.data, r.bin.size, &k->mod);
+    nj_binary_free(&r.bin);
+    assert_int_equal(st, NJ_OK);
+    for (int i = 0; i < k->pp.nlaunch; i++)
+        assert_int_equal(s->emu->ops->function(s->emu, k->mod, k->pp.launch[i].kernel, &k->fn[i]), NJ_OK);
+}
+
+static void bwd_drop(bwd_state *s, bwd_kernels *k)
+{
+    s->emu->ops->unload(s->emu, k->mod);
+    free(k->src);
+}
+
+/* Output buffers of one run, poisoned first. */
+typedef struct bwd_out {
+    void *dx, *dgamma, *dbeta;
+    size_t dx_bytes, p_bytes;
+} bwd_out;
+
+static void bwd_out_alloc(bwd_out *o, const nj_tensor_desc *dxt, const nj_tensor_desc *pt, bool dg, bool db)
+{
+    o->dx_bytes = nj_tu_bytes(dxt);
+    o->p_bytes = nj_tu_bytes(pt);
+    o->dx = malloc(o->dx_bytes + 1);
+    o->dgamma = dg ? malloc(o->p_bytes + 1) : NULL;
+    o->dbeta = db ? malloc(o->p_bytes + 1) : NULL;
+    assert_non_null(o->dx);
+    memset(o->dx, 0xff, o->dx_bytes + 1);
+    if (dg) memset(o->dgamma, 0xff, o->p_bytes + 1);
+    if (db) memset(o->dbeta, 0xff, o->p_bytes + 1);
+}
+
+static void bwd_out_free(bwd_out *o)
+{
+    free(o->dx);
+    free(o->dgamma);
+    free(o->dbeta);
+}
+
+/* Launches every kernel of the plan on r's inputs. */
+static void bwd_launch(bwd_state *s, bwd_kernels *k, const nj_refh *r, const float *mean, const float *rstd,
+                       bwd_out *o, void *ws)
+{
+    nj_kargs a;
+    memset(&a, 0, sizeof a);
+    a.x = r->x;
+    a.dy = r->dy;
+    a.gamma = (r->p.flags & NJ_FLAG_SCALE) ? r->gamma : NULL;
+    a.beta = (r->p.flags & NJ_FLAG_BIAS) ? r->beta : NULL;
+    a.mean = (r->p.flags & NJ_FLAG_CENTER) ? (float *)mean : NULL;
+    a.rstd = (float *)rstd;
+    a.dx = o->dx;
+    a.dgamma = o->dgamma;
+    a.dbeta = o->dbeta;
+    a.workspace = ws;
+    nj_canon_batch(&k->c, &a.rows, a.bstride);
+    for (int i = 0; i < k->pp.nlaunch; i++) {
+        uint32_t grid[3];
+        nj_launch_grid(&k->pp.launch[i], a.rows, grid);
+        nj_status st = s->emu->ops->launch(s->emu, k->fn[i], grid, k->pp.launch[i].block, k->pp.launch[i].shmem,
+                                           NULL, &a, sizeof a);
+        if (st != NJ_OK) fail_msg("launch %s: %s", k->pp.launch[i].kernel, nj_last_error());
+    }
+}
+
+static void bwd_tol(nj_dtype d, double *atol, double *rtol)
+{
+    nj_tu_default_tol(d, atol, rtol);
+    /* dx subtracts two row means from g: a few float roundings of O(1) terms */
+    if (*atol < 1e-4) *atol = 1e-4;
+    if (*rtol < 1e-4) *rtol = 1e-4;
+}
+
+/* Checks one problem; dg/db say whether dgamma/dbeta pointers are passed (when the flags allow). */
+static void check_problem_at(bwd_state *s, const char *label, nj_problem_desc p, uint64_t seed, bool dg, bool db,
+                             double xoff)
+{
+    p.struct_size = sizeof p;
+    nj_refh r;
+    assert_int_equal(nj_refh_init(&r, &p), NJ_OK);
+    nj_refh_fill(&r, seed, xoff - 2.0, xoff + 2.0, 0.0);
+    if (nj_refh_backward(&r) != NJ_OK) fail_msg("%s: reference: %s", label, nj_last_error());
+    float *mean = calloc((size_t)(r.k > 0 ? r.k : 1), sizeof(float));
+    float *rstd = calloc((size_t)(r.k > 0 ? r.k : 1), sizeof(float));
+    assert_true(mean && rstd);
+    for (int64_t i = 0; i < r.k; i++) mean[i] = (float)r.mean[i], rstd[i] = (float)r.rstd[i];
+
+    bwd_kernels k;
+    bwd_build(s, &p, &k);
+    dg = dg && (p.flags & NJ_FLAG_SCALE);
+    db = db && (p.flags & NJ_FLAG_BIAS);
+    nj_tensor_desc dxt = nj_tu_resolve(&p.dx, &p.x);
+    bwd_out o[2];
+    size_t wsb = (size_t)(k.pp.workspace_fixed + k.pp.workspace_per_row * (uint64_t)k.c.axes[0].extent);
+    void *ws = wsb ? malloc(wsb) : NULL;
+    for (int run = 0; run < 2; run++) {
+        bwd_out_alloc(&o[run], &dxt, &r.pt, dg, db);
+        if (ws) memset(ws, 0xff, wsb);
+        bwd_launch(s, &k, &r, mean, rstd, &o[run], ws);
+    }
+    double atol, rtol;
+    bwd_tol((nj_dtype)dxt.dtype, &atol, &rtol);
+    int64_t bad = nj_tu_compare_strided("dx", o[0].dx, &dxt, r.dx, atol, rtol, 4).mismatches;
+    bwd_tol((nj_dtype)r.pt.dtype, &atol, &rtol);
+    if (dg) bad += nj_tu_compare_strided("dgamma", o[0].dgamma, &r.pt, r.dgamma, atol, rtol, 4).mismatches;
+    if (db) bad += nj_tu_compare_strided("dbeta", o[0].dbeta, &r.pt, r.dbeta, atol, rtol, 4).mismatches;
+    if (bad) {
+        char *plan = nj_plan_text(&k.pp);
+        fprintf(stderr, "FAIL %s: %lld mismatches; plan %s\n", label, (long long)bad, plan);
+        free(plan);
+    }
+    assert_int_equal(bad, 0);
+    /* determinism: the second run (another thread order) gives the same bytes, guard byte included */
+    assert_memory_equal(o[0].dx, o[1].dx, o[0].dx_bytes + 1);
+    if (dg) assert_memory_equal(o[0].dgamma, o[1].dgamma, o[0].p_bytes + 1);
+    if (db) assert_memory_equal(o[0].dbeta, o[1].dbeta, o[0].p_bytes + 1);
+    for (int run = 0; run < 2; run++) bwd_out_free(&o[run]);
+    free(ws);
+    bwd_drop(s, &k);
+    free(mean);
+    free(rstd);
+    nj_refh_free(&r);
+}
+
+static void check_problem(bwd_state *s, const char *label, nj_problem_desc p, uint64_t seed, bool dg, bool db)
+{
+    check_problem_at(s, label, p, seed, dg, db, 0.0);
+}
+
+/* ---------------------------------------------------------------- problems */
+
+static const nj_dtype dts[] = {NJ_F32, NJ_F16, NJ_BF16};
+/* flag/activation variants rotated over the problems: none, scale, scale+bias, with activations */
+typedef struct variant {
+    uint32_t flags;
+    int act;
+} variant;
+static const variant variants[] = {
+    {0, NJ_ACT_NONE},
+    {NJ_FLAG_SCALE, NJ_ACT_NONE},
+    {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
+    {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_SILU},
+    {NJ_FLAG_BIAS, NJ_ACT_GELU_TANH},
+    {NJ_FLAG_SCALE, NJ_ACT_RELU},
+    {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_GELU_ERF},
+    {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_SIGMOID},
+};
+#define NVARIANT (sizeof variants / sizeof variants[0])
+
+typedef nj_status (*make_fn)(nj_problem_desc *p, nj_dtype dt, uint32_t flags, const int64_t *ext, int rank,
+                             int32_t arg);
+
+static nj_status mk_layernorm(nj_problem_desc *p, nj_dtype dt, uint32_t flags, const int64_t *ext, int rank,
+                              int32_t last_k)
+{
+    return nj_preset_layernorm(p, dt, rank, ext, last_k, flags);
+}
+static nj_status mk_rmsnorm(nj_problem_desc *p, nj_dtype dt, uint32_t flags, const int64_t *ext, int rank,
+                            int32_t last_k)
+{
+    return nj_preset_rmsnorm(p, dt, rank, ext, last_k, flags);
+}
+/* LayerNorm over C of NCHW (the channel axis of a contiguous tensor): a COLUMN problem */
+static nj_status mk_ln_channel(nj_problem_desc *p, nj_dtype dt, uint32_t flags, const int64_t *ext, int rank,
+                               int32_t axis)
+{
+    nj_tensor_desc x;
+    nj_tensor_contiguous(&x, dt, rank, ext);
+    return nj_preset_layernorm_axes(p, &x, &axis, 1, flags);
+}
+static nj_status mk_groupnorm(nj_problem_desc *p, nj_dtype dt, uint32_t flags, const int64_t *ext, int rank,
+                              int32_t groups_cl)
+{
+    return nj_preset_groupnorm(p, dt, rank, ext, groups_cl / 2, groups_cl % 2, flags);
+}
+static nj_status mk_instancenorm(nj_problem_desc *p, nj_dtype dt, uint32_t flags, const int64_t *ext, int rank,
+                                 int32_t cl)
+{
+    return nj_preset_instancenorm(p, dt, rank, ext, cl, flags);
+}
+static nj_status mk_batchnorm(nj_problem_desc *p, nj_dtype dt, uint32_t flags, const int64_t *ext, int rank,
+                              int32_t cl)
+{
+    return nj_preset_batchnorm(p, dt, rank, ext, cl, flags);
+}
+
+/* Runs a shape in every dtype, rotating flags/activation and the param dtype (f32 or x's). */
+static void run_shape(bwd_state *s, const char *name, make_fn mk, const int64_t *ext, int rank, int32_t arg,
+                      size_t vstart)
+{
+    for (size_t d = 0; d < 3; d++) {
+        for (size_t j = 0; j < 2; j++) {
+            const variant *v = &variants[(vstart + d * 2 + j) % NVARIANT];
+            nj_problem_desc p;
+            assert_int_equal(mk(&p, dts[d], v->flags, ext, rank, arg), NJ_OK);
+            p.activation = v->act;
+            if ((d + j) % 2 && (p.flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS))) p.param_dtype = dts[d];
+            char label[160];
+            snprintf(label, sizeof label, "%s %s flags=0x%x act=%d param=%d", name, nj_dtype_name(dts[d]), p.flags,
+                     p.activation, p.param_dtype);
+            check_problem(s, label, p, 1 + vstart * 7 + d * 2 + j, true, true);
+        }
+    }
+}
+
+static void test_layernorm_row(void **state)
+{
+    static const int64_t a[] = {5, 37}, b[] = {3, 1000}, c[] = {2, 3, 4, 6};
+    run_shape(*state, "layernorm 5x37", mk_layernorm, a, 2, 1, 0);
+    run_shape(*state, "layernorm 3x1000", mk_layernorm, b, 2, 1, 3);
+    run_shape(*state, "layernorm 2x3x4x6 last=2", mk_layernorm, c, 4, 2, 5);
+}
+
+static void test_rmsnorm(void **state)
+{
+    static const int64_t a[] = {4, 96}, b[] = {3, 7};
+    run_shape(*state, "rmsnorm 4x96", mk_rmsnorm, a, 2, 1, 1);
+    run_shape(*state, "rmsnorm 3x7", mk_rmsnorm, b, 2, 1, 4);
+}
+
+static void test_layernorm_channel(void **state)
+{
+    static const int64_t a[] = {2, 24, 3, 5};
+    run_shape(*state, "layernorm nchw axes=1", mk_ln_channel, a, 4, 1, 2);
+}
+
+static void test_groupnorm(void **state)
+{
+    static const int64_t a[] = {2, 12, 5, 5}, b[] = {1, 8, 3, 3};
+    run_shape(*state, "groupnorm nchw g=4", mk_groupnorm, a, 4, 4 * 2 + 0, 0);
+    run_shape(*state, "groupnorm nhwc g=3", mk_groupnorm, a, 4, 3 * 2 + 1, 3);
+    run_shape(*state, "groupnorm nhwc g=2", mk_groupnorm, b, 4, 2 * 2 + 1, 6);
+}
+
+static void test_instancenorm(void **state)
+{
+    static const int64_t a[] = {2, 6, 9, 7}, b[] = {2, 9, 7, 6};
+    run_shape(*state, "instancenorm nchw", mk_instancenorm, a, 4, 0, 1);
+    run_shape(*state, "instancenorm nhwc", mk_instancenorm, b, 4, 1, 5);
+}
+
+static void test_batchnorm(void **state)
+{
+    static const int64_t a[] = {3, 5, 4, 4}, b[] = {2, 3, 17};
+    run_shape(*state, "batchnorm nchw", mk_batchnorm, a, 4, 0, 2);
+    run_shape(*state, "batchnorm nhwc", mk_batchnorm, a, 4, 1, 7);
+    run_shape(*state, "batchnorm ncl", mk_batchnorm, b, 3, 0, 4);
+}
+
+/* dgamma alone, dbeta alone (the other pointer NULL: skipped), and a zero batch: dx untouched, params 0. */
+static void test_partial_outputs_and_empty(void **state)
+{
+    bwd_state *s = *state;
+    static const int64_t a[] = {6, 40}, z[] = {0, 64};
+    nj_problem_desc p;
+    uint32_t sb = NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, a, 1, sb), NJ_OK);
+    check_problem(s, "layernorm dgamma only", p, 41, true, false);
+    check_problem(s, "layernorm dbeta only", p, 42, false, true);
+    check_problem(s, "layernorm neither", p, 43, false, false);
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, z, 1, sb), NJ_OK);
+    check_problem(s, "layernorm zero batch", p, 44, true, true);
+    static const int64_t g[] = {0, 8, 3, 3};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_BF16, 4, g, 2, 1, sb), NJ_OK);
+    check_problem(s, "groupnorm zero batch", p, 45, true, true);
+}
+
+/* A large mean offset: xhat must come from (x - mean) * rstd, not cancel. */
+static void test_offset(void **state)
+{
+    bwd_state *s = *state;
+    static const int64_t a[] = {4, 300};
+    nj_problem_desc p;
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, a, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    check_problem_at(s, "layernorm 4x300 offset 1e3", p, 51, true, true, 1e3);
+    static const int64_t b[] = {2, 4, 6, 6};
+    assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, b, 0, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    check_problem_at(s, "instancenorm nchw offset 1e3", p, 52, true, true, 1e3);
+}
+
+/* The plan itself: launches, fixed param-gradient grid, names the template renders. */
+static void test_plan_shape(void **state)
+{
+    bwd_state *s = *state;
+    static const int64_t a[] = {8, 512};
+    nj_problem_desc p;
+    nj_canon c;
+    nj_plan_params pp;
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, a, 1, NJ_FLAG_SCALE), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(pp.pass, NJ_PASS_BACKWARD);
+    assert_true(pp.nlaunch >= 2);
+    for (int i = 0; i < pp.nlaunch; i++) assert_int_equal(pp.launch[i].block[0] % 32, 0);
+    /* the launch writing dgamma has a grid that does not depend on the batch */
+    const nj_launch *last = &pp.launch[pp.nlaunch - 1];
+    uint32_t g1[3], g2[3];
+    nj_launch_grid(last, 1, g1);
+    nj_launch_grid(last, 1 << 20, g2);
+    assert_int_equal(g1[0], g2[0]);
+    /* without scale/bias there is nothing to reduce over the batch */
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, a, 1, 0), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    for (int i = 0; i < pp.nlaunch; i++) assert_null(strstr(pp.launch[i].kernel, "pgrad"));
+    assert_int_equal(nj_plan_backward(NULL, &s->dev, &pp), NJ_ERR_NULL_POINTER);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_shape),        cmocka_unit_test(test_layernorm_row),
+        cmocka_unit_test(test_rmsnorm),           cmocka_unit_test(test_layernorm_channel),
+        cmocka_unit_test(test_groupnorm),         cmocka_unit_test(test_instancenorm),
+        cmocka_unit_test(test_batchnorm),         cmocka_unit_test(test_partial_outputs_and_empty),
+        cmocka_unit_test(test_offset),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
