@@ -174,6 +174,27 @@ static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev,
     return NJ_OK;
 }
 
+/* Backward, any problem (bwd_general.cu): dx with a block per statistic, then, when there is a gamma or
+ * beta, their gradients with a block per element summing in a fixed order (deterministic, no atomics,
+ * no workspace). The second launch has a fixed grid: its work does not grow with the batch. */
+static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    pp->family = NJ_FAMILY_GENERAL;
+    pp->template_name = "bwd_general.cu";
+    pp->vec = 1;
+    pp->rows_per_block = 1;
+    pp->split = 1;
+    int64_t n = c->reduce_size;
+    pp->block = n >= 8192 ? 512 : n >= 1024 ? 256 : n > 64 ? 128 : 32;
+    plan_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, dev);
+    if (c->param_size > 0) {
+        plan_launch(pp, "nj_bwd_param", 256, 0, 1, dev);
+        nj_launch *l = &pp->launch[1];
+        l->grid_x = (int32_t)(c->param_size < l->grid_x_cap ? c->param_size : l->grid_x_cap);
+    }
+    return NJ_OK;
+}
+
 /* Column problems with at least NJ_COLUMN_MIN contiguous kept columns: tiles of 32 columns, 8 warps
  * walking the reduction. Fewer columns would leave most lanes idle: the general family does better. */
 #define NJ_COLUMN_MIN 16
@@ -207,7 +228,7 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
             return plan_fwd_column(c, dev, out);
         return plan_fwd_general(c, dev, out);
     case NJ_PASS_BACKWARD:
-        return nj_fail(NJ_ERR_UNSUPPORTED, "planner: backward plans are not implemented yet");
+        return plan_bwd_general(c, dev, out);
     }
     return nj_fail(NJ_ERR_BAD_ARGUMENT, "planner: unknown pass %d", (int)pass);
 }
