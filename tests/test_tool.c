@@ -387,6 +387,15 @@ static void test_plan_prints_signature(void **state)
     r = NJ_TOOL(NULL, "plan", "--arch", "sm_90", "--cache", cache, "--pass", "fwd", "rmsnorm f32 *x1024 flags=scale");
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "cached:    yes"));
+    assert_null(strstr(r.out, "source:"));
+    nj_run_free(&r);
+    /* --source adds the generated CUDA source. */
+    r = NJ_TOOL(NULL, "plan", "--arch", "sm_90", "--cache", cache, "--pass", "bwd", "--source", "rmsnorm f32 *x1024 flags=scale");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "pass bwd"));
+    assert_null(strstr(r.out, "pass fwd"));
+    assert_non_null(strstr(r.out, "source:"));
+    assert_non_null(strstr(r.out, "__global__"));
     nj_run_free(&r);
 }
 
