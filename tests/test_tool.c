@@ -664,7 +664,7 @@ static void test_check_emulator_forward_pass(void **state)
     (void)state;
     char cache[512];
     nj_path(cache, sizeof cache, "cache");
-    nj_run r = NJ_TOOL("emulator", "check", "--cache", cache, "--pass", "fwd", "--offset", "3",
+    nj_run r = NJ_TOOL("emulator", "check", "--cache", cache, "--pass", "fwd", "--offset", "3", "--shuffle",
                        "layernorm bf16 5x300 flags=scale,bias,stats,residual,resout", "rmsnorm f16 2x64 flags=scale,stats",
                        "batchnorm f32 nchw 3x4x5x5 flags=scale,bias");
     assert_int_equal(r.status, 0);
