@@ -387,6 +387,15 @@ static void test_plan_prints_signature(void **state)
     r = NJ_TOOL(NULL, "plan", "--arch", "sm_90", "--cache", cache, "--pass", "fwd", "rmsnorm f32 *x1024 flags=scale");
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "cached:    yes"));
+    assert_null(strstr(r.out, "source:"));
+    nj_run_free(&r);
+    /* --source adds the generated CUDA source. */
+    r = NJ_TOOL(NULL, "plan", "--arch", "sm_90", "--cache", cache, "--pass", "bwd", "--source", "rmsnorm f32 *x1024 flags=scale");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "pass bwd"));
+    assert_null(strstr(r.out, "pass fwd"));
+    assert_non_null(strstr(r.out, "source:"));
+    assert_non_null(strstr(r.out, "__global__"));
     nj_run_free(&r);
 }
 
@@ -655,7 +664,7 @@ static void test_check_emulator_forward_pass(void **state)
     (void)state;
     char cache[512];
     nj_path(cache, sizeof cache, "cache");
-    nj_run r = NJ_TOOL("emulator", "check", "--cache", cache, "--pass", "fwd", "--offset", "3",
+    nj_run r = NJ_TOOL("emulator", "check", "--cache", cache, "--pass", "fwd", "--offset", "3", "--shuffle",
                        "layernorm bf16 5x300 flags=scale,bias,stats,residual,resout", "rmsnorm f16 2x64 flags=scale,stats",
                        "batchnorm f32 nchw 3x4x5x5 flags=scale,bias");
     assert_int_equal(r.status, 0);

@@ -25,6 +25,8 @@ static void nj_check_help(FILE *f)
             "  --offset V          added to every x value (tests stability against a large mean; default 0)\n"
             "  --eps E             epsilon (default 1e-5)\n"
             "  --pass P            fwd, bwd or fwd,bwd (default fwd,bwd)\n"
+            "  --shuffle           emulator: shuffle thread order between barriers and poison shared memory\n"
+            "                      (exposes races and reads of uninitialized shared memory)\n"
             "  --cache DIR         cache root (default as for warmup)\n"
             "  -h, --help          this text\n"
             "\n"
@@ -78,6 +80,8 @@ static int nj_check_parse_args(int argc, char **argv, nj_check_args *a)
         } else if ((r = nj_tool_opt(argc, argv, &i, "--cache", &v))) {
             if (r < 0) return nj_tool_usage_error("check", "--cache needs a directory");
             a->t.cache_dir = v;
+        } else if (!strcmp(argv[i], "--shuffle")) {
+            a->t.ctx_flags |= NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             return nj_tool_usage_error("check", "unknown option '%s'", argv[i]);
         } else {
