@@ -77,10 +77,17 @@ typedef {{ P.ctype.param }} nj_tparam;
 #define NJ_RPB {{ RPB }}
 #define NJ_N {{ P.reduce_size }}LL
 
+{# The body is rendered once per instance: the main one (P.vec, the row in registers when regs_cache > 0)
+    and, when P.vec > 1, the misaligned fallback: vec 1, streaming, loops not unrolled. The fallback is a
+    rare path that only has to be right; a second register-cached, fully unrolled instance doubled the
+    compile time. #}
+{% local function row_body(name, V, cache) %}
+{% local compact = not cache and V == 1 and P.vec > 1 %}
+{% local unroll1 = compact and "#pragma unroll 1\n        " or "" %}
 /* One thread's share of the row: chunks of V elements at chunk index lane, lane + TPR, ... */
-template <int V>
-NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *wscratch)
+NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratch)
 {
+    constexpr int V = {{ V }};
     constexpr nj_i64 NCH = NJ_N / V;
     const int lane = threadIdx.x % NJ_TPR;
     const nj_i64 nrows = A.rows * {{ P.kept_inner }}LL;
@@ -130,7 +137,7 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
             }
 {% end %}
 {% end %}
-{% if P.regs_cache > 0 then %}
+{% if cache then %}
         constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
         float v[CPT][V];
         float s = 0.0f;
@@ -169,13 +176,42 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
         const float mean = 0.0f;
         const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
 {% end %}
+{% elseif compact and P.regs_cache > 0 then %}
+{#  the fallback: sums re-reading x (two passes when centered), the block sum the main instance has
+    already instantiated rather than a Welford reduction of its own (measured: Welford here cost more
+    compile time than the whole main instance). A streaming main instance has the Welford code anyway. #}
+        float s = 0.0f;
+        {{ unroll1 }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+            const nj_i64 j = ch * V;
+            float xv[V];
+{% load_x("xv") %}
+{% if F.resout then %}
+            nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, xv);
+{% end %}
+            s += {{ F.center and "xv[0]" or "xv[0] * xv[0]" }};
+        }
+{% if F.center then %}
+        const float mean = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+        float s2 = 0.0f;
+        {{ unroll1 }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+            const nj_i64 j = ch * V;
+            float xv[V];
+{% load_x("xv") %}
+            const float d = xv[0] - mean;
+            s2 += d * d;
+        }
+        const float var = {{ row_sum("s2", "scratch") }} * (1.0f / (float)NJ_N);
+{% else %}
+        const float mean = 0.0f;
+        const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+{% end %}
 {% else %}
 {% if F.center then %}
         nj_welford w = nj_welford_init();
 {% else %}
         float s = 0.0f;
 {% end %}
-        for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ unroll1 }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
@@ -232,7 +268,7 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
             }
             nj_store_vec<V>(Y, oy + {{ roff("y") }}, o_);
 {% end %}
-{% if P.regs_cache > 0 then %}
+{% if cache then %}
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
@@ -242,7 +278,7 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
             }
         }
 {% else %}
-        for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ unroll1 }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
@@ -251,6 +287,9 @@ NJ_DEVICE void nj_fwd_row_body(const nj_kargs &A, float *scratch, nj_welford *ws
 {% end %}
     }
 }
+{% end %}
+{% row_body("nj_fwd_row_body", P.vec, P.regs_cache > 0) %}
+{% if P.vec > 1 then row_body("nj_fwd_row_scalar", 1, false) end %}
 
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {
@@ -278,10 +317,10 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     /* vec-wide accesses need aligned bases and batch strides; otherwise the scalar instance runs */
     const bool vec_ok = {{ table.concat(conds, " &&\n        ") }};
     if (vec_ok)
-        nj_fwd_row_body<{{ P.vec }}>(A, nj_scratch, nj_wscratch);
+        nj_fwd_row_body(A, nj_scratch, nj_wscratch);
     else
-        nj_fwd_row_body<1>(A, nj_scratch, nj_wscratch);
+        nj_fwd_row_scalar(A, nj_scratch, nj_wscratch);
 {% else %}
-    nj_fwd_row_body<1>(A, nj_scratch, nj_wscratch);
+    nj_fwd_row_body(A, nj_scratch, nj_wscratch);
 {% end %}
 }

@@ -355,8 +355,9 @@ static void test_forward_variants(void **state)
         if (pp.family != NJ_FAMILY_ROW) snprintf(want, sizeof want, ", nj_act_%s(u)", acts[fwd[i].c.act]);
         assert_non_null(strstr(src, want));
         if (pp.vec > 1) {
-            snprintf(want, sizeof want, "nj_fwd_row_body<%d>(A", pp.vec);
-            assert_non_null(strstr(src, want));
+            /* the vec-wide instance and the scalar fallback for misaligned operands */
+            assert_non_null(strstr(src, "nj_fwd_row_body(A"));
+            assert_non_null(strstr(src, "nj_fwd_row_scalar(A"));
         }
         bool stats = fwd[i].c.flags & NJ_FLAG_SAVE_STATS, center = fwd[i].c.flags & NJ_FLAG_CENTER;
         assert_int_equal(strstr(src, "A.rstd[") != NULL, stats);
