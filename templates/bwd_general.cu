@@ -31,6 +31,7 @@ local function off2(opd, only_kept)
 end
 %}
 {{ bwd_typedefs() }}
+{% if P.act ~= "none" then bwd_dact_helpers() end %}
 
 #define NJ_N {{ P.reduce_size }}LL
 
@@ -72,13 +73,23 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     }
 }
 {% if #P.launch >= 2 then %}
-{% local PB = P.launch[2].block %}
+{%
+local PB = P.launch[2].block
+local nf_in = {}
+for k = 2, #nonfeat do nf_in[#nf_in + 1] = nonfeat[k] end
+local fkept = {}
+for _, a in ipairs(feat) do if not P.axes[a].reduce then fkept[#fkept + 1] = a end end
+local nkept = {1}
+for _, a in ipairs(nf_in) do if not P.axes[a].reduce then nkept[#nkept + 1] = a end end
+if nonfeat_inner >= 2147483647 or P.param_size >= 2147483647 then error("bwd_general: 32-bit walk indices") end
+%}
 
+/* The walk of one feature element: batch index n1 (run-time extent) outside, r over the other
+ * non-feature axes inside, advanced by PB without any 64-bit division. */
 NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
 {
     NJ_SHARED(float, nj_pscratch, {{ 2 * (PB // 32) }});
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
-    const nj_i64 m = A.rows * {{ nonfeat_inner }}LL;
 {{ bwd_pointers() }}
 {% if F.scale then %}
     nj_tparam *DGAMMA = (nj_tparam *)A.dgamma;
@@ -86,18 +97,29 @@ NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
 {% if F.bias then %}
     nj_tparam *DBETA = (nj_tparam *)A.dbeta;
 {% end %}
-    for (nj_i64 fi = blockIdx.x; fi < {{ P.param_size }}LL; fi += gridDim.x) {
-        {{ split_index("fi", feat, "f") }}
+    for (unsigned fi = blockIdx.x; fi < {{ P.param_size }}u; fi += gridDim.x) {
+        {{ split_index("fi", feat, "f", "unsigned") }}
         const nj_i64 op = {{ offset("param", feat, "f") }};
+        const nj_i64 fx = {{ offset("x", feat, "f") }}, fdy = {{ offset("dy", feat, "f") }};
+        const nj_i64 fs = {{ offset("stats", fkept, "f") }};
         float s1 = 0.0f, s2 = 0.0f;
-        for (nj_i64 i = threadIdx.x; i < m; i += {{ PB }}) {
-            {{ split_index("i", nonfeat, "n") }}
-            const nj_i64 os = {{ off2("stats", true) }};
+        nj_i64 n1 = threadIdx.x / {{ nonfeat_inner }}u;
+        unsigned r = threadIdx.x % {{ nonfeat_inner }}u;
+        while (n1 < A.rows) {
+            {{ split_index("r", nf_in, "n", "unsigned") }}
+            const nj_i64 os = fs + {{ offset("stats", nkept, "n") }};
             const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
             const float rstd = A.rstd[os];
-{{ bwd_element("X[" .. off2("x") .. "]", "DY[" .. off2("dy") .. "]", "op", "            ", true) }}
+{{ bwd_element("X[fx + " .. offset("x", nonfeat, "n") .. "]", "DY[fdy + " .. offset("dy", nonfeat, "n") .. "]",
+               "op", "            ", true) }}
             s1 += dz * xh;
             s2 += dz;
+            r += {{ PB % nonfeat_inner }}u;
+            n1 += {{ PB // nonfeat_inner }};
+            if (r >= {{ nonfeat_inner }}u) {
+                r -= {{ nonfeat_inner }}u;
+                n1++;
+            }
         }
         nj_block_sum2<{{ PB // 32 }}>(s1, s2, nj_pscratch);
         if (threadIdx.x == 0) {

@@ -27,6 +27,7 @@ typedef struct bwd_state {
     nj_device_props dev;
     int nvrtc_ok; /* 1 when NVRTC loads; the spill test needs it */
     int max_regs[2];
+    int spills; /* kernels with spill stores or loads (all are reported before the test fails) */
 } bwd_state;
 
 static int group_setup(void **state)
@@ -381,6 +382,92 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_plan_backward(NULL, &s->dev, &pp), NJ_ERR_NULL_POINTER);
 }
 
+/* ---------------------------------------------------------------- NVRTC: every variant, no spills */
+
+/* Renders p's backward source and compiles it for sm_80 and sm_90; asserts 0 spill stores/loads and
+ * reports registers. */
+static void nvrtc_check(bwd_state *s, const char *label, const nj_problem_desc *p)
+{
+    static const int32_t arches[2] = {80, 90};
+    for (int ai = 0; ai < 2; ai++) {
+        nj_device_props dev;
+        nj_device_props_default(arches[ai], &dev);
+        nj_canon c;
+        nj_plan_params pp;
+        char *src = NULL;
+        assert_int_equal(nj_canonicalize(p, &c), NJ_OK);
+        assert_int_equal(nj_plan_backward(&c, &dev, &pp), NJ_OK);
+        assert_int_equal(nj_codegen(&c, &pp, &src), NJ_OK);
+        nj_compile_result r;
+        memset(&r, 0, sizeof r);
+        nj_status st = nj_nvrtc_compile(src, pp.template_name, arches[ai], &r);
+        if (st != NJ_OK) fail_msg("%s sm_%d: %s\n%s", label, arches[ai], nj_last_error(), src);
+        assert_int_equal(r.bin.is_ptx, 0);
+        assert_int_equal(r.nkernels, pp.nlaunch);
+        for (int i = 0; i < r.nkernels; i++) {
+            const nj_kernel_resources *k = &r.kernels[i];
+            if (k->spill_stores || k->spill_loads || k->stack_bytes)
+                fprintf(stderr, "SPILL %s sm_%d %s: %d regs, %d/%d spill bytes, %d stack\n", label, arches[ai],
+                        k->kernel, k->registers, k->spill_stores, k->spill_loads, k->stack_bytes);
+            s->spills += (k->spill_stores || k->spill_loads);
+            if ((k->spill_stores || k->spill_loads) && getenv("NJ_BWD_DUMP")) {
+                char path[256];
+                snprintf(path, sizeof path, "%s/spill_%d_%s.cu", getenv("NJ_BWD_DUMP"), s->spills, k->kernel);
+                FILE *fp = fopen(path, "w");
+                if (fp) fputs(src, fp), fclose(fp);
+            }
+            if (k->registers > s->max_regs[ai]) s->max_regs[ai] = k->registers;
+            if (getenv("NJ_BWD_VERBOSE"))
+                fprintf(stderr, "%s sm_%d %s: %d regs, %d B shared\n", label, arches[ai], k->kernel, k->registers,
+                        k->shared_bytes);
+        }
+        nj_binary_free(&r.bin);
+        free(src);
+    }
+}
+
+static void test_nvrtc_no_spills(void **state)
+{
+    bwd_state *s = *state;
+    if (!s->nvrtc_ok) {
+        fprintf(stderr, "backward: NVRTC not available, spill check not run\n");
+        skip();
+    }
+    static const int64_t ln[] = {64, 768}, ln_big[] = {8, 12288}, ln_odd[] = {8, 37}, img[] = {4, 32, 14, 14};
+    static const int64_t ncl[] = {4, 16, 100};
+    static const variant vs[] = {{0, NJ_ACT_NONE},
+                                 {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
+                                 {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_GELU_ERF},
+                                 {NJ_FLAG_SCALE, NJ_ACT_SILU}};
+    for (size_t d = 0; d < 3; d++) {
+        for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
+            uint32_t f = vs[v].flags;
+            nj_problem_desc ps[10];
+            int n = 0;
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, ln_odd, 1, f), NJ_OK);
+            assert_int_equal(mk_ln_channel(&ps[n++], dts[d], f, img, 4, 1), NJ_OK);
+            assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, img, 8, 0, f), NJ_OK);
+            assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, img, 8, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 4, img, 0, f), NJ_OK);
+            assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 4, img, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 4, img, 0, f), NJ_OK);
+            assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 3, ncl, 1, f), NJ_OK);
+            for (int i = 0; i < n; i++) {
+                ps[i].activation = vs[v].act;
+                if (d > 0 && v % 2) ps[i].param_dtype = dts[d];
+                char label[96];
+                snprintf(label, sizeof label, "%s case %d flags 0x%x act %d", nj_dtype_name(dts[d]), i, ps[i].flags,
+                         ps[i].activation);
+                nvrtc_check(s, label, &ps[i]);
+            }
+        }
+    }
+    fprintf(stderr, "backward: most registers of any kernel: sm_80 %d, sm_90 %d\n", s->max_regs[0], s->max_regs[1]);
+    assert_int_equal(s->spills, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -388,7 +475,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),           cmocka_unit_test(test_layernorm_channel),
         cmocka_unit_test(test_groupnorm),         cmocka_unit_test(test_instancenorm),
         cmocka_unit_test(test_batchnorm),         cmocka_unit_test(test_partial_outputs_and_empty),
-        cmocka_unit_test(test_offset),
+        cmocka_unit_test(test_offset),            cmocka_unit_test(test_nvrtc_no_spills),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
