@@ -5,6 +5,7 @@
  *  - nj_bwd_pgrad (with scale or bias): a block per feature element walking the non-feature index space
  *    in a fixed order. Its grid is fixed (not a function of the batch), so the split of work between
  *    threads, and with it the rounding, is the same on every run: deterministic without atomics.
+ * ROW family (bwd_row.cu): see plan_bwd_row.
  * Everything here is a function of (canonical problem, device props) and goes into nj_plan_text. */
 #include "planner_bwd.h"
 
@@ -58,6 +59,80 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
     return NJ_OK;
 }
 
+/* ROW family (bwd_row.cu): the ROW kind whose only feature axis, if any, is the row (LayerNorm and
+ * RMSNorm over the last axes). Rows up to NJ_BWD_WARP_ROW get a warp each; longer ones a block sized for
+ * about NJ_BWD_ELEMS elements a thread, whose column sums stay in registers across rows (so rows above
+ * NJ_BWD_ROW_MAX, which would need more, go to the general family when there are params). */
+#define NJ_BWD_WARP_ROW 256
+#define NJ_BWD_ELEMS 8
+#define NJ_BWD_ROW_MAX 16384
+
+static bool bwd_row_ok(const nj_canon *c)
+{
+    if (c->kind != NJ_KIND_ROW || c->reduce_size > INT32_MAX / 2) return false;
+    const nj_canon_axis *in = &c->axes[c->rank - 1];
+    if (!in->reduce || in->stride[NJ_OPD_X] != 1 || in->stride[NJ_OPD_DY] != 1 || in->stride[NJ_OPD_DX] != 1)
+        return false;
+    if (c->param_size == 0) return true;
+    return c->reduce_size <= NJ_BWD_ROW_MAX && c->param_size == c->reduce_size && in->feature &&
+           in->stride[NJ_OPD_PARAM] == 1;
+}
+
+/* Widest vector width for x, dy, dx along the row: a chunk stays in the row, within 16 bytes, and
+ * starts aligned (kept strides multiples of it). Pointers and batch strides are checked at run time. */
+static int32_t bwd_row_vec(const nj_canon *c)
+{
+    static const nj_operand opds[] = {NJ_OPD_X, NJ_OPD_DY, NJ_OPD_DX};
+    int32_t maxb = 1;
+    for (size_t i = 0; i < NJ_ARRAY_LEN(opds); i++) {
+        int32_t b = (int32_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
+        if (b > maxb) maxb = b;
+    }
+    for (int32_t v = 8; v > 1; v /= 2) {
+        if (v * maxb > 16 || c->reduce_size % v != 0) continue;
+        bool ok = true;
+        for (size_t i = 0; i < NJ_ARRAY_LEN(opds) && ok; i++)
+            for (int a = 1; a < c->rank - 1 && ok; a++)
+                if (c->axes[a].stride[opds[i]] % v != 0) ok = false;
+        if (ok) return v;
+    }
+    return 1;
+}
+
+static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t n = c->reduce_size;
+    int32_t maxt = dev->max_threads_per_block >= 64 ? dev->max_threads_per_block : 1024;
+    pp->family = NJ_FAMILY_ROW;
+    pp->template_name = "bwd_row.cu";
+    pp->vec = bwd_row_vec(c);
+    pp->split = 1;
+    pp->regs_cache = 0;
+    if (n <= NJ_BWD_WARP_ROW) {
+        pp->block = 256;
+        pp->rows_per_block = pp->block / 32;
+    } else {
+        int64_t t = (n / NJ_BWD_ELEMS + 31) / 32 * 32;
+        /* at most 512 threads: __launch_bounds__(512) leaves 128 registers a thread for the column sums */
+        int64_t cap = maxt < 512 ? maxt : 512;
+        pp->block = (int32_t)(t < 64 ? 64 : t > cap ? cap : t);
+        pp->rows_per_block = 1;
+    }
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    if (c->param_size == 0) {
+        bwd_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 0, dev);
+        pp->launch[0].row_div = pp->rows_per_block;
+        return NJ_OK;
+    }
+    /* a fixed number of blocks (one partial row each): about half the threads an SM holds */
+    int32_t per_sm = 1024 / pp->block > 0 ? 1024 / pp->block : 1;
+    int32_t nslot = sms * per_sm;
+    bwd_launch(pp, "nj_bwd_row", pp->block, 1, nslot, dev);
+    bwd_launch(pp, "nj_bwd_row_pgrad", 256, 1, (int32_t)((n + 31) / 32), dev);
+    pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
+    return NJ_OK;
+}
+
 nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_plan_params *out)
 {
     NJ_RETURN_IF(!c || !dev || !out, NJ_ERR_NULL_POINTER, "planner: NULL argument");
@@ -68,5 +143,6 @@ nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_pla
     NJ_RETURN_IF(c->param_size < 0 || c->param_size > INT32_MAX, NJ_ERR_UNSUPPORTED,
                  "planner: %lld gamma elements", (long long)c->param_size);
     out->pass = NJ_PASS_BACKWARD;
+    if (bwd_row_ok(c)) return plan_bwd_row(c, dev, out);
     return plan_bwd_general(c, dev, out);
 }

@@ -27,6 +27,7 @@ typedef struct bwd_state {
     nj_device_props dev;
     int nvrtc_ok; /* 1 when NVRTC loads; the spill test needs it */
     int max_regs[2];
+    int shift;  /* elements by which x, dy and dx are moved off their allocation's alignment */
     int spills; /* kernels with spill stores or loads (all are reported before the test fails) */
 } bwd_state;
 
@@ -89,15 +90,18 @@ static void bwd_drop(bwd_state *s, bwd_kernels *k)
 
 /* Output buffers of one run, poisoned first. */
 typedef struct bwd_out {
-    void *dx, *dgamma, *dbeta;
+    void *dx_base, *dx, *dgamma, *dbeta;
     size_t dx_bytes, p_bytes;
 } bwd_out;
 
-static void bwd_out_alloc(bwd_out *o, const nj_tensor_desc *dxt, const nj_tensor_desc *pt, bool dg, bool db)
+static void bwd_out_alloc(bwd_out *o, const nj_tensor_desc *dxt, const nj_tensor_desc *pt, bool dg, bool db,
+                          int shift)
 {
+    size_t sh = (size_t)shift * nj_dtype_size((nj_dtype)dxt->dtype);
     o->dx_bytes = nj_tu_bytes(dxt);
     o->p_bytes = nj_tu_bytes(pt);
-    o->dx = malloc(o->dx_bytes + 1);
+    o->dx_base = malloc(o->dx_bytes + 1 + sh);
+    o->dx = o->dx_base ? (char *)o->dx_base + sh : NULL;
     o->dgamma = dg ? malloc(o->p_bytes + 1) : NULL;
     o->dbeta = db ? malloc(o->p_bytes + 1) : NULL;
     assert_non_null(o->dx);
@@ -108,7 +112,7 @@ static void bwd_out_alloc(bwd_out *o, const nj_tensor_desc *dxt, const nj_tensor
 
 static void bwd_out_free(bwd_out *o)
 {
-    free(o->dx);
+    free(o->dx_base);
     free(o->dgamma);
     free(o->dbeta);
 }
@@ -121,6 +125,19 @@ static void bwd_launch(bwd_state *s, bwd_kernels *k, const nj_refh *r, const flo
     memset(&a, 0, sizeof a);
     a.x = r->x;
     a.dy = r->dy;
+    void *xs = NULL, *dys = NULL;
+    if (s->shift) { /* copies of x and dy that start `shift` elements past an aligned address */
+        size_t xb = nj_tu_bytes(&r->xt), db = nj_tu_bytes(&r->dyt);
+        size_t xsh = (size_t)s->shift * nj_dtype_size((nj_dtype)r->xt.dtype);
+        size_t dsh = (size_t)s->shift * nj_dtype_size((nj_dtype)r->dyt.dtype);
+        xs = malloc(xb + xsh);
+        dys = malloc(db + dsh);
+        assert_true(xs && dys);
+        memcpy((char *)xs + xsh, r->x, xb);
+        memcpy((char *)dys + dsh, r->dy, db);
+        a.x = (char *)xs + xsh;
+        a.dy = (char *)dys + dsh;
+    }
     a.gamma = (r->p.flags & NJ_FLAG_SCALE) ? r->gamma : NULL;
     a.beta = (r->p.flags & NJ_FLAG_BIAS) ? r->beta : NULL;
     a.mean = (r->p.flags & NJ_FLAG_CENTER) ? (float *)mean : NULL;
@@ -137,6 +154,8 @@ static void bwd_launch(bwd_state *s, bwd_kernels *k, const nj_refh *r, const flo
                                            NULL, &a, sizeof a);
         if (st != NJ_OK) fail_msg("launch %s: %s", k->pp.launch[i].kernel, nj_last_error());
     }
+    free(xs);
+    free(dys);
 }
 
 static void bwd_tol(nj_dtype d, double *atol, double *rtol)
@@ -170,7 +189,7 @@ static void check_problem_at(bwd_state *s, const char *label, nj_problem_desc p,
     size_t wsb = (size_t)(k.pp.workspace_fixed + k.pp.workspace_per_row * (uint64_t)k.c.axes[0].extent);
     void *ws = wsb ? malloc(wsb) : NULL;
     for (int run = 0; run < 2; run++) {
-        bwd_out_alloc(&o[run], &dxt, &r.pt, dg, db);
+        bwd_out_alloc(&o[run], &dxt, &r.pt, dg, db, s->shift);
         if (ws) memset(ws, 0xff, wsb);
         bwd_launch(s, &k, &r, mean, rstd, &o[run], ws);
     }
@@ -354,6 +373,32 @@ static void test_offset(void **state)
     check_problem_at(s, "instancenorm nchw offset 1e3", p, 52, true, true, 1e3);
 }
 
+/* Row family: more rows than partial slots (few SMs), so each warp/block carries its column sums across
+ * several rows; and x, dy, dx off their vector alignment, so the kernel's scalar instance runs. */
+static void test_row_grid_stride_and_misaligned(void **state)
+{
+    bwd_state *s = *state;
+    static const int64_t warp[] = {300, 40}, block[] = {50, 600}, big[] = {6, 12288};
+    uint32_t sb = NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    nj_problem_desc p;
+    int32_t sms = s->dev.sm_count;
+    s->dev.sm_count = 1;
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, warp, 1, sb), NJ_OK);
+    check_problem(s, "layernorm 300x40, 1 SM", p, 61, true, true);
+    assert_int_equal(nj_preset_rmsnorm(&p, NJ_BF16, 2, block, 1, NJ_FLAG_SCALE), NJ_OK);
+    p.activation = NJ_ACT_SILU;
+    check_problem(s, "rmsnorm 50x600 silu, 1 SM", p, 62, true, true);
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, big, 1, sb), NJ_OK);
+    check_problem(s, "layernorm 6x12288, 1 SM", p, 63, true, true);
+    s->dev.sm_count = sms;
+    s->shift = 1;
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, block, 1, sb), NJ_OK);
+    check_problem(s, "layernorm 50x600 misaligned", p, 64, true, true);
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, warp, 1, sb), NJ_OK);
+    check_problem(s, "layernorm 300x40 misaligned", p, 65, true, true);
+    s->shift = 0;
+}
+
 /* The plan itself: launches, fixed param-gradient grid, names the template renders. */
 static void test_plan_shape(void **state)
 {
@@ -476,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_groupnorm),         cmocka_unit_test(test_instancenorm),
         cmocka_unit_test(test_batchnorm),         cmocka_unit_test(test_partial_outputs_and_empty),
         cmocka_unit_test(test_offset),            cmocka_unit_test(test_nvrtc_no_spills),
+        cmocka_unit_test(test_row_grid_stride_and_misaligned),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
