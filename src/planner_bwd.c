@@ -41,6 +41,37 @@ static int32_t bwd_pgrad_grid(const nj_canon *c, const nj_device_props *dev, int
     return (int32_t)(c->param_size < cap ? c->param_size : cap);
 }
 
+/* Column-tiled dgamma/dbeta (bwd_pgrad_col.cuh) when the innermost axis is a feature axis of stride 1 in
+ * x and dy with at least NJ_BWD_COL_MIN columns: a block per 32 columns walks the non-feature space
+ * with coalesced reads, split NJ_S ways (fixed by the plan) so that few columns still fill the GPU. */
+#define NJ_BWD_COL_MIN 16
+#define NJ_BWD_MAX_SPLIT 128
+
+static bool bwd_pgrad_col_ok(const nj_canon *c)
+{
+    const nj_canon_axis *in = &c->axes[c->rank - 1];
+    return c->param_size > 0 && in->feature && in->extent >= NJ_BWD_COL_MIN && in->stride[NJ_OPD_X] == 1 &&
+           in->stride[NJ_OPD_DY] == 1;
+}
+
+static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t ec = c->axes[c->rank - 1].extent;
+    int64_t tiles = c->param_size / ec * ((ec + 31) / 32);
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    int64_t want = (int64_t)sms * 8; /* 256-thread blocks: 8 fill an SM */
+    int64_t split = want / tiles;
+    if (split < 1) split = 1;
+    if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
+    int64_t blocks = tiles * split;
+    bwd_launch(pp, "nj_bwd_pgrad_col", 256, 1, (int32_t)(blocks < want * 4 ? blocks : want * 4), dev);
+    if (split > 1) {
+        int64_t g = (c->param_size + 255) / 256;
+        bwd_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, (int32_t)(g < want ? g : want), dev);
+        pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
+    }
+}
+
 static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     pp->family = NJ_FAMILY_GENERAL;
@@ -51,7 +82,9 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
     pp->regs_cache = 0;
     pp->block = bwd_walk_block(c->reduce_size);
     bwd_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 0, dev);
-    if (c->param_size > 0) {
+    if (bwd_pgrad_col_ok(c)) {
+        plan_pgrad_col(c, dev, pp);
+    } else if (c->param_size > 0) {
         /* the walk per feature element is batch-dependent (run-time): a mid-size block covers both */
         int32_t pb = 256;
         bwd_launch(pp, "nj_bwd_pgrad", pb, 1, bwd_pgrad_grid(c, dev, pb), dev);

@@ -3,8 +3,9 @@
    threads walk the reduction twice: first the two block sums of g = dz*gamma and g*xhat, then dx.
    Launch 2 (nj_bwd_pgrad, only with scale or bias): a block per feature element (grid-stride over
    param_size) walks the non-feature index space (batch axis outermost) in a fixed order, recomputing
-   xhat from x, mean and rstd, and reduces dz*xhat and dz with a fixed block tree. Fixed work per thread
-   and a fixed reduction order: the same bits on every run, no atomics. #}
+   xhat from x, mean and rstd, and reduces dz*xhat and dz with a fixed block tree. When the innermost axis
+   is a feature axis, bwd_pgrad_col.cuh's column-tiled kernels replace it (coalesced walks). Fixed work
+   per thread and a fixed reduction order: the same bits on every run, no atomics. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -15,13 +16,7 @@ local F = P.flags
 local B = P.block
 local NW = B // 32
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
--- feature axes and non-feature axes (batch first); kept axes split the same way (stats offsets)
-local feat, nonfeat = {}, {1}
-for a = 2, P.rank do
-  if P.axes[a].feature then feat[#feat + 1] = a else nonfeat[#nonfeat + 1] = a end
-end
-local nonfeat_inner = 1
-for k = 2, #nonfeat do nonfeat_inner = nonfeat_inner * P.axes[nonfeat[k]].extent end
+local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
 -- offset of operand opd with feature axes indexed by f<a> and the others by n<a>
 local function off2(opd, only_kept)
   local fa, na = {}, {}
@@ -72,7 +67,9 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
     }
 }
-{% if #P.launch >= 2 then %}
+{% if #P.launch >= 2 and P.launch[2].kernel == "nj_bwd_pgrad_col" then %}
+{% include("bwd_pgrad_col.cuh") %}
+{% elseif #P.launch >= 2 then %}
 {%
 local PB = P.launch[2].block
 local nf_in = {}

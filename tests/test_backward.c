@@ -342,6 +342,17 @@ static void test_batchnorm(void **state)
     run_shape(*state, "batchnorm ncl", mk_batchnorm, b, 3, 0, 4);
 }
 
+/* Channels-last problems with 16+ channels: column-tiled dgamma/dbeta, split with partials. */
+static void test_channels_last_wide(void **state)
+{
+    static const int64_t in[] = {2, 5, 3, 32}, bn[] = {3, 40, 4, 4}, gn[] = {2, 64, 3, 3}, ln[] = {2, 20000};
+    run_shape(*state, "instancenorm nhwc C=32", mk_instancenorm, in, 4, 1, 2);
+    run_shape(*state, "batchnorm nhwc C=40", mk_batchnorm, bn, 4, 1, 1);
+    run_shape(*state, "groupnorm nhwc C=64 g=2", mk_groupnorm, gn, 4, 2 * 2 + 1, 2);
+    run_shape(*state, "groupnorm nhwc C=64 g=4", mk_groupnorm, gn, 4, 4 * 2 + 1, 5);
+    run_shape(*state, "layernorm 2x20000", mk_layernorm, ln, 2, 1, 2);
+}
+
 /* dgamma alone, dbeta alone (the other pointer NULL: skipped), and a zero batch: dx untouched, params 0. */
 static void test_partial_outputs_and_empty(void **state)
 {
@@ -442,7 +453,7 @@ static void nvrtc_check(bwd_state *s, const char *label, const nj_problem_desc *
         char *src = NULL;
         assert_int_equal(nj_canonicalize(p, &c), NJ_OK);
         assert_int_equal(nj_plan_backward(&c, &dev, &pp), NJ_OK);
-        assert_int_equal(nj_codegen(&c, &pp, &src), NJ_OK);
+        if (nj_codegen(&c, &pp, &src) != NJ_OK) fail_msg("%s: codegen: %s", label, nj_last_error());
         nj_compile_result r;
         memset(&r, 0, sizeof r);
         nj_status st = nj_nvrtc_compile(src, pp.template_name, arches[ai], &r);
@@ -521,7 +532,7 @@ int main(void)
         cmocka_unit_test(test_groupnorm),         cmocka_unit_test(test_instancenorm),
         cmocka_unit_test(test_batchnorm),         cmocka_unit_test(test_partial_outputs_and_empty),
         cmocka_unit_test(test_offset),            cmocka_unit_test(test_nvrtc_no_spills),
-        cmocka_unit_test(test_row_grid_stride_and_misaligned),
+        cmocka_unit_test(test_row_grid_stride_and_misaligned), cmocka_unit_test(test_channels_last_wide),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
