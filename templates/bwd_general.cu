@@ -1,7 +1,7 @@
 {# Backward, any canonical problem (the fallback for every kind, and the only family for GENERAL).
    Launch 1 (nj_bwd_dx): a block per statistic (kept index), grid-stride over A.rows * kept_inner. The
    threads walk the reduction twice: first the two block sums of g = dz*gamma and g*xhat, then dx.
-   Launch 2 (nj_bwd_pgrad, only with scale or bias): a block per feature element (grid-stride over
+   Launch 2 (only with scale or bias): bwd_pgrad.cuh, a block per feature element (grid-stride over
    param_size) walks the non-feature index space (batch axis outermost) in a fixed order, recomputing
    xhat from x, mean and rstd, and reduces dz*xhat and dz with a fixed block tree. When the innermost axis
    is a feature axis, bwd_pgrad_col.cuh's column-tiled kernels replace it (coalesced walks). Fixed work
@@ -16,14 +16,6 @@ local F = P.flags
 local B = P.block
 local NW = B // 32
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
-local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
--- offset of operand opd with feature axes indexed by f<a> and the others by n<a>
-local function off2(opd, only_kept)
-  local fa, na = {}, {}
-  for _, a in ipairs(feat) do if not only_kept or not P.axes[a].reduce then fa[#fa + 1] = a end end
-  for _, a in ipairs(nonfeat) do if not only_kept or not P.axes[a].reduce then na[#na + 1] = a end end
-  return "(" .. offset(opd, fa, "f") .. ") + (" .. offset(opd, na, "n") .. ")"
-end
 %}
 {{ bwd_typedefs() }}
 {% if P.act ~= "none" then bwd_dact_helpers() end %}
@@ -70,63 +62,5 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% if #P.launch >= 2 and P.launch[2].kernel == "nj_bwd_pgrad_col" then %}
 {% include("bwd_pgrad_col.cuh") %}
 {% elseif #P.launch >= 2 then %}
-{%
-local PB = P.launch[2].block
-local nf_in = {}
-for k = 2, #nonfeat do nf_in[#nf_in + 1] = nonfeat[k] end
-local fkept = {}
-for _, a in ipairs(feat) do if not P.axes[a].reduce then fkept[#fkept + 1] = a end end
-local nkept = {1}
-for _, a in ipairs(nf_in) do if not P.axes[a].reduce then nkept[#nkept + 1] = a end end
-if nonfeat_inner >= 2147483647 or P.param_size >= 2147483647 then error("bwd_general: 32-bit walk indices") end
-%}
-
-/* The walk of one feature element: batch index n1 (run-time extent) outside, r over the other
- * non-feature axes inside, advanced by PB without any 64-bit division. */
-NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
-{
-    NJ_SHARED(float, nj_pscratch, {{ 2 * (PB // 32) }});
-    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
-{{ bwd_pointers() }}
-{% if F.scale then %}
-    nj_tparam *DGAMMA = (nj_tparam *)A.dgamma;
-{% end %}
-{% if F.bias then %}
-    nj_tparam *DBETA = (nj_tparam *)A.dbeta;
-{% end %}
-    for (unsigned fi = blockIdx.x; fi < {{ P.param_size }}u; fi += gridDim.x) {
-        {{ split_index("fi", feat, "f", "unsigned") }}
-        const nj_i64 op = {{ offset("param", feat, "f") }};
-        const nj_i64 fx = {{ offset("x", feat, "f") }}, fdy = {{ offset("dy", feat, "f") }};
-        const nj_i64 fs = {{ offset("stats", fkept, "f") }};
-        float s1 = 0.0f, s2 = 0.0f;
-        nj_i64 n1 = threadIdx.x / {{ nonfeat_inner }}u;
-        unsigned r = threadIdx.x % {{ nonfeat_inner }}u;
-        while (n1 < A.rows) {
-            {{ split_index("r", nf_in, "n", "unsigned") }}
-            const nj_i64 os = fs + {{ offset("stats", nkept, "n") }};
-            const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
-            const float rstd = A.rstd[os];
-{{ bwd_element("X[fx + " .. offset("x", nonfeat, "n") .. "]", "DY[fdy + " .. offset("dy", nonfeat, "n") .. "]",
-               "op", "            ", true) }}
-            s1 += dz * xh;
-            s2 += dz;
-            r += {{ PB % nonfeat_inner }}u;
-            n1 += {{ PB // nonfeat_inner }};
-            if (r >= {{ nonfeat_inner }}u) {
-                r -= {{ nonfeat_inner }}u;
-                n1++;
-            }
-        }
-        nj_block_sum2<{{ PB // 32 }}>(s1, s2, nj_pscratch);
-        if (threadIdx.x == 0) {
-{% if F.scale then %}
-            if (DGAMMA) nj_store_f32(DGAMMA, op, s1);
-{% end %}
-{% if F.bias then %}
-            if (DBETA) nj_store_f32(DBETA, op, s2);
-{% end %}
-        }
-    }
-}
+{% include("bwd_pgrad.cuh") %}
 {% end %}
