@@ -5,7 +5,7 @@
  *  - nj_bwd_pgrad (with scale or bias): a block per feature element walking the non-feature index space
  *    in a fixed order. Its grid is fixed (not a function of the batch), so the split of work between
  *    threads, and with it the rounding, is the same on every run: deterministic without atomics.
- * ROW family (bwd_row.cu): see plan_bwd_row.
+ * ROW family (bwd_row.cu): see plan_bwd_row. COLUMN family (bwd_column.cu): see plan_bwd_column.
  * Everything here is a function of (canonical problem, device props) and goes into nj_plan_text. */
 #include "planner_bwd.h"
 
@@ -72,6 +72,18 @@ static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_pla
     }
 }
 
+/* The dgamma/dbeta launches of the general and column families (none without scale/bias). */
+static void bwd_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    if (bwd_pgrad_col_ok(c)) {
+        plan_pgrad_col(c, dev, pp);
+    } else if (c->param_size > 0) {
+        /* the walk per feature element is batch-dependent (run-time): a mid-size block covers both */
+        int32_t pb = 256;
+        bwd_launch(pp, "nj_bwd_pgrad", pb, 1, bwd_pgrad_grid(c, dev, pb), dev);
+    }
+}
+
 static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     pp->family = NJ_FAMILY_GENERAL;
@@ -82,13 +94,7 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
     pp->regs_cache = 0;
     pp->block = bwd_walk_block(c->reduce_size);
     bwd_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 0, dev);
-    if (bwd_pgrad_col_ok(c)) {
-        plan_pgrad_col(c, dev, pp);
-    } else if (c->param_size > 0) {
-        /* the walk per feature element is batch-dependent (run-time): a mid-size block covers both */
-        int32_t pb = 256;
-        bwd_launch(pp, "nj_bwd_pgrad", pb, 1, bwd_pgrad_grid(c, dev, pb), dev);
-    }
+    bwd_plan_pgrad(c, dev, pp);
     return NJ_OK;
 }
 
@@ -166,6 +172,22 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     return NJ_OK;
 }
 
+/* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_BWD_COL_MIN neighbouring kept columns:
+ * a block per tile of 32 columns, 8 warps walking the reduction (coalesced). */
+static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t ec = c->axes[c->rank - 1].extent;
+    pp->family = NJ_FAMILY_COLUMN;
+    pp->template_name = "bwd_column.cu";
+    pp->vec = 1;
+    pp->rows_per_block = 1;
+    pp->split = 1;
+    pp->block = 256;
+    bwd_launch(pp, "nj_bwd_column", pp->block, c->kept_inner / ec * ((ec + 31) / 32), 0, dev);
+    bwd_plan_pgrad(c, dev, pp);
+    return NJ_OK;
+}
+
 nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_plan_params *out)
 {
     NJ_RETURN_IF(!c || !dev || !out, NJ_ERR_NULL_POINTER, "planner: NULL argument");
@@ -177,5 +199,6 @@ nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_pla
                  "planner: %lld gamma elements", (long long)c->param_size);
     out->pass = NJ_PASS_BACKWARD;
     if (bwd_row_ok(c)) return plan_bwd_row(c, dev, out);
+    if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_BWD_COL_MIN) return plan_bwd_column(c, dev, out);
     return plan_bwd_general(c, dev, out);
 }

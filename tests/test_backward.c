@@ -315,8 +315,9 @@ static void test_rmsnorm(void **state)
 
 static void test_layernorm_channel(void **state)
 {
-    static const int64_t a[] = {2, 24, 3, 5};
+    static const int64_t a[] = {2, 24, 3, 5}, b[] = {2, 8, 5, 7};
     run_shape(*state, "layernorm nchw axes=1", mk_ln_channel, a, 4, 1, 2);
+    run_shape(*state, "layernorm nchw axes=1 HW=35", mk_ln_channel, b, 4, 1, 5); /* column tiles */
 }
 
 static void test_groupnorm(void **state)
