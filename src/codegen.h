@@ -7,7 +7,8 @@
  *   {% include("prelude.cuh") %} renders another template in place, with the same environment
  * A line whose only content is a {% %} or {# #} tag leaves no empty line behind.
  * The environment is a sandbox (no io, os, require, load, dofile): P holds the canonical problem and plan
- * parameters (see codegen.c, nj_codegen_env for the field list) and helper functions.
+ * parameters (field list: src/codegen_env.c) and helper functions: f32(x) -> "1.5f",
+ * ceil_div(a, b), join(list, sep), need(v, what).
  * Templates and the device prelude are embedded at build time (embedded_templates.c, generated);
  * NORMJIT_TEMPLATE_DIR points at a folder used instead (development), and its hash replaces the set hash. */
 #ifndef NJ_CODEGEN_H

@@ -85,8 +85,9 @@ static nj_status nj_backward_check(const nj_plan *plan, const nj_backward_args *
     NJ_TRY(nj_want(a->rstd, 1, "rstd"));
     NJ_TRY(nj_want(a->mean, f & NJ_FLAG_CENTER, "mean"));
     NJ_TRY(nj_want(a->gamma, f & NJ_FLAG_SCALE, "gamma"));
-    return nj_want(a->beta, plan->desc.activation != NJ_ACT_NONE && (f & NJ_FLAG_BIAS),
-                   "beta (needed to recompute the activation input)");
+    /* beta is read only to recompute an activation's input; without an activation it may be passed or not. */
+    if ((f & NJ_FLAG_BIAS) && plan->desc.activation == NJ_ACT_NONE) return NJ_OK;
+    return nj_want(a->beta, f & NJ_FLAG_BIAS, "beta (needed to recompute the activation input)");
 }
 
 nj_status nj_backward(nj_plan *plan, const nj_backward_args *a)

@@ -12,6 +12,7 @@
  *  - everything else -> fwd_general.cu: a block per statistic walking the reduction.
  * Everything here is a function of (canonical problem, pass, device props) and goes into nj_plan_text. */
 #include "planner.h"
+#include "planner_bwd.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,7 +208,7 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
             return plan_fwd_column(c, dev, out);
         return plan_fwd_general(c, dev, out);
     case NJ_PASS_BACKWARD:
-        return nj_fail(NJ_ERR_UNSUPPORTED, "planner: backward plans are not implemented yet");
+        return nj_plan_backward(c, dev, out);
     }
     return nj_fail(NJ_ERR_BAD_ARGUMENT, "planner: unknown pass %d", (int)pass);
 }

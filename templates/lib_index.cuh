@@ -24,13 +24,14 @@ function split_index(var, axes, prefix, itype)
   itype = itype or "nj_i64"
   if #axes == 0 then return "" end
   if #axes == 1 then return string.format("const %s %s%d = %s;", itype, prefix, axes[1], var) end
-  local out = {string.format("%s %s_rem = %s;", itype, prefix, var)}
+  local rem = var .. "_rem"
+  local out = {string.format("%s %s = %s;", itype, rem, var)}
   for k = #axes, 2, -1 do
     local a = axes[k]
     local e = need(P.axes[a].extent, "extent of axis " .. a)
-    out[#out + 1] = string.format("const %s %s%d = %s_rem %% %d; %s_rem /= %d;", itype, prefix, a, prefix, e, prefix, e)
+    out[#out + 1] = string.format("const %s %s%d = %s %% %d; %s /= %d;", itype, prefix, a, rem, e, rem, e)
   end
-  out[#out + 1] = string.format("const %s %s%d = %s_rem;", itype, prefix, axes[1], prefix)
+  out[#out + 1] = string.format("const %s %s%d = %s;", itype, prefix, axes[1], rem)
   return table.concat(out, "\n        ")
 end
 

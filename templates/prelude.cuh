@@ -314,7 +314,13 @@ template <int NW> NJ_DEVICE nj_welford nj_block_welford(nj_welford w, nj_welford
 #define NJ_INV_SQRT_2PI 0.3989422804014327f
 #define NJ_GELU_C 0.044715f
 
-NJ_DEVICE float nj_sigmoid(float u) { return 1.0f / (1.0f + expf(-u)); }
+/* __fdividef: IEEE division calls a subroutine (spills around the call); for a huge denominator it
+ * returns 0, the right limit here */
+NJ_DEVICE float nj_sigmoid(float u) { return __fdividef(1.0f, 1.0f + expf(-u)); }
+
+/* tanh from expf: CUDA's tanhf takes a slow path through a subroutine call (spills in the backward
+ * kernels). Absolute error ~1e-7, which is what GELU needs (it uses 1 + tanh). */
+NJ_DEVICE float nj_tanh(float k) { return 1.0f - __fdividef(2.0f, expf(2.0f * k) + 1.0f); }
 
 NJ_DEVICE float nj_act_none(float u) { return u; }
 NJ_DEVICE float nj_act_relu(float u) { return u > 0.0f ? u : 0.0f; }
@@ -323,7 +329,7 @@ NJ_DEVICE float nj_act_sigmoid(float u) { return nj_sigmoid(u); }
 NJ_DEVICE float nj_act_gelu_erf(float u) { return 0.5f * u * (1.0f + erff(u * NJ_INV_SQRT_2)); }
 NJ_DEVICE float nj_act_gelu_tanh(float u)
 {
-    return 0.5f * u * (1.0f + tanhf(NJ_SQRT_2_OVER_PI * (u + NJ_GELU_C * u * u * u)));
+    return 0.5f * u * (1.0f + nj_tanh(NJ_SQRT_2_OVER_PI * (u + NJ_GELU_C * u * u * u)));
 }
 
 NJ_DEVICE float nj_dact_none(float u) { return 1.0f; }
@@ -345,7 +351,7 @@ NJ_DEVICE float nj_dact_gelu_erf(float u)
 NJ_DEVICE float nj_dact_gelu_tanh(float u)
 {
     float k = NJ_SQRT_2_OVER_PI * (u + NJ_GELU_C * u * u * u);
-    float t = tanhf(k);
+    float t = nj_tanh(k);
     return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * NJ_SQRT_2_OVER_PI * (1.0f + 3.0f * NJ_GELU_C * u * u);
 }
 /* ---- end of prelude ---- */

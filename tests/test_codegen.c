@@ -420,7 +420,7 @@ static void test_codegen_fail(void **state)
     assert_int_equal(nj_codegen(NULL, &pp, &src), NJ_ERR_NULL_POINTER);
 }
 
-/* Every forward variant compiles with NVRTC for sm_80 and sm_90 with no spills (the ptxas report): a
+/* Every forward variant, and the backward of the same problems, compiles with NVRTC for sm_80 and sm_90 with no spills (the ptxas report): a
  * spill in these memory-bound kernels costs more than any tuning gains. A stack frame above 8 bytes
  * fails too (local arrays indexed at run time); ptxas 13.0 reserves an 8-byte frame without any spill
  * traffic for one sm_80 variant (row_warp_f32_vec4), which is tolerated. */
@@ -435,29 +435,32 @@ static void test_forward_compile_nvrtc(void **state)
     unsetenv("NORMJIT_TEMPLATE_DIR");
     build_cases();
     static const int32_t archs[] = {80, 90};
-    for (size_t a = 0; a < 2; a++) {
+    for (size_t a = 0; a < 4; a++) {
         nj_device_props dev;
-        nj_device_props_default(archs[a], &dev);
+        nj_device_props_default(archs[a % 2], &dev);
+        nj_pass pass = a < 2 ? NJ_PASS_FORWARD : NJ_PASS_BACKWARD;
         for (int i = 0; i < nfwd; i++) {
             nj_plan_params pp;
             char *src = NULL;
-            assert_int_equal(nj_plan_pass(&fwd[i].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
-            assert_int_equal(nj_codegen(&fwd[i].c, &pp, &src), NJ_OK);
+            assert_int_equal(nj_plan_pass(&fwd[i].c, pass, &dev, &pp), NJ_OK);
+            if (nj_codegen(&fwd[i].c, &pp, &src) != NJ_OK) fail_msg("%s: %s", fwd[i].name, nj_last_error());
             nj_compile_result r;
             memset(&r, 0, sizeof r);
-            nj_status s = nj_nvrtc_compile(src, fwd[i].name, archs[a], &r);
-            if (s != NJ_OK) fail_msg("%s sm_%d: %s", fwd[i].name, archs[a], nj_last_error());
-            assert_int_equal(r.nkernels, 1);
-            const nj_kernel_resources *k = &r.kernels[0];
-            if (k->spill_stores || k->spill_loads || k->stack_bytes > 8)
-                fail_msg("%s sm_%d: %d spill stores, %d spill loads, %d stack bytes", fwd[i].name, archs[a],
-                         k->spill_stores, k->spill_loads, k->stack_bytes);
-            assert_string_equal(k->kernel, pp.launch[0].kernel);
-            assert_true(k->registers > 0 && (int64_t)k->registers * pp.block <= 65536);
-            if (getenv("NJ_DUMP_DIR"))
-                fprintf(stderr, "sm_%d %-36s block %4d vec %d regs_cache %2d: %3d registers, %5d B smem, %.0f ms\n",
-                        archs[a], fwd[i].name, pp.block, pp.vec, pp.regs_cache, k->registers, k->shared_bytes,
-                        r.millis);
+            int32_t arch = archs[a % 2];
+            nj_status s = nj_nvrtc_compile(src, fwd[i].name, arch, &r);
+            if (s != NJ_OK) fail_msg("%s sm_%d: %s", fwd[i].name, arch, nj_last_error());
+            assert_int_equal(r.nkernels, pp.nlaunch);
+            for (int j = 0; j < r.nkernels; j++) {
+                const nj_kernel_resources *k = &r.kernels[j];
+                if (k->spill_stores || k->spill_loads || k->stack_bytes > 8)
+                    fail_msg("%s %s sm_%d: %d spill stores, %d spill loads, %d stack bytes", fwd[i].name, k->kernel,
+                             arch, k->spill_stores, k->spill_loads, k->stack_bytes);
+                assert_true(k->registers > 0 && (int64_t)k->registers * pp.block <= 65536);
+                if (getenv("NJ_DUMP_DIR"))
+                    fprintf(stderr, "sm_%d %-32s %-14s block %4d vec %d regs_cache %2d: %3d registers, %5d B smem, %.0f ms\n",
+                            arch, fwd[i].name, k->kernel, pp.block, pp.vec, pp.regs_cache, k->registers,
+                            k->shared_bytes, r.millis);
+            }
             nj_binary_free(&r.bin);
             free(src);
         }

@@ -237,7 +237,7 @@ static void test_warmup_malformed_line_fail(void **state)
                        "# a comment\n"
                        "frobnorm f32 *x256 flags=scale\n"
                        "layernorm f16 *x512 flags=scale,bias\n");
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--jobs", "2", man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--jobs", "2", "--passes", "fwd", man);
     assert_int_equal(r.status, 1);
     snprintf(where, sizeof where, "%s:3:", man);
     assert_non_null(strstr(r.err, where));          /* file:line of the bad line */
@@ -248,7 +248,7 @@ static void test_warmup_malformed_line_fail(void **state)
     }
     assert_int_equal(nj_field(r.out, "problems"), 3);
     assert_int_equal(nj_field(r.out, "failed"), 1);
-    assert_int_equal(nj_field(r.out, "kernels compiled"), 4); /* both good problems, fwd + bwd */
+    assert_int_equal(nj_field(r.out, "kernels compiled"), 2); /* both good problems */
     nj_run_free(&r);
 }
 
@@ -387,6 +387,15 @@ static void test_plan_prints_signature(void **state)
     r = NJ_TOOL(NULL, "plan", "--arch", "sm_90", "--cache", cache, "--pass", "fwd", "rmsnorm f32 *x1024 flags=scale");
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "cached:    yes"));
+    assert_null(strstr(r.out, "source:"));
+    nj_run_free(&r);
+    /* --source adds the generated CUDA source. */
+    r = NJ_TOOL(NULL, "plan", "--arch", "sm_90", "--cache", cache, "--pass", "bwd", "--source", "rmsnorm f32 *x1024 flags=scale");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "pass bwd"));
+    assert_null(strstr(r.out, "pass fwd"));
+    assert_non_null(strstr(r.out, "source:"));
+    assert_non_null(strstr(r.out, "__global__"));
     nj_run_free(&r);
 }
 
@@ -405,13 +414,13 @@ static void test_plan_bad_problem_fail(void **state)
 
 /* ---- cache maintenance ---- */
 
-/* Warms the small manifest into cache dir `name`. */
+/* Warms the forward kernels of the small manifest into cache dir `cache` (two entries). */
 static void nj_warm_small(const char *cache)
 {
     char man[512];
     nj_path(man, sizeof man, "small.txt");
     nj_write_file(man, nj_small_manifest);
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     nj_run_free(&r);
 }
@@ -506,11 +515,11 @@ static void test_cache_export_import_round_trip(void **state)
     nj_warm_small(a);
     nj_run r = NJ_TOOL(NULL, "cache", "--cache", a, "export", file);
     assert_int_equal(r.status, 0);
-    assert_int_equal(nj_field(r.out, "exported"), 4);
+    assert_int_equal(nj_field(r.out, "exported"), 2);
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "cache", "--cache", b, "import", file);
     assert_int_equal(r.status, 0);
-    assert_int_equal(nj_field(r.out, "imported"), 4);
+    assert_int_equal(nj_field(r.out, "imported"), 2);
     assert_non_null(strstr(r.out, "0 rejected"));
     nj_run_free(&r);
     nj_run la = NJ_TOOL(NULL, "cache", "--cache", a, "ls");
@@ -518,17 +527,17 @@ static void test_cache_export_import_round_trip(void **state)
     assert_int_equal(la.status, 0);
     assert_int_equal(lb.status, 0);
     char *ha = nj_ls_hashes(la.out), *hb = nj_ls_hashes(lb.out);
-    assert_int_equal(strlen(ha), 4 * 33);
+    assert_int_equal(strlen(ha), 2 * 33);
     assert_string_equal(ha, hb);
     free(ha);
     free(hb);
     nj_run_free(&la);
     nj_run_free(&lb);
     /* The imported cache serves a warmup without compiling. */
-    r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", b, man);
+    r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", b, "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 0);
-    assert_int_equal(nj_field(r.out, "already cached"), 4);
+    assert_int_equal(nj_field(r.out, "already cached"), 2);
     nj_run_free(&r);
 }
 
@@ -552,11 +561,11 @@ static void test_cache_gc_and_clear(void **state)
     nj_warm_small(cache);
     nj_run r = NJ_TOOL(NULL, "cache", "--cache", cache, "stats");
     assert_int_equal(r.status, 0);
-    assert_int_equal(nj_field(r.out, "entries"), 4);
+    assert_int_equal(nj_field(r.out, "entries"), 2);
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "cache", "--cache", cache, "gc", "--max-bytes", "0");
     assert_int_equal(r.status, 0);
-    assert_int_equal(nj_field(r.out, "evicted"), 4);
+    assert_int_equal(nj_field(r.out, "evicted"), 2);
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "cache", "--cache", cache, "ls");
     assert_int_equal(r.status, 0);
@@ -650,6 +659,24 @@ static void test_compare_strided_layout(void **state)
     assert_int_equal(r.worst_index, 5);
 }
 
+static void test_check_emulator_forward_pass(void **state)
+{
+    (void)state;
+    char cache[512];
+    nj_path(cache, sizeof cache, "cache");
+    nj_run r = NJ_TOOL("emulator", "check", "--cache", cache, "--pass", "fwd", "--offset", "3", "--shuffle",
+                       "layernorm bf16 5x300 flags=scale,bias,stats,residual,resout", "rmsnorm f16 2x64 flags=scale,stats",
+                       "batchnorm f32 nchw 3x4x5x5 flags=scale,bias");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "3 problem(s), 3 passed, 0 failed"));
+    assert_null(strstr(r.out, "FAIL"));
+    static const char *const outputs[] = {"  y ", "  residual_out ", "  mean ", "  rstd "};
+    for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) assert_non_null(strstr(r.out, outputs[i]));
+    assert_null(strstr(r.out, "  dx ")); /* no backward asked for */
+    nj_run_free(&r);
+}
+
+/* Forward and backward of every kind of output. */
 static void test_check_emulator_pass(void **state)
 {
     (void)state;
@@ -688,6 +715,7 @@ int main(void)
         cmocka_unit_test(test_compare_error_beyond_tolerance_fail),
         cmocka_unit_test(test_compare_unwritten_nan_fail),
         cmocka_unit_test(test_compare_strided_layout),
+        cmocka_unit_test_setup_teardown(test_check_emulator_forward_pass, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_check_emulator_pass, nj_setup, nj_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -515,7 +515,7 @@ static nj_status nj_chk_backward(nj_chk_run *r, nj_plan *plan)
     a.dy = r->dy.dev;
     a.x = r->h.dev;
     a.gamma = r->gamma.dev;
-    a.beta = r->beta.dev;
+    a.beta = r->p->activation != NJ_ACT_NONE ? r->beta.dev : NULL; /* only to recompute an activation's input */
     a.mean = b.mean.dev;
     a.rstd = b.rstd.dev;
     a.dx = b.dx.dev;

@@ -20,10 +20,13 @@ static void nj_check_help(FILE *f)
             "\n"
             "options:\n"
             "  --backend B         emulator | cuda (default: NORMJIT_BACKEND, else cuda, else the emulator)\n"
+            "  --batch N           extent of a '*' batch axis (default 4: several rows, so row indexing is tested)\n"
             "  --seed S            random seed (default 1)\n"
             "  --offset V          added to every x value (tests stability against a large mean; default 0)\n"
             "  --eps E             epsilon (default 1e-5)\n"
             "  --pass P            fwd, bwd or fwd,bwd (default fwd,bwd)\n"
+            "  --shuffle           emulator: shuffle thread order between barriers and poison shared memory\n"
+            "                      (exposes races and reads of uninitialized shared memory)\n"
             "  --cache DIR         cache root (default as for warmup)\n"
             "  -h, --help          this text\n"
             "\n"
@@ -33,6 +36,7 @@ static void nj_check_help(FILE *f)
 typedef struct nj_check_args {
     nj_tool_target t;
     nj_check_options o;
+    long batch;
     int nwords;
     char **words;
 } nj_check_args;
@@ -59,6 +63,9 @@ static int nj_check_parse_args(int argc, char **argv, nj_check_args *a)
             if (r < 0 || nj_tool_parse_backend(v, &a->t.backend) || a->t.backend == NJ_BACKEND_COMPILE_ONLY)
                 return nj_tool_usage_error("check", "--backend takes emulator or cuda");
             a->t.backend_given = 1;
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--batch", &v))) {
+            if (r < 0 || nj_tool_parse_int(v, 1, 1L << 30, &a->batch))
+                return nj_tool_usage_error("check", "--batch takes a positive number");
         } else if ((r = nj_tool_opt(argc, argv, &i, "--seed", &v))) {
             if (r < 0 || nj_tool_parse_u64(v, &a->o.seed)) return nj_tool_usage_error("check", "--seed takes a number");
         } else if ((r = nj_tool_opt(argc, argv, &i, "--offset", &v))) {
@@ -73,6 +80,8 @@ static int nj_check_parse_args(int argc, char **argv, nj_check_args *a)
         } else if ((r = nj_tool_opt(argc, argv, &i, "--cache", &v))) {
             if (r < 0) return nj_tool_usage_error("check", "--cache needs a directory");
             a->t.cache_dir = v;
+        } else if (!strcmp(argv[i], "--shuffle")) {
+            a->t.ctx_flags |= NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             return nj_tool_usage_error("check", "unknown option '%s'", argv[i]);
         } else {
@@ -83,10 +92,10 @@ static int nj_check_parse_args(int argc, char **argv, nj_check_args *a)
     return 0;
 }
 
-static int nj_check_one(nj_context *ctx, const char *text, const nj_check_options *o)
+static int nj_check_one(nj_context *ctx, const char *text, long batch, const nj_check_options *o)
 {
     nj_problem_desc p;
-    nj_status s = nj_problem_from_text(text, 1, &p);
+    nj_status s = nj_problem_from_text(text, batch, &p);
     if (s != NJ_OK) {
         nj_tool_error(s, "cannot parse '%s'", text);
         return NJ_EXIT_FAIL;
@@ -110,6 +119,7 @@ int nj_cmd_check(int argc, char **argv)
     nj_check_args a;
     memset(&a, 0, sizeof a);
     nj_check_options_init(&a.o);
+    a.batch = 4;
     a.words = calloc((size_t)argc, sizeof(char *));
     if (!a.words) return NJ_EXIT_FAIL;
     int rc = nj_check_parse_args(argc, argv, &a);
@@ -123,9 +133,9 @@ int nj_cmd_check(int argc, char **argv)
     if (nj_tool_open_context(&a.t, NJ_TOOL_FALLBACK_EMULATOR, &ctx) != NJ_OK) {
         rc = NJ_EXIT_FAIL;
     } else {
-        printf("backend %s, seed %llu, offset %g, eps %g\n", nj_tool_backend_name(nj_context_backend(ctx)),
-               (unsigned long long)a.o.seed, a.o.offset, a.o.eps);
-        for (int i = 0; i < np; i++) failed += nj_check_one(ctx, probs[i], &a.o) != NJ_EXIT_OK;
+        printf("backend %s, seed %llu, offset %g, eps %g, '*' batch %ld\n",
+               nj_tool_backend_name(nj_context_backend(ctx)), (unsigned long long)a.o.seed, a.o.offset, a.o.eps, a.batch);
+        for (int i = 0; i < np; i++) failed += nj_check_one(ctx, probs[i], a.batch, &a.o) != NJ_EXIT_OK;
         printf("%d problem(s), %d passed, %d failed\n", np, np - failed, failed);
         rc = failed ? NJ_EXIT_FAIL : NJ_EXIT_OK;
     }

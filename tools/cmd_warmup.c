@@ -67,24 +67,42 @@ static void nj_warm_progress(nj_warm_state *st)
     fflush(stderr);
 }
 
-/* Runs one item; called without the lock. Messages are printed under the lock so lines do not mix. */
+/* Warms one pass; on failure copies the detail (per thread) into err. */
+static nj_status nj_warm_pass(nj_warm_state *st, nj_warm_item *it, uint32_t pass, int32_t *compiled,
+                              int32_t *cached, char *err, size_t cap)
+{
+    int32_t c = 0, h = 0;
+    nj_status s = nj_context_warm(st->ctx, &it->desc, pass, &c, &h);
+    if (s == NJ_OK) {
+        *compiled += c;
+        *cached += h;
+        return s;
+    }
+    size_t used = strlen(err);
+    snprintf(err + used, cap - used, "%s%s pass: %s: %s", used ? "; " : "", pass == NJ_PASS_FORWARD ? "fwd" : "bwd",
+             nj_status_name(s), nj_last_error()[0] ? nj_last_error() : nj_status_string(s));
+    return s;
+}
+
+/* Runs one item pass by pass (a failing pass does not hide the other's kernels); called without the
+ * lock. Messages are printed under the lock so lines do not mix. */
 static void nj_warm_one(nj_warm_state *st, nj_warm_item *it)
 {
     int32_t compiled = 0, cached = 0;
+    int failed = 0;
+    char err[4096] = "";
     double t = nj_tool_now();
-    nj_status s = nj_context_warm(st->ctx, &it->desc, st->passes, &compiled, &cached);
+    for (uint32_t pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1)
+        if ((st->passes & pass) && nj_warm_pass(st, it, pass, &compiled, &cached, err, sizeof err) != NJ_OK) failed = 1;
     double ms = (nj_tool_now() - t) * 1e3;
-    char detail[2048];
-    snprintf(detail, sizeof detail, "%s", s == NJ_OK ? "" : nj_last_error());
     pthread_mutex_lock(&st->lock);
     st->done++;
     st->compiled += compiled;
     st->cached += cached;
-    if (s != NJ_OK) {
+    if (failed) {
         st->failed++;
         if (st->tty && !st->quiet) fprintf(stderr, "\r\033[K");
-        fprintf(stderr, "%s:%d: %s: %s: %s\n", it->src->file, it->src->line, it->src->text, nj_status_name(s),
-                detail[0] ? detail : nj_status_string(s));
+        fprintf(stderr, "%s:%d: %s: %s\n", it->src->file, it->src->line, it->src->text, err);
     } else if (!st->tty && !st->quiet) {
         fprintf(stderr, "[%d/%d] %s: %s (%.0f ms)\n", st->done, st->count, it->src->text,
                 compiled ? "compiled" : "cached", ms);

@@ -1,6 +1,7 @@
 /* Shared test helpers; see nj_testutil.h. Element conversion goes through the library's converters
  * (nj_load_as_double / nj_store_from_double in src/reference.c) so every suite rounds the same way. */
 #include "nj_testutil.h"
+#include "../../tools/tolerance.h"
 
 #include "reference.h"
 
@@ -229,12 +230,10 @@ nj_tu_cmp nj_tu_compare_strided(const char *label, const void *buf, const nj_ten
 
 void nj_tu_default_tol(nj_dtype d, double *atol, double *rtol)
 {
-    /* Outputs are O(1) after normalization; allow a few ulps of the storage type plus f32 arithmetic. */
-    switch (d) {
-    case NJ_F16: *atol = 4e-3; *rtol = 4e-3; break;
-    case NJ_BF16: *atol = 3e-2; *rtol = 2e-2; break;
-    default: *atol = 2e-5; *rtol = 2e-5; break;
-    }
+    /* The one table of tolerances lives in tools/tolerance.h (shared with `normjit check`). */
+    nj_tolerance t = nj_tol_output(d);
+    *atol = t.atol;
+    *rtol = t.rtol;
 }
 
 /* ---- files ---- */

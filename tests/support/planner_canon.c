@@ -10,8 +10,8 @@ void tc_begin(nj_canon *c, nj_dtype dt, nj_dtype pdt, uint32_t flags, int32_t ac
     c->act = act;
     c->rank = 1;
     c->axes[0].extent = batch;
-    c->dtype[NJ_OPD_X] = c->dtype[NJ_OPD_Y] = dt;
-    c->present = 1u << NJ_OPD_X | 1u << NJ_OPD_Y;
+    c->dtype[NJ_OPD_X] = c->dtype[NJ_OPD_Y] = c->dtype[NJ_OPD_DY] = c->dtype[NJ_OPD_DX] = dt;
+    c->present = 1u << NJ_OPD_X | 1u << NJ_OPD_Y | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX;
     if (flags & NJ_FLAG_RESIDUAL) c->dtype[NJ_OPD_RES] = dt, c->present |= 1u << NJ_OPD_RES;
     if (flags & NJ_FLAG_RESIDUAL_OUT) c->dtype[NJ_OPD_RESOUT] = dt, c->present |= 1u << NJ_OPD_RESOUT;
     if (flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) c->dtype[NJ_OPD_PARAM] = pdt, c->present |= 1u << NJ_OPD_PARAM;

@@ -4,7 +4,7 @@
 
 #include "problem.h"
 
-/* Starts a canonical problem: x/y (and residual, residual_out, param, stats as the flags say) of dtype
+/* Starts a canonical problem: x/y/dy/dx (and residual, residual_out, param, stats as the flags say) of dtype
  * dt, param of dtype pdt, activation act. Axis 0 (the batch) is added with extent `batch`. */
 void tc_begin(nj_canon *c, nj_dtype dt, nj_dtype pdt, uint32_t flags, int32_t act, int64_t batch);
 /* Appends an axis (outermost first) after the batch axis. */
