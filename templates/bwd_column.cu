@@ -23,7 +23,6 @@ local NT = ceil_div(EC, 32)
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 %}
 {{ bwd_typedefs() }}
-{% if P.act ~= "none" then bwd_dact_helpers() end %}
 
 #define NJ_N {{ P.reduce_size }}LL
 #define NJ_NT {{ NT }}LL

@@ -44,7 +44,7 @@ function bwd_element(xe, de, po, ind, no_g)
   if P.act ~= "none" then
     local z = F.scale and "xh * gm" or "xh"
     if F.bias then z = z .. " + nj_load_f32(BETA, " .. po .. ")" end
-    t[#t + 1] = string.format("dz *= nj_bwd_dact_%s(%s);", P.act, z)
+    t[#t + 1] = string.format("dz *= nj_dact_%s(%s);", P.act, z)
   end
   if not no_g then t[#t + 1] = F.scale and "const float g = dz * gm;" or "const float g = dz;" end
   return ind .. table.concat(t, "\n" .. ind)
@@ -56,23 +56,3 @@ function bwd_dx_expr(g, xh, m1, m2)
   return string.format("rstd * (%s - %s * %s)", g, xh, m2)
 end
 %}
-{# Activation derivatives for backward. silu and sigmoid divide by 1 + e^-u: the prelude's IEEE division
-   has a slow-path subroutine whose call made ptxas spill around it (sm_90, f32 LayerNorm + silu);
-   __fdividef (2 ulp) has none, and its 0 for a denominator above 2^126 is the right limit here. #}
-{% function bwd_dact_helpers() %}
-NJ_DEVICE float nj_bwd_sigmoid(float u) { return __fdividef(1.0f, 1.0f + expf(-u)); }
-NJ_DEVICE float nj_bwd_dact_none(float u) { return 1.0f; }
-NJ_DEVICE float nj_bwd_dact_relu(float u) { return nj_dact_relu(u); }
-NJ_DEVICE float nj_bwd_dact_gelu_erf(float u) { return nj_dact_gelu_erf(u); }
-NJ_DEVICE float nj_bwd_dact_gelu_tanh(float u) { return nj_dact_gelu_tanh(u); }
-NJ_DEVICE float nj_bwd_dact_sigmoid(float u)
-{
-    const float s = nj_bwd_sigmoid(u);
-    return s * (1.0f - s);
-}
-NJ_DEVICE float nj_bwd_dact_silu(float u)
-{
-    const float s = nj_bwd_sigmoid(u);
-    return s * (1.0f + u * (1.0f - s));
-}
-{% end %}

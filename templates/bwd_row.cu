@@ -24,7 +24,6 @@ local NSLOT = PGRAD and P.workspace_fixed // (N * 8) or 0
 if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error("bwd_row: params must span the row") end
 %}
 {{ bwd_typedefs() }}
-{% if P.act ~= "none" then bwd_dact_helpers() end %}
 
 #define NJ_TPR {{ TPR }}
 #define NJ_RPB {{ RPB }}
