@@ -164,7 +164,8 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
         return NJ_OK;
     }
     /* a fixed number of blocks (one partial row each): about half the threads an SM holds */
-    int32_t per_sm = 1024 / pp->block > 0 ? 1024 / pp->block : 1;
+    /* 512-thread blocks of long rows hold ~100 registers a thread: one block an SM */
+    int32_t per_sm = pp->block >= 512 ? 1 : 1024 / pp->block;
     int32_t nslot = sms * per_sm;
     bwd_launch(pp, "nj_bwd_row", pp->block, 1, nslot, dev);
     bwd_launch(pp, "nj_bwd_row_pgrad", 256, 1, (int32_t)((n + 31) / 32), dev);
@@ -197,6 +198,11 @@ nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_pla
                  (long long)c->reduce_size, (long long)c->kept_inner);
     NJ_RETURN_IF(c->param_size < 0 || c->param_size > INT32_MAX, NJ_ERR_UNSUPPORTED,
                  "planner: %lld gamma elements", (long long)c->param_size);
+    int64_t nonfeat = 1; /* the parameter-gradient walks index the non-batch, non-feature space in 32 bits */
+    for (int a = 1; a < c->rank; a++)
+        if (!c->axes[a].feature) nonfeat = nonfeat > INT32_MAX / c->axes[a].extent ? INT32_MAX : nonfeat * c->axes[a].extent;
+    NJ_RETURN_IF(c->param_size > 0 && nonfeat >= INT32_MAX, NJ_ERR_UNSUPPORTED,
+                 "planner: backward with scale/bias over more than 2^31 - 1 elements per batch row and feature");
     out->pass = NJ_PASS_BACKWARD;
     if (bwd_row_ok(c)) return plan_bwd_row(c, dev, out);
     if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_BWD_COL_MIN) return plan_bwd_column(c, dev, out);

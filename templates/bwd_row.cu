@@ -21,6 +21,8 @@ local TPR = B // RPB
 local NW = B // 32
 local N = P.reduce_size
 local NSLOT = PGRAD and P.workspace_fixed // (N * 8) or 0
+-- full unrolling keeps the column sums in registers; without them a huge row must not unroll its chunks
+local CUNROLL = (PGRAD or ceil_div(N, TPR) <= 64) and "#pragma unroll" or "#pragma unroll 4"
 if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error("bwd_row: params must span the row") end
 %}
 {{ bwd_typedefs() }}
@@ -63,7 +65,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
         const float rstd = A.rstd[os];
         float s1 = 0.0f, s2 = 0.0f;
-#pragma unroll
+{{ CUNROLL }}
         for (int c = 0; c < CPT; c++) {
             const int ch = lane + c * NJ_TPR;
             if (NCH % NJ_TPR == 0 || ch < NCH) {
@@ -92,7 +94,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         const float m1 = s1 * (1.0f / (float)NJ_N);
 {% end %}
         const float m2 = s2 * (1.0f / (float)NJ_N);
-#pragma unroll
+{{ CUNROLL }}
         for (int c = 0; c < CPT; c++) {
             const int ch = lane + c * NJ_TPR;
             if (NCH % NJ_TPR == 0 || ch < NCH) {

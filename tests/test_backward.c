@@ -490,7 +490,7 @@ static void test_nvrtc_no_spills(void **state)
         fprintf(stderr, "backward: NVRTC not available, spill check not run\n");
         skip();
     }
-    static const int64_t ln[] = {64, 768}, ln_big[] = {8, 12288}, ln_odd[] = {8, 37}, img[] = {4, 32, 14, 14};
+    static const int64_t ln[] = {64, 768}, ln_big[] = {8, 16384}, huge[] = {2, 1 << 20}, ln_odd[] = {8, 37}, img[] = {4, 32, 14, 14};
     static const int64_t ncl[] = {4, 16, 100};
     static const variant vs[] = {{0, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
@@ -499,7 +499,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[10];
+            nj_problem_desc ps[11];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -511,6 +511,7 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 4, img, 1, f), NJ_OK);
             assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 4, img, 0, f), NJ_OK);
             assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 3, ncl, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, huge, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];
