@@ -314,7 +314,7 @@ nj_status nj_launches_from_text(const char *text, nj_plan_params *pp)
             NJ_RETURN_IF(l->block[d] < 1 || l->block[d] > 1024, NJ_ERR_PARSE, "launches: bad block on line %d", i + 1);
         NJ_RETURN_IF(l->grid_x < 0 || l->grid_y < 0 || l->grid_z < 0 || rm < 0 || rd < 0 || cap < 0, NJ_ERR_PARSE,
                      "launches: negative grid on line %d", i + 1);
-        snprintf(l->kernel, sizeof l->kernel, "%s", name);
+        memcpy(l->kernel, name, strlen(name) + 1); /* length checked above */
         l->row_mult = rm, l->row_div = rd, l->grid_x_cap = cap, l->shmem = shmem;
         p += k + 1;
     }

@@ -5,6 +5,7 @@
  *  - nj_bwd_pgrad (with scale or bias): a block per feature element walking the non-feature index space
  *    in a fixed order. Its grid is fixed (not a function of the batch), so the split of work between
  *    threads, and with it the rounding, is the same on every run: deterministic without atomics.
+ * ROW family (bwd_row.cu): see plan_bwd_row. COLUMN family (bwd_column.cu): see plan_bwd_column.
  * Everything here is a function of (canonical problem, device props) and goes into nj_plan_text. */
 #include "planner_bwd.h"
 
@@ -40,6 +41,49 @@ static int32_t bwd_pgrad_grid(const nj_canon *c, const nj_device_props *dev, int
     return (int32_t)(c->param_size < cap ? c->param_size : cap);
 }
 
+/* Column-tiled dgamma/dbeta (bwd_pgrad_col.cuh) when the innermost axis is a feature axis of stride 1 in
+ * x and dy with at least NJ_BWD_COL_MIN columns: a block per 32 columns walks the non-feature space
+ * with coalesced reads, split NJ_S ways (fixed by the plan) so that few columns still fill the GPU. */
+#define NJ_BWD_COL_MIN 16
+#define NJ_BWD_MAX_SPLIT 128
+
+static bool bwd_pgrad_col_ok(const nj_canon *c)
+{
+    const nj_canon_axis *in = &c->axes[c->rank - 1];
+    return c->param_size > 0 && in->feature && in->extent >= NJ_BWD_COL_MIN && in->stride[NJ_OPD_X] == 1 &&
+           in->stride[NJ_OPD_DY] == 1;
+}
+
+static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t ec = c->axes[c->rank - 1].extent;
+    int64_t tiles = c->param_size / ec * ((ec + 31) / 32);
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    int64_t want = (int64_t)sms * 8; /* 256-thread blocks: 8 fill an SM */
+    int64_t split = want / tiles;
+    if (split < 1) split = 1;
+    if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
+    int64_t blocks = tiles * split;
+    bwd_launch(pp, "nj_bwd_pgrad_col", 256, 1, (int32_t)(blocks < want * 4 ? blocks : want * 4), dev);
+    if (split > 1) {
+        int64_t g = (c->param_size + 255) / 256;
+        bwd_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, (int32_t)(g < want ? g : want), dev);
+        pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
+    }
+}
+
+/* The dgamma/dbeta launches of the general and column families (none without scale/bias). */
+static void bwd_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    if (bwd_pgrad_col_ok(c)) {
+        plan_pgrad_col(c, dev, pp);
+    } else if (c->param_size > 0) {
+        /* the walk per feature element is batch-dependent (run-time): a mid-size block covers both */
+        int32_t pb = 256;
+        bwd_launch(pp, "nj_bwd_pgrad", pb, 1, bwd_pgrad_grid(c, dev, pb), dev);
+    }
+}
+
 static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     pp->family = NJ_FAMILY_GENERAL;
@@ -50,11 +94,98 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
     pp->regs_cache = 0;
     pp->block = bwd_walk_block(c->reduce_size);
     bwd_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 0, dev);
-    if (c->param_size > 0) {
-        /* the walk per feature element is batch-dependent (run-time): a mid-size block covers both */
-        int32_t pb = 256;
-        bwd_launch(pp, "nj_bwd_pgrad", pb, 1, bwd_pgrad_grid(c, dev, pb), dev);
+    bwd_plan_pgrad(c, dev, pp);
+    return NJ_OK;
+}
+
+/* ROW family (bwd_row.cu): the ROW kind whose only feature axis, if any, is the row (LayerNorm and
+ * RMSNorm over the last axes). Rows up to NJ_BWD_WARP_ROW get a warp each; longer ones a block sized for
+ * about NJ_BWD_ELEMS elements a thread, whose column sums stay in registers across rows (so rows above
+ * NJ_BWD_ROW_MAX, which would need more, go to the general family when there are params). */
+#define NJ_BWD_WARP_ROW 256
+#define NJ_BWD_ELEMS 8
+#define NJ_BWD_ROW_MAX 16384
+
+static bool bwd_row_ok(const nj_canon *c)
+{
+    if (c->kind != NJ_KIND_ROW || c->reduce_size > INT32_MAX / 2) return false;
+    const nj_canon_axis *in = &c->axes[c->rank - 1];
+    if (!in->reduce || in->stride[NJ_OPD_X] != 1 || in->stride[NJ_OPD_DY] != 1 || in->stride[NJ_OPD_DX] != 1)
+        return false;
+    if (c->param_size == 0) return true;
+    return c->reduce_size <= NJ_BWD_ROW_MAX && c->param_size == c->reduce_size && in->feature &&
+           in->stride[NJ_OPD_PARAM] == 1;
+}
+
+/* Widest vector width for x, dy, dx along the row: a chunk stays in the row, within 16 bytes, and
+ * starts aligned (kept strides multiples of it). Pointers and batch strides are checked at run time. */
+static int32_t bwd_row_vec(const nj_canon *c)
+{
+    static const nj_operand opds[] = {NJ_OPD_X, NJ_OPD_DY, NJ_OPD_DX};
+    int32_t maxb = 1;
+    for (size_t i = 0; i < NJ_ARRAY_LEN(opds); i++) {
+        int32_t b = (int32_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
+        if (b > maxb) maxb = b;
     }
+    for (int32_t v = 8; v > 1; v /= 2) {
+        if (v * maxb > 16 || c->reduce_size % v != 0) continue;
+        bool ok = true;
+        for (size_t i = 0; i < NJ_ARRAY_LEN(opds) && ok; i++)
+            for (int a = 1; a < c->rank - 1 && ok; a++)
+                if (c->axes[a].stride[opds[i]] % v != 0) ok = false;
+        if (ok) return v;
+    }
+    return 1;
+}
+
+static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t n = c->reduce_size;
+    int32_t maxt = dev->max_threads_per_block >= 64 ? dev->max_threads_per_block : 1024;
+    pp->family = NJ_FAMILY_ROW;
+    pp->template_name = "bwd_row.cu";
+    pp->vec = bwd_row_vec(c);
+    pp->split = 1;
+    pp->regs_cache = 0;
+    if (n <= NJ_BWD_WARP_ROW) {
+        pp->block = 256;
+        pp->rows_per_block = pp->block / 32;
+    } else {
+        int64_t t = (n / NJ_BWD_ELEMS + 31) / 32 * 32;
+        /* at most 512 threads: __launch_bounds__(512) leaves 128 registers a thread for the column sums */
+        int64_t cap = maxt < 512 ? maxt : 512;
+        pp->block = (int32_t)(t < 64 ? 64 : t > cap ? cap : t);
+        pp->rows_per_block = 1;
+    }
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    if (c->param_size == 0) {
+        bwd_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 0, dev);
+        pp->launch[0].row_div = pp->rows_per_block;
+        return NJ_OK;
+    }
+    /* a fixed number of blocks (one partial row each): about half the threads an SM holds */
+    /* 512-thread blocks of long rows hold ~100 registers a thread: one block an SM */
+    int32_t per_sm = pp->block >= 512 ? 1 : 1024 / pp->block;
+    int32_t nslot = sms * per_sm;
+    bwd_launch(pp, "nj_bwd_row", pp->block, 1, nslot, dev);
+    bwd_launch(pp, "nj_bwd_row_pgrad", 256, 1, (int32_t)((n + 31) / 32), dev);
+    pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
+    return NJ_OK;
+}
+
+/* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_BWD_COL_MIN neighbouring kept columns:
+ * a block per tile of 32 columns, 8 warps walking the reduction (coalesced). */
+static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t ec = c->axes[c->rank - 1].extent;
+    pp->family = NJ_FAMILY_COLUMN;
+    pp->template_name = "bwd_column.cu";
+    pp->vec = 1;
+    pp->rows_per_block = 1;
+    pp->split = 1;
+    pp->block = 256;
+    bwd_launch(pp, "nj_bwd_column", pp->block, c->kept_inner / ec * ((ec + 31) / 32), 0, dev);
+    bwd_plan_pgrad(c, dev, pp);
     return NJ_OK;
 }
 
@@ -67,6 +198,13 @@ nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_pla
                  (long long)c->reduce_size, (long long)c->kept_inner);
     NJ_RETURN_IF(c->param_size < 0 || c->param_size > INT32_MAX, NJ_ERR_UNSUPPORTED,
                  "planner: %lld gamma elements", (long long)c->param_size);
+    int64_t nonfeat = 1; /* the parameter-gradient walks index the non-batch, non-feature space in 32 bits */
+    for (int a = 1; a < c->rank; a++)
+        if (!c->axes[a].feature) nonfeat = nonfeat > INT32_MAX / c->axes[a].extent ? INT32_MAX : nonfeat * c->axes[a].extent;
+    NJ_RETURN_IF(c->param_size > 0 && nonfeat >= INT32_MAX, NJ_ERR_UNSUPPORTED,
+                 "planner: backward with scale/bias over more than 2^31 - 1 elements per batch row and feature");
     out->pass = NJ_PASS_BACKWARD;
+    if (bwd_row_ok(c)) return plan_bwd_row(c, dev, out);
+    if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_BWD_COL_MIN) return plan_bwd_column(c, dev, out);
     return plan_bwd_general(c, dev, out);
 }

@@ -1,10 +1,11 @@
 {# Backward, any canonical problem (the fallback for every kind, and the only family for GENERAL).
    Launch 1 (nj_bwd_dx): a block per statistic (kept index), grid-stride over A.rows * kept_inner. The
    threads walk the reduction twice: first the two block sums of g = dz*gamma and g*xhat, then dx.
-   Launch 2 (nj_bwd_pgrad, only with scale or bias): a block per feature element (grid-stride over
+   Launch 2 (only with scale or bias): bwd_pgrad.cuh, a block per feature element (grid-stride over
    param_size) walks the non-feature index space (batch axis outermost) in a fixed order, recomputing
-   xhat from x, mean and rstd, and reduces dz*xhat and dz with a fixed block tree. Fixed work per thread
-   and a fixed reduction order: the same bits on every run, no atomics. #}
+   xhat from x, mean and rstd, and reduces dz*xhat and dz with a fixed block tree. When the innermost axis
+   is a feature axis, bwd_pgrad_col.cuh's column-tiled kernels replace it (coalesced walks). Fixed work
+   per thread and a fixed reduction order: the same bits on every run, no atomics. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -15,20 +16,6 @@ local F = P.flags
 local B = P.block
 local NW = B // 32
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
--- feature axes and non-feature axes (batch first); kept axes split the same way (stats offsets)
-local feat, nonfeat = {}, {1}
-for a = 2, P.rank do
-  if P.axes[a].feature then feat[#feat + 1] = a else nonfeat[#nonfeat + 1] = a end
-end
-local nonfeat_inner = 1
-for k = 2, #nonfeat do nonfeat_inner = nonfeat_inner * P.axes[nonfeat[k]].extent end
--- offset of operand opd with feature axes indexed by f<a> and the others by n<a>
-local function off2(opd, only_kept)
-  local fa, na = {}, {}
-  for _, a in ipairs(feat) do if not only_kept or not P.axes[a].reduce then fa[#fa + 1] = a end end
-  for _, a in ipairs(nonfeat) do if not only_kept or not P.axes[a].reduce then na[#na + 1] = a end end
-  return "(" .. offset(opd, fa, "f") .. ") + (" .. offset(opd, na, "n") .. ")"
-end
 %}
 {{ bwd_typedefs() }}
 
@@ -71,43 +58,8 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
     }
 }
-{% if #P.launch >= 2 then %}
-{% local PB = P.launch[2].block %}
-
-NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
-{
-    NJ_SHARED(float, nj_pscratch, {{ 2 * (PB // 32) }});
-    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
-    const nj_i64 m = A.rows * {{ nonfeat_inner }}LL;
-{{ bwd_pointers() }}
-{% if F.scale then %}
-    nj_tparam *DGAMMA = (nj_tparam *)A.dgamma;
-{% end %}
-{% if F.bias then %}
-    nj_tparam *DBETA = (nj_tparam *)A.dbeta;
-{% end %}
-    for (nj_i64 fi = blockIdx.x; fi < {{ P.param_size }}LL; fi += gridDim.x) {
-        {{ split_index("fi", feat, "f") }}
-        const nj_i64 op = {{ offset("param", feat, "f") }};
-        float s1 = 0.0f, s2 = 0.0f;
-        for (nj_i64 i = threadIdx.x; i < m; i += {{ PB }}) {
-            {{ split_index("i", nonfeat, "n") }}
-            const nj_i64 os = {{ off2("stats", true) }};
-            const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
-            const float rstd = A.rstd[os];
-{{ bwd_element("X[" .. off2("x") .. "]", "DY[" .. off2("dy") .. "]", "op", "            ", true) }}
-            s1 += dz * xh;
-            s2 += dz;
-        }
-        nj_block_sum2<{{ PB // 32 }}>(s1, s2, nj_pscratch);
-        if (threadIdx.x == 0) {
-{% if F.scale then %}
-            if (DGAMMA) nj_store_f32(DGAMMA, op, s1);
-{% end %}
-{% if F.bias then %}
-            if (DBETA) nj_store_f32(DBETA, op, s2);
-{% end %}
-        }
-    }
-}
+{% if #P.launch >= 2 and P.launch[2].kernel == "nj_bwd_pgrad_col" then %}
+{% include("bwd_pgrad_col.cuh") %}
+{% elseif #P.launch >= 2 then %}
+{% include("bwd_pgrad.cuh") %}
 {% end %}

@@ -2,6 +2,17 @@
    The per-element backward: xhat = (x - mean) * rstd; z = xhat * gamma + beta; dz = dy * act'(z);
    g = dz * gamma; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (no mean(g) term under RMS). #}
 {%
+-- Feature axes, non-feature axes (the batch axis first) and the product of the non-batch non-feature
+-- extents, outermost first.
+function bwd_feature_axes()
+  local feat, nonfeat, inner = {}, {1}, 1
+  for a = 2, P.rank do
+    if P.axes[a].feature then feat[#feat + 1] = a
+    else nonfeat[#nonfeat + 1] = a; inner = inner * P.axes[a].extent end
+  end
+  return feat, nonfeat, inner
+end
+
 -- typedefs of the operand storage types the backward kernels touch
 function bwd_typedefs()
   local t = {"typedef " .. P.ctype.x .. " nj_tx;", "typedef " .. P.ctype.dy .. " nj_tdy;",
@@ -18,6 +29,7 @@ function bwd_pointers()
   if F.scale then t[#t + 1] = "    const nj_tparam *GAMMA = (const nj_tparam *)A.gamma;" end
   if F.bias and P.act ~= "none" then t[#t + 1] = "    const nj_tparam *BETA = (const nj_tparam *)A.beta;" end
   t[#t + 1] = "    (void)DX;"
+  if F.scale then t[#t + 1] = "    (void)GAMMA;" end
   return table.concat(t, "\n")
 end
 

@@ -23,17 +23,26 @@
 #include "ref_harness.h"
 
 typedef struct bwd_state {
-    nj_backend *emu;
+    nj_backend *emu, *emu2; /* same emulator, another thread-order seed (second run of each problem) */
     nj_device_props dev;
     int nvrtc_ok; /* 1 when NVRTC loads; the spill test needs it */
     int max_regs[2];
+    struct {
+        char name[64];
+        int regs[2];
+    } kregs[16]; /* most registers per kernel name and arch (report) */
+    int nkregs;
+    int shift;  /* elements by which x, dy and dx are moved off their allocation's alignment */
+    int spills; /* kernels with spill stores or loads (all are reported before the test fails) */
 } bwd_state;
 
 static int group_setup(void **state)
 {
     static bwd_state s;
     nj_backend_config cfg = {0, 0, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 11};
-    if (nj_backend_emu_create(&cfg, &s.emu) != NJ_OK) {
+    nj_backend_config cfg2 = cfg;
+    cfg2.seed = 12345;
+    if (nj_backend_emu_create(&cfg, &s.emu) != NJ_OK || nj_backend_emu_create(&cfg2, &s.emu2) != NJ_OK) {
         fprintf(stderr, "backward: no emulator: %s\n", nj_last_error());
         return -1;
     }
@@ -48,6 +57,7 @@ static int group_teardown(void **state)
 {
     bwd_state *s = *state;
     s->emu->ops->destroy(s->emu);
+    s->emu2->ops->destroy(s->emu2);
     return 0;
 }
 
@@ -88,15 +98,18 @@ static void bwd_drop(bwd_state *s, bwd_kernels *k)
 
 /* Output buffers of one run, poisoned first. */
 typedef struct bwd_out {
-    void *dx, *dgamma, *dbeta;
+    void *dx_base, *dx, *dgamma, *dbeta;
     size_t dx_bytes, p_bytes;
 } bwd_out;
 
-static void bwd_out_alloc(bwd_out *o, const nj_tensor_desc *dxt, const nj_tensor_desc *pt, bool dg, bool db)
+static void bwd_out_alloc(bwd_out *o, const nj_tensor_desc *dxt, const nj_tensor_desc *pt, bool dg, bool db,
+                          int shift)
 {
+    size_t sh = (size_t)shift * nj_dtype_size((nj_dtype)dxt->dtype);
     o->dx_bytes = nj_tu_bytes(dxt);
     o->p_bytes = nj_tu_bytes(pt);
-    o->dx = malloc(o->dx_bytes + 1);
+    o->dx_base = malloc(o->dx_bytes + 1 + sh);
+    o->dx = o->dx_base ? (char *)o->dx_base + sh : NULL;
     o->dgamma = dg ? malloc(o->p_bytes + 1) : NULL;
     o->dbeta = db ? malloc(o->p_bytes + 1) : NULL;
     assert_non_null(o->dx);
@@ -107,19 +120,32 @@ static void bwd_out_alloc(bwd_out *o, const nj_tensor_desc *dxt, const nj_tensor
 
 static void bwd_out_free(bwd_out *o)
 {
-    free(o->dx);
+    free(o->dx_base);
     free(o->dgamma);
     free(o->dbeta);
 }
 
 /* Launches every kernel of the plan on r's inputs. */
 static void bwd_launch(bwd_state *s, bwd_kernels *k, const nj_refh *r, const float *mean, const float *rstd,
-                       bwd_out *o, void *ws)
+                       bwd_out *o, void *ws, nj_backend *b)
 {
     nj_kargs a;
     memset(&a, 0, sizeof a);
     a.x = r->x;
     a.dy = r->dy;
+    void *xs = NULL, *dys = NULL;
+    if (s->shift) { /* copies of x and dy that start `shift` elements past an aligned address */
+        size_t xb = nj_tu_bytes(&r->xt), db = nj_tu_bytes(&r->dyt);
+        size_t xsh = (size_t)s->shift * nj_dtype_size((nj_dtype)r->xt.dtype);
+        size_t dsh = (size_t)s->shift * nj_dtype_size((nj_dtype)r->dyt.dtype);
+        xs = malloc(xb + xsh);
+        dys = malloc(db + dsh);
+        assert_true(xs && dys);
+        memcpy((char *)xs + xsh, r->x, xb);
+        memcpy((char *)dys + dsh, r->dy, db);
+        a.x = (char *)xs + xsh;
+        a.dy = (char *)dys + dsh;
+    }
     a.gamma = (r->p.flags & NJ_FLAG_SCALE) ? r->gamma : NULL;
     a.beta = (r->p.flags & NJ_FLAG_BIAS) ? r->beta : NULL;
     a.mean = (r->p.flags & NJ_FLAG_CENTER) ? (float *)mean : NULL;
@@ -132,10 +158,12 @@ static void bwd_launch(bwd_state *s, bwd_kernels *k, const nj_refh *r, const flo
     for (int i = 0; i < k->pp.nlaunch; i++) {
         uint32_t grid[3];
         nj_launch_grid(&k->pp.launch[i], a.rows, grid);
-        nj_status st = s->emu->ops->launch(s->emu, k->fn[i], grid, k->pp.launch[i].block, k->pp.launch[i].shmem,
+        nj_status st = b->ops->launch(b, k->fn[i], grid, k->pp.launch[i].block, k->pp.launch[i].shmem,
                                            NULL, &a, sizeof a);
         if (st != NJ_OK) fail_msg("launch %s: %s", k->pp.launch[i].kernel, nj_last_error());
     }
+    free(xs);
+    free(dys);
 }
 
 static void bwd_tol(nj_dtype d, double *atol, double *rtol)
@@ -169,9 +197,9 @@ static void check_problem_at(bwd_state *s, const char *label, nj_problem_desc p,
     size_t wsb = (size_t)(k.pp.workspace_fixed + k.pp.workspace_per_row * (uint64_t)k.c.axes[0].extent);
     void *ws = wsb ? malloc(wsb) : NULL;
     for (int run = 0; run < 2; run++) {
-        bwd_out_alloc(&o[run], &dxt, &r.pt, dg, db);
+        bwd_out_alloc(&o[run], &dxt, &r.pt, dg, db, s->shift);
         if (ws) memset(ws, 0xff, wsb);
-        bwd_launch(s, &k, &r, mean, rstd, &o[run], ws);
+        bwd_launch(s, &k, &r, mean, rstd, &o[run], ws, run ? s->emu2 : s->emu);
     }
     double atol, rtol;
     bwd_tol((nj_dtype)dxt.dtype, &atol, &rtol);
@@ -295,8 +323,9 @@ static void test_rmsnorm(void **state)
 
 static void test_layernorm_channel(void **state)
 {
-    static const int64_t a[] = {2, 24, 3, 5};
+    static const int64_t a[] = {2, 24, 3, 5}, b[] = {2, 8, 5, 7};
     run_shape(*state, "layernorm nchw axes=1", mk_ln_channel, a, 4, 1, 2);
+    run_shape(*state, "layernorm nchw axes=1 HW=35", mk_ln_channel, b, 4, 1, 5); /* column tiles */
 }
 
 static void test_groupnorm(void **state)
@@ -320,6 +349,17 @@ static void test_batchnorm(void **state)
     run_shape(*state, "batchnorm nchw", mk_batchnorm, a, 4, 0, 2);
     run_shape(*state, "batchnorm nhwc", mk_batchnorm, a, 4, 1, 7);
     run_shape(*state, "batchnorm ncl", mk_batchnorm, b, 3, 0, 4);
+}
+
+/* Channels-last problems with 16+ channels: column-tiled dgamma/dbeta, split with partials. */
+static void test_channels_last_wide(void **state)
+{
+    static const int64_t in[] = {2, 5, 3, 32}, bn[] = {3, 40, 4, 4}, gn[] = {2, 64, 3, 3}, ln[] = {2, 20000};
+    run_shape(*state, "instancenorm nhwc C=32", mk_instancenorm, in, 4, 1, 2);
+    run_shape(*state, "batchnorm nhwc C=40", mk_batchnorm, bn, 4, 1, 1);
+    run_shape(*state, "groupnorm nhwc C=64 g=2", mk_groupnorm, gn, 4, 2 * 2 + 1, 2);
+    run_shape(*state, "groupnorm nhwc C=64 g=4", mk_groupnorm, gn, 4, 4 * 2 + 1, 5);
+    run_shape(*state, "layernorm 2x20000", mk_layernorm, ln, 2, 1, 2);
 }
 
 /* dgamma alone, dbeta alone (the other pointer NULL: skipped), and a zero batch: dx untouched, params 0. */
@@ -353,6 +393,32 @@ static void test_offset(void **state)
     check_problem_at(s, "instancenorm nchw offset 1e3", p, 52, true, true, 1e3);
 }
 
+/* Row family: more rows than partial slots (few SMs), so each warp/block carries its column sums across
+ * several rows; and x, dy, dx off their vector alignment, so the kernel's scalar instance runs. */
+static void test_row_grid_stride_and_misaligned(void **state)
+{
+    bwd_state *s = *state;
+    static const int64_t warp[] = {300, 40}, block[] = {50, 600}, big[] = {6, 12288};
+    uint32_t sb = NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    nj_problem_desc p;
+    int32_t sms = s->dev.sm_count;
+    s->dev.sm_count = 1;
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, warp, 1, sb), NJ_OK);
+    check_problem(s, "layernorm 300x40, 1 SM", p, 61, true, true);
+    assert_int_equal(nj_preset_rmsnorm(&p, NJ_BF16, 2, block, 1, NJ_FLAG_SCALE), NJ_OK);
+    p.activation = NJ_ACT_SILU;
+    check_problem(s, "rmsnorm 50x600 silu, 1 SM", p, 62, true, true);
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, big, 1, sb), NJ_OK);
+    check_problem(s, "layernorm 6x12288, 1 SM", p, 63, true, true);
+    s->dev.sm_count = sms;
+    s->shift = 1;
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, block, 1, sb), NJ_OK);
+    check_problem(s, "layernorm 50x600 misaligned", p, 64, true, true);
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, warp, 1, sb), NJ_OK);
+    check_problem(s, "layernorm 300x40 misaligned", p, 65, true, true);
+    s->shift = 0;
+}
+
 /* The plan itself: launches, fixed param-gradient grid, names the template renders. */
 static void test_plan_shape(void **state)
 {
@@ -381,6 +447,100 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_plan_backward(NULL, &s->dev, &pp), NJ_ERR_NULL_POINTER);
 }
 
+/* ---------------------------------------------------------------- NVRTC: every variant, no spills */
+
+/* Renders p's backward source and compiles it for sm_80 and sm_90; asserts 0 spill stores/loads and
+ * reports registers. */
+static void nvrtc_check(bwd_state *s, const char *label, const nj_problem_desc *p)
+{
+    static const int32_t arches[2] = {80, 90};
+    for (int ai = 0; ai < 2; ai++) {
+        nj_device_props dev;
+        nj_device_props_default(arches[ai], &dev);
+        nj_canon c;
+        nj_plan_params pp;
+        char *src = NULL;
+        assert_int_equal(nj_canonicalize(p, &c), NJ_OK);
+        assert_int_equal(nj_plan_backward(&c, &dev, &pp), NJ_OK);
+        if (nj_codegen(&c, &pp, &src) != NJ_OK) fail_msg("%s: codegen: %s", label, nj_last_error());
+        nj_compile_result r;
+        memset(&r, 0, sizeof r);
+        nj_status st = nj_nvrtc_compile(src, pp.template_name, arches[ai], &r);
+        if (st != NJ_OK) fail_msg("%s sm_%d: %s\n%s", label, arches[ai], nj_last_error(), src);
+        assert_int_equal(r.bin.is_ptx, 0);
+        assert_int_equal(r.nkernels, pp.nlaunch);
+        for (int i = 0; i < r.nkernels; i++) {
+            const nj_kernel_resources *k = &r.kernels[i];
+            if (k->spill_stores || k->spill_loads || k->stack_bytes)
+                fprintf(stderr, "SPILL %s sm_%d %s: %d regs, %d/%d spill bytes, %d stack\n", label, arches[ai],
+                        k->kernel, k->registers, k->spill_stores, k->spill_loads, k->stack_bytes);
+            s->spills += (k->spill_stores || k->spill_loads);
+            if ((k->spill_stores || k->spill_loads) && getenv("NJ_BWD_DUMP")) {
+                char path[256];
+                snprintf(path, sizeof path, "%s/spill_%d_%s.cu", getenv("NJ_BWD_DUMP"), s->spills, k->kernel);
+                FILE *fp = fopen(path, "w");
+                if (fp) fputs(src, fp), fclose(fp);
+            }
+            if (k->registers > s->max_regs[ai]) s->max_regs[ai] = k->registers;
+            int j = 0;
+            while (j < s->nkregs && strcmp(s->kregs[j].name, k->kernel) != 0) j++;
+            if (j == s->nkregs && j < 16) snprintf(s->kregs[s->nkregs++].name, sizeof s->kregs[0].name, "%s", k->kernel);
+            if (j < 16 && k->registers > s->kregs[j].regs[ai]) s->kregs[j].regs[ai] = k->registers;
+            if (getenv("NJ_BWD_VERBOSE"))
+                fprintf(stderr, "%s sm_%d %s: %d regs, %d B shared\n", label, arches[ai], k->kernel, k->registers,
+                        k->shared_bytes);
+        }
+        nj_binary_free(&r.bin);
+        free(src);
+    }
+}
+
+static void test_nvrtc_no_spills(void **state)
+{
+    bwd_state *s = *state;
+    if (!s->nvrtc_ok) {
+        fprintf(stderr, "backward: NVRTC not available, spill check not run\n");
+        skip();
+    }
+    static const int64_t ln[] = {64, 768}, ln_big[] = {8, 16384}, huge[] = {2, 1 << 20}, ln_odd[] = {8, 37}, img[] = {4, 32, 14, 14};
+    static const int64_t ncl[] = {4, 16, 100};
+    static const variant vs[] = {{0, NJ_ACT_NONE},
+                                 {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
+                                 {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_GELU_ERF},
+                                 {NJ_FLAG_SCALE, NJ_ACT_SILU}};
+    for (size_t d = 0; d < 3; d++) {
+        for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
+            uint32_t f = vs[v].flags;
+            nj_problem_desc ps[11];
+            int n = 0;
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, ln_odd, 1, f), NJ_OK);
+            assert_int_equal(mk_ln_channel(&ps[n++], dts[d], f, img, 4, 1), NJ_OK);
+            assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, img, 8, 0, f), NJ_OK);
+            assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, img, 8, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 4, img, 0, f), NJ_OK);
+            assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 4, img, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 4, img, 0, f), NJ_OK);
+            assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 3, ncl, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, huge, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
+            for (int i = 0; i < n; i++) {
+                ps[i].activation = vs[v].act;
+                if (d > 0 && v % 2) ps[i].param_dtype = dts[d];
+                char label[96];
+                snprintf(label, sizeof label, "%s case %d flags 0x%x act %d", nj_dtype_name(dts[d]), i, ps[i].flags,
+                         ps[i].activation);
+                nvrtc_check(s, label, &ps[i]);
+            }
+        }
+    }
+    fprintf(stderr, "backward: most registers of any kernel: sm_80 %d, sm_90 %d\n", s->max_regs[0], s->max_regs[1]);
+    for (int j = 0; j < s->nkregs; j++)
+        fprintf(stderr, "backward:   %-22s sm_80 %3d  sm_90 %3d registers (most over the variants)\n", s->kregs[j].name,
+                s->kregs[j].regs[0], s->kregs[j].regs[1]);
+    assert_int_equal(s->spills, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -388,7 +548,8 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),           cmocka_unit_test(test_layernorm_channel),
         cmocka_unit_test(test_groupnorm),         cmocka_unit_test(test_instancenorm),
         cmocka_unit_test(test_batchnorm),         cmocka_unit_test(test_partial_outputs_and_empty),
-        cmocka_unit_test(test_offset),
+        cmocka_unit_test(test_offset),            cmocka_unit_test(test_nvrtc_no_spills),
+        cmocka_unit_test(test_row_grid_stride_and_misaligned), cmocka_unit_test(test_channels_last_wide),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -735,6 +735,7 @@ static void test_killed_writer(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(fds[0]);
+        alarm(60); /* dies on its own if the parent fails an assertion before killing it */
         g_hook_pipe = fds[1];
         nj_cache_test_mid_write_hook = mid_write_hook;
         uint8_t *p = payload_for("killed", big);
@@ -833,7 +834,10 @@ static void test_eight_processes_warm_once(void **state)
     for (int p = 0; p < WARM_PROCS; p++) {
         pids[p] = fork();
         assert_true(pids[p] >= 0);
-        if (pids[p] == 0) _exit(warm_child(f->root, log, p));
+        if (pids[p] == 0) {
+            alarm(120); /* a deadlock fails the test instead of hanging it */
+            _exit(warm_child(f->root, log, p));
+        }
     }
     for (int p = 0; p < WARM_PROCS; p++) {
         int status = 0;

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,31 @@
 
 #include "context.h"
 #include "reference.h"
+
+/* This program is linked with -Wl,--wrap=malloc,calloc,realloc (tests/CMakeLists.txt), so every
+ * allocation made by the library's code is counted here and a test can prove a path allocates nothing. */
+static _Atomic long allocations;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t m);
+void *__wrap_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n)
+{
+    allocations++;
+    return __real_malloc(n);
+}
+void *__wrap_calloc(size_t n, size_t m)
+{
+    allocations++;
+    return __real_calloc(n, m);
+}
+void *__wrap_realloc(void *p, size_t n)
+{
+    allocations++;
+    return __real_realloc(p, n);
+}
 
 typedef struct fixture {
     char dir[256];
@@ -156,6 +182,15 @@ static void test_hot_lookup_same_plan(void **state)
     assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &a), NJ_OK);
     assert_int_equal(nj_plan_get(ctx, &q, NJ_PASS_FORWARD, &b), NJ_OK);
     assert_ptr_equal(a, b);
+    /* The request path: a loaded plan is found again without a lock, a compile or an allocation. */
+    long before = allocations;
+    for (int i = 0; i < 1000; i++) assert_int_equal(nj_plan_get(ctx, &q, NJ_PASS_FORWARD, &b), NJ_OK);
+    assert_int_equal(allocations - before, 0);
+    assert_ptr_equal(a, b);
+    before = allocations; /* the probe itself must see allocations, or the zero above proves nothing */
+    void *volatile probe = malloc(16); /* volatile: gcc may drop a malloc/free pair */
+    free(probe);
+    assert_int_equal(allocations - before, 1);
     char text[4096];
     size_t len = 0;
     assert_int_equal(nj_plan_describe(a, text, sizeof text, &len), NJ_OK);

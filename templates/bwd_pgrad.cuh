@@ -1,0 +1,72 @@
+{# dgamma/dbeta for any canonical problem: a block per feature element (grid-stride over param_size)
+   walks the non-feature index space (batch axis outermost) in a fixed order, recomputing xhat from x,
+   mean and rstd, and reduces dz*xhat and dz with a fixed block tree. Included by the bwd_ templates
+   when the plan's second launch is nj_bwd_pgrad. #}
+{%
+local F = P.flags
+local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
+-- offset of operand opd with feature axes indexed by f<a> and the others by n<a>
+local function off2(opd, only_kept)
+  local fa, na = {}, {}
+  for _, a in ipairs(feat) do if not only_kept or not P.axes[a].reduce then fa[#fa + 1] = a end end
+  for _, a in ipairs(nonfeat) do if not only_kept or not P.axes[a].reduce then na[#na + 1] = a end end
+  return "(" .. offset(opd, fa, "f") .. ") + (" .. offset(opd, na, "n") .. ")"
+end
+local PB = P.launch[2].block
+local nf_in = {}
+for k = 2, #nonfeat do nf_in[#nf_in + 1] = nonfeat[k] end
+local fkept = {}
+for _, a in ipairs(feat) do if not P.axes[a].reduce then fkept[#fkept + 1] = a end end
+local nkept = {1}
+for _, a in ipairs(nf_in) do if not P.axes[a].reduce then nkept[#nkept + 1] = a end end
+if nonfeat_inner >= 2147483647 or P.param_size >= 2147483647 then error("bwd_pgrad: 32-bit walk indices") end
+%}
+
+/* The walk of one feature element: batch index n1 (run-time extent) outside, r over the other
+ * non-feature axes inside, advanced by PB without any 64-bit division. */
+NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
+{
+    NJ_SHARED(float, nj_pscratch, {{ 2 * (PB // 32) }});
+    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
+{{ bwd_pointers() }}
+{% if F.scale then %}
+    nj_tparam *DGAMMA = (nj_tparam *)A.dgamma;
+{% end %}
+{% if F.bias then %}
+    nj_tparam *DBETA = (nj_tparam *)A.dbeta;
+{% end %}
+    for (unsigned fi = blockIdx.x; fi < {{ P.param_size }}u; fi += gridDim.x) {
+        {{ split_index("fi", feat, "f", "unsigned") }}
+        const nj_i64 op = {{ offset("param", feat, "f") }};
+        const nj_i64 fx = {{ offset("x", feat, "f") }}, fdy = {{ offset("dy", feat, "f") }};
+        const nj_i64 fs = {{ offset("stats", fkept, "f") }};
+        float s1 = 0.0f, s2 = 0.0f;
+        nj_i64 n1 = threadIdx.x / {{ nonfeat_inner }}u;
+        unsigned r = threadIdx.x % {{ nonfeat_inner }}u;
+        while (n1 < A.rows) {
+            {{ split_index("r", nf_in, "n", "unsigned") }}
+            const nj_i64 os = fs + {{ offset("stats", nkept, "n") }};
+            const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
+            const float rstd = A.rstd[os];
+{{ bwd_element("X[fx + " .. offset("x", nonfeat, "n") .. "]", "DY[fdy + " .. offset("dy", nonfeat, "n") .. "]",
+               "op", "            ", true) }}
+            s1 += dz * xh;
+            s2 += dz;
+            r += {{ PB % nonfeat_inner }}u;
+            n1 += {{ PB // nonfeat_inner }};
+            if (r >= {{ nonfeat_inner }}u) {
+                r -= {{ nonfeat_inner }}u;
+                n1++;
+            }
+        }
+        nj_block_sum2<{{ PB // 32 }}>(s1, s2, nj_pscratch);
+        if (threadIdx.x == 0) {
+{% if F.scale then %}
+            if (DGAMMA) nj_store_f32(DGAMMA, op, s1);
+{% end %}
+{% if F.bias then %}
+            if (DBETA) nj_store_f32(DBETA, op, s2);
+{% end %}
+        }
+    }
+}

@@ -1,0 +1,121 @@
+{# dgamma/dbeta when the innermost canonical axis is a feature axis of stride 1 in x and dy (channels-last
+   InstanceNorm/BatchNorm/GroupNorm, very long LayerNorm rows). Included by bwd_general.cu.
+   nj_bwd_pgrad_col: a block per (tile of 32 neighbouring feature columns, split s of NJ_S): lane tx owns
+   one column, warp ty walks the non-feature index space at s * BY + ty, stepping NJ_S * BY (32 reads of
+   neighbouring elements per warp: coalesced); warp 0 adds the BY warp sums in order. With NJ_S > 1 each
+   split writes a partial row to the workspace and nj_bwd_pgrad_colsum adds the NJ_S partials of a
+   feature element in split order. Fixed split, fixed order: deterministic. #}
+{%
+local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
+local cax = P.rank
+local EC = P.axes[cax].extent
+local PB = P.launch[2].block
+local BY = PB // 32
+local NT = ceil_div(EC, 32)
+local PS = P.param_size
+local S = #P.launch >= 3 and P.workspace_fixed // (PS * 8) or 1
+if not P.axes[cax].feature or P.axes[cax].stride.x ~= 1 then error("bwd_pgrad_col: innermost axis") end
+local fouter = {}
+for _, a in ipairs(feat) do if a ~= cax then fouter[#fouter + 1] = a end end
+local nf_in = {}
+for k = 2, #nonfeat do nf_in[#nf_in + 1] = nonfeat[k] end
+local fkept, nkept = {}, {1}
+for _, a in ipairs(feat) do if not P.axes[a].reduce then fkept[#fkept + 1] = a end end
+for _, a in ipairs(nf_in) do if not P.axes[a].reduce then nkept[#nkept + 1] = a end end
+local STEP = S * BY
+%}
+
+#define NJ_S {{ S }}
+
+NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
+{
+    NJ_SHARED(float, nj_part, {{ 2 * PB }});
+    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
+{{ bwd_pointers() }}
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const unsigned ntask = {{ PS // EC * NT }}u * NJ_S;
+    for (unsigned task = blockIdx.x; task < ntask; task += gridDim.x) {
+        const unsigned s = task % NJ_S, tile = task / NJ_S;
+        const unsigned fo = tile / {{ NT }}u;
+        (void)fo;
+        const unsigned f{{ cax }} = (tile % {{ NT }}u) * 32u + tx;
+        const bool col_ok = f{{ cax }} < {{ EC }}u;
+        {{ split_index("fo", fouter, "f", "unsigned") }}
+        const nj_i64 op = {{ offset("param", feat, "f") }};
+        const nj_i64 fx = {{ offset("x", feat, "f") }}, fdy = {{ offset("dy", feat, "f") }};
+        const nj_i64 fs = {{ offset("stats", fkept, "f") }};
+        float s1 = 0.0f, s2 = 0.0f;
+        if (col_ok) {
+            const unsigned i0 = s * {{ BY }}u + ty;
+            nj_i64 n1 = i0 / {{ nonfeat_inner }}u;
+            unsigned r = i0 % {{ nonfeat_inner }}u;
+            while (n1 < A.rows) {
+                {{ split_index("r", nf_in, "n", "unsigned") }}
+                const nj_i64 os = fs + {{ offset("stats", nkept, "n") }};
+                const float mean = {{ P.flags.center and "A.mean[os]" or "0.0f" }};
+                const float rstd = A.rstd[os];
+{{ bwd_element("X[fx + " .. offset("x", nonfeat, "n") .. "]", "DY[fdy + " .. offset("dy", nonfeat, "n") .. "]",
+               "op", "                ", true) }}
+                s1 += dz * xh;
+                s2 += dz;
+                r += {{ STEP % nonfeat_inner }}u;
+                n1 += {{ STEP // nonfeat_inner }};
+                if (r >= {{ nonfeat_inner }}u) {
+                    r -= {{ nonfeat_inner }}u;
+                    n1++;
+                }
+            }
+        }
+        nj_part[threadIdx.x] = s1;
+        nj_part[{{ PB }} + threadIdx.x] = s2;
+        __syncthreads();
+        if (ty == 0 && col_ok) {
+            for (int k = 1; k < {{ BY }}; k++) {
+                s1 += nj_part[k * 32 + tx];
+                s2 += nj_part[{{ PB }} + k * 32 + tx];
+            }
+{% if S > 1 then %}
+            /* partial of split s for feature element fo * EC + column */
+            float *WS = (float *)A.workspace;
+            const nj_i64 fi = (nj_i64)fo * {{ EC }} + f{{ cax }};
+            WS[(nj_i64)s * {{ PS }} + fi] = s1;
+            WS[(nj_i64)(NJ_S + s) * {{ PS }} + fi] = s2;
+{% else %}
+{% if P.flags.scale then %}
+            if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, op, s1);
+{% end %}
+{% if P.flags.bias then %}
+            if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, op, s2);
+{% end %}
+{% end %}
+        }
+        __syncthreads(); /* nj_part is rewritten by the next task */
+    }
+}
+{% if S > 1 then %}
+{% local RB = P.launch[3].block %}
+
+NJ_KERNEL({{ P.launch[3].kernel }}, {{ RB }})
+{
+    if (!A.dgamma && !A.dbeta) return;
+    const float *WS = (const float *)A.workspace;
+    for (unsigned fi = blockIdx.x * {{ RB }}u + threadIdx.x; fi < {{ PS }}u; fi += gridDim.x * {{ RB }}u) {
+        float a = 0.0f, b = 0.0f;
+        for (int s = 0; s < NJ_S; s++) {
+            a += WS[(nj_i64)s * {{ PS }} + fi];
+            b += WS[(nj_i64)(NJ_S + s) * {{ PS }} + fi];
+        }
+        const unsigned fo = fi / {{ EC }}u;
+        const unsigned f{{ cax }} = fi % {{ EC }}u;
+        (void)fo;
+        {{ split_index("fo", fouter, "f", "unsigned") }}
+        const nj_i64 op = {{ offset("param", feat, "f") }};
+{% if P.flags.scale then %}
+        if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, op, a);
+{% end %}
+{% if P.flags.bias then %}
+        if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, op, b);
+{% end %}
+    }
+}
+{% end %}

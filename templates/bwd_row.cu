@@ -1,0 +1,222 @@
+{# Backward, ROW kind whose only feature axis (if any) is the row itself (LayerNorm, RMSNorm over the
+   last axes). Launch 1 (nj_bwd_row): a warp (rows_per_block > 1) or a block per row, grid-stride over
+   A.rows * kept_inner rows. A thread owns the same columns (chunks of V at lane, lane + TPR, ...) in
+   every row it visits, so it keeps its columns' sums of dz*xhat and dz in registers across rows; the
+   warps of a block then add theirs in warp order in shared memory, and the block writes one partial row
+   per block to the workspace (slot = blockIdx.x; the grid is fixed by the plan: NSLOT blocks).
+   Launch 2 (nj_bwd_row_pgrad): a block per 32 columns; warp w adds slots w, w + 8, ... and warp 0 adds
+   the 8 warp sums in order. Fixed work split and fixed order everywhere: deterministic.
+   Vector width P.vec assumes aligned base pointers and batch strides; the kernel checks both and runs
+   its V = 1 instance otherwise (same thread/column map per instance, so a run is still reproducible). #}
+{% include("prelude.cuh") %}
+{% include("lib_index.cuh") %}
+{% include("bwd_lib.cuh") %}
+{%
+local kept, red = kept_axes(), reduced_axes()
+if #red ~= 1 or red[1] ~= P.rank then error("bwd_row needs one innermost reduced axis") end
+local F = P.flags
+local PGRAD = #P.launch >= 2
+local B, RPB = P.block, P.rows_per_block
+local TPR = B // RPB
+local NW = B // 32
+local N = P.reduce_size
+local NSLOT = PGRAD and P.workspace_fixed // (N * 8) or 0
+-- full unrolling keeps the column sums in registers; without them a huge row must not unroll its chunks
+local CUNROLL = (PGRAD or ceil_div(N, TPR) <= 64) and "#pragma unroll" or "#pragma unroll 4"
+if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error("bwd_row: params must span the row") end
+%}
+{{ bwd_typedefs() }}
+
+#define NJ_TPR {{ TPR }}
+#define NJ_RPB {{ RPB }}
+#define NJ_N {{ N }}
+{% if PGRAD then %}
+#define NJ_NSLOT {{ NSLOT }}
+{% end %}
+
+{% local function element(c, k) %}
+{%   local po = "j + k" %}
+{{ bwd_element("xv_[k]", "dv_[k]", po, "                    ") }}
+{% end %}
+/* One thread's share of the rows: chunks of V elements at chunk index lane, lane + TPR, ... */
+template <int V>
+NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared)
+{
+    constexpr int NCH = NJ_N / V;
+    constexpr int CPT = (NCH + NJ_TPR - 1) / NJ_TPR;
+    const int lane = threadIdx.x % NJ_TPR;
+    const nj_i64 nrows = A.rows * {{ P.kept_inner }}LL;
+{{ bwd_pointers() }}
+{% if PGRAD then %}
+    const bool want_p = A.dgamma || A.dbeta;
+    float pg[CPT][V], pb[CPT][V];
+#pragma unroll
+    for (int c = 0; c < CPT; c++)
+#pragma unroll
+        for (int k = 0; k < V; k++) pg[c][k] = pb[c][k] = 0.0f;
+{% end %}
+    for (nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR; row < nrows;
+         row += (nj_i64)gridDim.x * NJ_RPB) {
+        {{ split_index("row", kept, "k") }}
+        const nj_i64 ox = {{ offset("x", kept, "k") }};
+        const nj_i64 ody = {{ offset("dy", kept, "k") }};
+        const nj_i64 odx = {{ offset("dx", kept, "k") }};
+        const nj_i64 os = {{ offset("stats", kept, "k") }};
+        const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
+        const float rstd = A.rstd[os];
+        float s1 = 0.0f, s2 = 0.0f;
+{{ CUNROLL }}
+        for (int c = 0; c < CPT; c++) {
+            const int ch = lane + c * NJ_TPR;
+            if (NCH % NJ_TPR == 0 || ch < NCH) {
+                const int j = ch * V;
+                float xv_[V], dv_[V];
+                nj_load_vec<V>(X, ox + j, xv_);
+                nj_load_vec<V>(DY, ody + j, dv_);
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+{% element() %}
+                    s1 += g;
+                    s2 += g * xh;
+{% if PGRAD then %}
+                    pg[c][k] += dz * xh;
+                    pb[c][k] += dz;
+{% end %}
+                }
+            }
+        }
+{% if RPB > 1 then %}
+        nj_warp_sum2(s1, s2);
+{% else %}
+        nj_block_sum2<{{ NW }}>(s1, s2, scratch);
+{% end %}
+{% if F.center then %}
+        const float m1 = s1 * (1.0f / (float)NJ_N);
+{% end %}
+        const float m2 = s2 * (1.0f / (float)NJ_N);
+{{ CUNROLL }}
+        for (int c = 0; c < CPT; c++) {
+            const int ch = lane + c * NJ_TPR;
+            if (NCH % NJ_TPR == 0 || ch < NCH) {
+                const int j = ch * V;
+                float xv_[V], dv_[V], o_[V];
+                nj_load_vec<V>(X, ox + j, xv_);
+                nj_load_vec<V>(DY, ody + j, dv_);
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+{% element() %}
+                    o_[k] = {{ bwd_dx_expr("g", "xh", "m1", "m2") }};
+                }
+                nj_store_vec<V>(DX, odx + j, o_);
+            }
+        }
+    }
+{% if PGRAD then %}
+    if (!want_p) return; /* uniform: the same for every thread */
+    float *WS = (float *)A.workspace + (nj_i64)blockIdx.x * NJ_N;
+{% if RPB > 1 then %}
+    /* the warps of the block add their columns in warp order (fixed), then the block writes its slot */
+    for (int w = 0; w < NJ_RPB; w++) {
+        if ((int)threadIdx.x / NJ_TPR == w) {
+#pragma unroll
+            for (int c = 0; c < CPT; c++) {
+                const int ch = lane + c * NJ_TPR;
+                if (NCH % NJ_TPR == 0 || ch < NCH) {
+#pragma unroll
+                    for (int k = 0; k < V; k++) {
+                        const int j = ch * V + k;
+                        pshared[j] = w ? pshared[j] + pg[c][k] : pg[c][k];
+                        pshared[NJ_N + j] = w ? pshared[NJ_N + j] + pb[c][k] : pb[c][k];
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int j = threadIdx.x; j < NJ_N; j += {{ B }}) {
+        WS[j] = pshared[j];
+        WS[(nj_i64)NJ_NSLOT * NJ_N + j] = pshared[NJ_N + j];
+    }
+{% else %}
+#pragma unroll
+    for (int c = 0; c < CPT; c++) {
+        const int ch = lane + c * NJ_TPR;
+        if (NCH % NJ_TPR == 0 || ch < NCH) {
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                WS[ch * V + k] = pg[c][k];
+                WS[(nj_i64)NJ_NSLOT * NJ_N + ch * V + k] = pb[c][k];
+            }
+        }
+    }
+{% end %}
+{% end %}
+}
+
+NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{
+{% if RPB == 1 then %}
+    NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
+{% else %}
+    float *const nj_scratch = 0; /* a warp per row: shuffles only */
+{% end %}
+{% if PGRAD and RPB > 1 then %}
+    NJ_SHARED(float, nj_pshared, {{ 2 * N }});
+{% else %}
+    float *const nj_pshared = 0;
+{% end %}
+{% if P.vec > 1 then %}
+{%
+  local conds = {
+    string.format("nj_aligned<%d>((const nj_tx *)A.x)", P.vec),
+    string.format("nj_aligned<%d>((const nj_tdy *)A.dy)", P.vec),
+    string.format("nj_aligned<%d>((const nj_tdx *)A.dx)", P.vec),
+    string.format("A.bstride[%d] %% %d == 0", OPD.x, P.vec),
+    string.format("A.bstride[%d] %% %d == 0", OPD.dy, P.vec),
+    string.format("A.bstride[%d] %% %d == 0", OPD.dx, P.vec),
+  }
+%}
+    /* V-wide accesses need aligned bases and batch strides; otherwise the scalar instance runs */
+    const bool vec_ok = {{ table.concat(conds, " &&\n        ") }};
+    if (vec_ok)
+        nj_bwd_row_body<{{ P.vec }}>(A, nj_scratch, nj_pshared);
+    else
+        nj_bwd_row_body<1>(A, nj_scratch, nj_pshared);
+{% else %}
+    nj_bwd_row_body<1>(A, nj_scratch, nj_pshared);
+{% end %}
+}
+{% if PGRAD then %}
+{% local PB = P.launch[2].block %}
+
+NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
+{
+    NJ_SHARED(float, nj_red, {{ 2 * PB }});
+    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int col = blockIdx.x * 32 + lane;
+    const float *WS = (const float *)A.workspace;
+    float a = 0.0f, b = 0.0f;
+    if (col < NJ_N) {
+        for (int s = w; s < NJ_NSLOT; s += {{ PB // 32 }}) {
+            a += WS[(nj_i64)s * NJ_N + col];
+            b += WS[(nj_i64)(NJ_NSLOT + s) * NJ_N + col];
+        }
+    }
+    nj_red[threadIdx.x] = a;
+    nj_red[{{ PB }} + threadIdx.x] = b;
+    __syncthreads();
+    if (w == 0 && col < NJ_N) {
+        for (int v = 1; v < {{ PB // 32 }}; v++) {
+            a += nj_red[v * 32 + lane];
+            b += nj_red[{{ PB }} + v * 32 + lane];
+        }
+{% if F.scale then %}
+        if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, col, a);
+{% end %}
+{% if F.bias then %}
+        if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, col, b);
+{% end %}
+    }
+}
+{% end %}
