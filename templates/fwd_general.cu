@@ -5,6 +5,7 @@
    that re-reads x and writes y. gamma/beta offsets come from the PARAM strides of every axis. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
+{% include("fwd_lib.cuh") %}
 {%
 local kept, red = kept_axes(), reduced_axes()
 if #red == 0 then error("fwd_general: no reduced axis") end
@@ -16,17 +17,7 @@ local NW = B // 32
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 %}
 
-typedef {{ P.ctype.x }} nj_tx;
-typedef {{ P.ctype.y }} nj_ty;
-{% if F.residual then %}
-typedef {{ P.ctype.res }} nj_tres;
-{% end %}
-{% if F.resout then %}
-typedef {{ P.ctype.resout }} nj_tresout;
-{% end %}
-{% if has_param then %}
-typedef {{ P.ctype.param }} nj_tparam;
-{% end %}
+{% fwd_typedefs() %}
 
 #define NJ_N {{ P.reduce_size }}LL
 
@@ -45,33 +36,10 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     NJ_SHARED(float, nj_scratch, {{ NW }});
 {% end %}
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
-    const nj_tx *X = (const nj_tx *)A.x;
-    nj_ty *Y = (nj_ty *)A.y;
-{% if F.residual then %}
-    const nj_tres *RES = (const nj_tres *)A.res;
-{% end %}
-{% if F.resout then %}
-    nj_tresout *RESOUT = (nj_tresout *)A.res_out;
-{% end %}
-{% if F.scale then %}
-    const nj_tparam *GAMMA = (const nj_tparam *)A.gamma;
-{% end %}
-{% if F.bias then %}
-    const nj_tparam *BETA = (const nj_tparam *)A.beta;
-{% end %}
+{% fwd_pointers() %}
     for (nj_i64 st = blockIdx.x; st < nstat; st += gridDim.x) {
         {{ split_index("st", kept, "k") }}
-        const nj_i64 ox = {{ offset("x", kept, "k") }};
-        const nj_i64 oy = {{ offset("y", kept, "k") }};
-{% if F.residual then %}
-        const nj_i64 ores = {{ offset("res", kept, "k") }};
-{% end %}
-{% if F.resout then %}
-        const nj_i64 oresout = {{ offset("resout", kept, "k") }};
-{% end %}
-{% if has_param then %}
-        const nj_i64 op = {{ offset("param", kept, "k") }};
-{% end %}
+{% fwd_offsets(kept, "k") %}
 {% if F.center then %}
         nj_welford w = nj_welford_init();
 {% else %}

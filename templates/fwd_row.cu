@@ -9,6 +9,7 @@
    the kernel checks both at run time and falls back to its vec = 1 instance, so no caller has to. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
+{% include("fwd_lib.cuh") %}
 {%
 local red = reduced_axes()
 local kept = kept_axes()
@@ -61,17 +62,7 @@ if F.scale and param_vec then vec_ptrs[#vec_ptrs + 1] = {"param", "GAMMA"} end
 if F.bias and param_vec then vec_ptrs[#vec_ptrs + 1] = {"param", "BETA"} end
 %}
 
-typedef {{ P.ctype.x }} nj_tx;
-typedef {{ P.ctype.y }} nj_ty;
-{% if F.residual then %}
-typedef {{ P.ctype.res }} nj_tres;
-{% end %}
-{% if F.resout then %}
-typedef {{ P.ctype.resout }} nj_tresout;
-{% end %}
-{% if has_param then %}
-typedef {{ P.ctype.param }} nj_tparam;
-{% end %}
+{% fwd_typedefs() %}
 
 #define NJ_TPR {{ TPR }}
 #define NJ_RPB {{ RPB }}
@@ -91,34 +82,11 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
     constexpr nj_i64 NCH = NJ_N / V;
     const int lane = threadIdx.x % NJ_TPR;
     const nj_i64 nrows = A.rows * {{ P.kept_inner }}LL;
-    const nj_tx *X = (const nj_tx *)A.x;
-    nj_ty *Y = (nj_ty *)A.y;
-{% if F.residual then %}
-    const nj_tres *RES = (const nj_tres *)A.res;
-{% end %}
-{% if F.resout then %}
-    nj_tresout *RESOUT = (nj_tresout *)A.res_out;
-{% end %}
-{% if F.scale then %}
-    const nj_tparam *GAMMA = (const nj_tparam *)A.gamma;
-{% end %}
-{% if F.bias then %}
-    const nj_tparam *BETA = (const nj_tparam *)A.beta;
-{% end %}
+{% fwd_pointers() %}
     for (nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR; row < nrows;
          row += (nj_i64)gridDim.x * NJ_RPB) {
         {{ split_index("row", kept, "k") }}
-        const nj_i64 ox = {{ offset("x", kept, "k") }};
-        const nj_i64 oy = {{ offset("y", kept, "k") }};
-{% if F.residual then %}
-        const nj_i64 ores = {{ offset("res", kept, "k") }};
-{% end %}
-{% if F.resout then %}
-        const nj_i64 oresout = {{ offset("resout", kept, "k") }};
-{% end %}
-{% if has_param then %}
-        const nj_i64 op = {{ offset("param", kept, "k") }};
-{% end %}
+{% fwd_offsets(kept, "k") %}
 {% if F.scale and param_row then %}
         const float g_row = nj_load_f32(GAMMA, op);
 {% end %}
