@@ -109,22 +109,27 @@ static int32_t plan_row_vec(const nj_canon *c)
 
 static int32_t plan_round32(int64_t n) { return (int32_t)(plan_ceil_div(n, 32) * 32); }
 
-static void plan_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult, int64_t row_div,
-                        const nj_device_props *dev)
+void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult, int64_t row_div,
+                        int32_t grid_x, const nj_device_props *dev)
 {
     nj_launch *l = &pp->launch[pp->nlaunch++];
     memset(l, 0, sizeof *l);
     snprintf(l->kernel, sizeof l->kernel, "%s", kernel);
     l->block[0] = block;
     l->block[1] = l->block[2] = 1;
+    l->grid_x = grid_x;
     l->grid_y = l->grid_z = 1;
     l->row_mult = row_mult;
     l->row_div = row_div;
     /* enough blocks for two full waves of resident blocks; more rows loop inside the kernel */
     int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
     int64_t per_sm = 2048 / block > 0 ? 2048 / block : 1;
-    l->grid_x_cap = (int64_t)sms * per_sm * 2;
+    l->grid_x_cap = grid_x > 0 ? 0 : (int64_t)sms * per_sm * 2;
 }
+
+/* One warp for tiny walks (a block's worth of idle threads per statistic would cost occupancy), up to
+ * 512 threads for long ones. */
+int32_t nj_plan_walk_block(int64_t n) { return n >= 8192 ? 512 : n >= 1024 ? 256 : n > 64 ? 128 : 32; }
 
 static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
@@ -156,7 +161,7 @@ static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_
             pp->regs_cache = 0;
         }
     }
-    plan_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, dev);
+    nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0, dev);
     return NJ_OK;
 }
 
@@ -169,9 +174,8 @@ static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev,
     pp->split = 1;
     pp->regs_cache = 0;
     int64_t n = c->reduce_size;
-    /* one warp for tiny reductions: a block's worth of idle threads per statistic would cost occupancy */
-    pp->block = n >= 8192 ? 512 : n >= 1024 ? 256 : n > 64 ? 128 : 32;
-    plan_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, dev);
+    pp->block = nj_plan_walk_block(n);
+    nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, 0, dev);
     return NJ_OK;
 }
 
@@ -187,7 +191,7 @@ static nj_status plan_fwd_column(const nj_canon *c, const nj_device_props *dev, 
     pp->rows_per_block = 1;
     pp->split = 1;
     pp->block = 256;
-    plan_launch(pp, "nj_fwd_column", pp->block, c->kept_inner / ec * plan_ceil_div(ec, 32), 1, dev);
+    nj_plan_add_launch(pp, "nj_fwd_column", pp->block, c->kept_inner / ec * plan_ceil_div(ec, 32), 1, 0, dev);
     return NJ_OK;
 }
 

@@ -53,6 +53,13 @@ typedef struct nj_plan_params {
 
 NJ_HIDDEN nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *out);
 
+/* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) capped at
+ * two waves of resident blocks (kernels loop over the rest). Shared by the forward and backward planners. */
+NJ_HIDDEN void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult,
+                                  int64_t row_div, int32_t grid_x, const nj_device_props *dev);
+/* Threads of a block that walks n elements of one statistic. */
+NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
+
 /* Grid of a launch for `rows` batch rows. */
 NJ_HIDDEN void nj_launch_grid(const nj_launch *l, int64_t rows, uint32_t grid[3]);
 

@@ -12,26 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void bwd_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult, int32_t grid_x,
-                       const nj_device_props *dev)
-{
-    nj_launch *l = &pp->launch[pp->nlaunch++];
-    memset(l, 0, sizeof *l);
-    snprintf(l->kernel, sizeof l->kernel, "%s", kernel);
-    l->block[0] = block;
-    l->block[1] = l->block[2] = 1;
-    l->grid_x = grid_x;
-    l->grid_y = l->grid_z = 1;
-    l->row_mult = row_mult;
-    l->row_div = 1;
-    /* two waves of resident blocks; more statistics loop inside the kernel */
-    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
-    int64_t per_sm = 2048 / block > 0 ? 2048 / block : 1;
-    l->grid_x_cap = grid_x > 0 ? 0 : (int64_t)sms * per_sm * 2;
-}
-
-/* Threads for a block that walks n elements: one warp for tiny walks, up to 512 for long ones. */
-static int32_t bwd_walk_block(int64_t n) { return n >= 8192 ? 512 : n >= 1024 ? 256 : n > 64 ? 128 : 32; }
 
 /* Blocks of the parameter-gradient launch: one per feature element, at most two waves. */
 static int32_t bwd_pgrad_grid(const nj_canon *c, const nj_device_props *dev, int32_t block)
@@ -64,10 +44,10 @@ static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_pla
     if (split < 1) split = 1;
     if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
     int64_t blocks = tiles * split;
-    bwd_launch(pp, "nj_bwd_pgrad_col", 256, 1, (int32_t)(blocks < want * 4 ? blocks : want * 4), dev);
+    nj_plan_add_launch(pp, "nj_bwd_pgrad_col", 256, 1, 1, (int32_t)(blocks < want * 4 ? blocks : want * 4), dev);
     if (split > 1) {
         int64_t g = (c->param_size + 255) / 256;
-        bwd_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, (int32_t)(g < want ? g : want), dev);
+        nj_plan_add_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, 1, (int32_t)(g < want ? g : want), dev);
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }
 }
@@ -80,7 +60,7 @@ static void bwd_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_pla
     } else if (c->param_size > 0) {
         /* the walk per feature element is batch-dependent (run-time): a mid-size block covers both */
         int32_t pb = 256;
-        bwd_launch(pp, "nj_bwd_pgrad", pb, 1, bwd_pgrad_grid(c, dev, pb), dev);
+        nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, bwd_pgrad_grid(c, dev, pb), dev);
     }
 }
 
@@ -92,8 +72,8 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
     pp->rows_per_block = 1;
     pp->split = 1;
     pp->regs_cache = 0;
-    pp->block = bwd_walk_block(c->reduce_size);
-    bwd_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 0, dev);
+    pp->block = nj_plan_walk_block(c->reduce_size);
+    nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0, dev);
     bwd_plan_pgrad(c, dev, pp);
     return NJ_OK;
 }
@@ -159,7 +139,7 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     }
     int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
     if (c->param_size == 0) {
-        bwd_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 0, dev);
+        nj_plan_add_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 1, 0, dev);
         pp->launch[0].row_div = pp->rows_per_block;
         return NJ_OK;
     }
@@ -167,8 +147,8 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     /* 512-thread blocks of long rows hold ~100 registers a thread: one block an SM */
     int32_t per_sm = pp->block >= 512 ? 1 : 1024 / pp->block;
     int32_t nslot = sms * per_sm;
-    bwd_launch(pp, "nj_bwd_row", pp->block, 1, nslot, dev);
-    bwd_launch(pp, "nj_bwd_row_pgrad", 256, 1, (int32_t)((n + 31) / 32), dev);
+    nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot, dev);
+    nj_plan_add_launch(pp, "nj_bwd_row_pgrad", 256, 1, 1, (int32_t)((n + 31) / 32), dev);
     pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
     return NJ_OK;
 }
@@ -184,7 +164,7 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     pp->rows_per_block = 1;
     pp->split = 1;
     pp->block = 256;
-    bwd_launch(pp, "nj_bwd_column", pp->block, c->kept_inner / ec * ((ec + 31) / 32), 0, dev);
+    nj_plan_add_launch(pp, "nj_bwd_column", pp->block, c->kept_inner / ec * ((ec + 31) / 32), 1, 0, dev);
     bwd_plan_pgrad(c, dev, pp);
     return NJ_OK;
 }
