@@ -5,6 +5,7 @@
  *   P.kind            "row" | "column" | "general"
  *   P.family          "row" | "general" | "param_grad" | "column"
  *   P.block, P.vec, P.rows_per_block, P.split, P.regs_cache      plan parameters (integers)
+ *   P.unaligned       true for the unaligned variant (vec 1; the launch picked it for misaligned arguments)
  *   P.rank            number of canonical axes, batch axis included
  *   P.axes[1..rank]   {extent=, reduce=bool, feature=bool, runtime=bool,
  *                      stride={x=,y=,res=,resout=,dy=,dx=,param=,stats=}}   (elements)
@@ -165,6 +166,8 @@ nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_par
     env_int(L, "rows_per_block", pp->rows_per_block);
     env_int(L, "split", pp->split);
     env_int(L, "regs_cache", pp->regs_cache);
+    lua_pushboolean(L, pp->unaligned != 0);
+    lua_setfield(L, -2, "unaligned");
     env_int(L, "rank", c->rank);
     lua_createtable(L, c->rank, 0);
     for (int i = 0; i < c->rank; i++) {

@@ -266,16 +266,26 @@ static nj_status nj_plan_lookup(nj_context *ctx, const nj_problem_desc *p, nj_pl
 }
 
 /* Kernels of a pass, built on first use (compile or disk). */
-nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_kernelset **out)
+nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_variant v, nj_kernelset **out)
 {
-    _Atomic(nj_kernelset *) *slot = &plan->pass[pass == NJ_PASS_BACKWARD];
+    _Atomic(nj_kernelset *) *slot = &plan->pass[pass == NJ_PASS_BACKWARD][v];
     nj_kernelset *ks = atomic_load_explicit(slot, memory_order_acquire);
     if (!ks) {
-        NJ_TRY(nj_kernels_for(plan->ctx, &plan->canon, pass, 1, &ks, NULL));
+        NJ_TRY(nj_kernels_for(plan->ctx, &plan->canon, pass, v, 1, &ks, NULL));
         atomic_store_explicit(slot, ks, memory_order_release);
     }
     *out = ks;
     return NJ_OK;
+}
+
+/* A context that never compiles serves requests that may be captured in a CUDA graph, where loading a
+ * module is best avoided: it loads the unaligned variant now when the cache has it (warmup puts it
+ * there). Missing, it is only reported if a misaligned call ever needs it. */
+static void nj_plan_preload_unaligned(nj_plan *plan, nj_pass pass, const nj_kernelset *main)
+{
+    nj_kernelset *ks;
+    if (!(plan->ctx->opts.flags & NJ_CTX_NO_COMPILE) || main->params.align_opds == 0) return;
+    if (nj_plan_ensure(plan, pass, NJ_VARIANT_UNALIGNED, &ks) != NJ_OK) nj_error_clear();
 }
 
 nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes, nj_plan **out)
@@ -288,14 +298,33 @@ nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes
                  p->struct_size, sizeof *p);
     nj_plan *plan;
     NJ_TRY(nj_plan_lookup(ctx, p, &plan));
-    nj_kernelset *ks;
-    if ((passes & NJ_PASS_FORWARD) && nj_context_backend(ctx) != NJ_BACKEND_COMPILE_ONLY)
-        NJ_TRY(nj_plan_ensure(plan, NJ_PASS_FORWARD, &ks));
-    if ((passes & NJ_PASS_BACKWARD) && nj_context_backend(ctx) != NJ_BACKEND_COMPILE_ONLY)
-        NJ_TRY(nj_plan_ensure(plan, NJ_PASS_BACKWARD, &ks));
-    if (nj_context_backend(ctx) == NJ_BACKEND_COMPILE_ONLY && passes)
-        NJ_TRY(nj_context_warm(ctx, p, passes, NULL, NULL));
+    if (nj_context_backend(ctx) == NJ_BACKEND_COMPILE_ONLY) {
+        if (passes) NJ_TRY(nj_context_warm(ctx, p, passes, NULL, NULL));
+        *out = plan;
+        return NJ_OK;
+    }
+    for (uint32_t pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
+        if (!(passes & pass)) continue;
+        nj_kernelset *ks;
+        NJ_TRY(nj_plan_ensure(plan, (nj_pass)pass, NJ_VARIANT_MAIN, &ks));
+        nj_plan_preload_unaligned(plan, (nj_pass)pass, ks);
+    }
     *out = plan;
+    return NJ_OK;
+}
+
+/* Warms one variant of one pass; *done counts a compile, *total a kernel set that is distinct. */
+static nj_status nj_warm_variant(nj_context *ctx, const nj_canon *c, nj_pass pass, nj_variant v, int32_t *done,
+                                 int32_t *total)
+{
+    if (v == NJ_VARIANT_UNALIGNED) {
+        nj_plan_params pp;
+        NJ_TRY(nj_plan_pass(c, pass, &ctx->backend->props, &pp));
+        if (pp.align_opds == 0) return NJ_OK; /* the main kernels serve every argument */
+    }
+    nj_kernelset *ks;
+    NJ_TRY(nj_kernels_for(ctx, c, pass, v, 0, &ks, done));
+    (*total)++;
     return NJ_OK;
 }
 
@@ -304,12 +333,14 @@ nj_status nj_context_warm(nj_context *ctx, const nj_problem_desc *p, uint32_t pa
 {
     nj_canon c;
     NJ_TRY(nj_canonicalize(p, &c));
+    uint32_t which = passes & (NJ_WARM_MAIN | NJ_WARM_UNALIGNED);
+    if (!which) which = NJ_WARM_MAIN | NJ_WARM_UNALIGNED;
     int32_t done = 0, total = 0;
     for (int pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
         if (!(passes & (uint32_t)pass)) continue;
-        nj_kernelset *ks;
-        NJ_TRY(nj_kernels_for(ctx, &c, (nj_pass)pass, 0, &ks, &done));
-        total++;
+        if (which & NJ_WARM_MAIN) NJ_TRY(nj_warm_variant(ctx, &c, (nj_pass)pass, NJ_VARIANT_MAIN, &done, &total));
+        if (which & NJ_WARM_UNALIGNED)
+            NJ_TRY(nj_warm_variant(ctx, &c, (nj_pass)pass, NJ_VARIANT_UNALIGNED, &done, &total));
     }
     if (compiled) *compiled = done;
     if (cached) *cached = total - done;

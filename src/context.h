@@ -24,8 +24,12 @@ NJ_HIDDEN nj_status nj_context_explain(nj_context *ctx, const nj_problem_desc *p
                                        nj_pass_info *out);
 
 /* Makes sure the kernels of `passes` are in the cache (compiling what is missing) without loading them:
- * works with the compile-only backend. *compiled (optional) gets the number of passes compiled now,
- * *cached the number found already cached. Thread-safe; used by `normjit warmup --jobs N`. */
+ * works with the compile-only backend. Both variants of each pass (nj_plan_variant) unless `passes` also
+ * holds one of the NJ_WARM_* bits. *compiled (optional) gets the number of kernel sets compiled now,
+ * *cached the number found already cached (a pass whose unaligned variant is its main kernels counts
+ * once). Thread-safe; used by `normjit warmup --jobs N`. */
+#define NJ_WARM_MAIN 0x100u      /* only the main variant */
+#define NJ_WARM_UNALIGNED 0x200u /* only the unaligned variant, where it differs from the main one */
 NJ_HIDDEN nj_status nj_context_warm(nj_context *ctx, const nj_problem_desc *p, uint32_t passes, int32_t *compiled,
                                     int32_t *cached);
 

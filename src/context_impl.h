@@ -29,7 +29,8 @@ struct nj_plan {
     int64_t rows;
     int64_t bstride[NJ_OPD_COUNT];
     int64_t numel;
-    _Atomic(nj_kernelset *) pass[2]; /* [0] forward, [1] backward; NULL until built */
+    /* [0] forward, [1] backward; [nj_variant]; NULL until built */
+    _Atomic(nj_kernelset *) pass[2][NJ_VARIANT_COUNT];
     uint32_t keylen;
     uint64_t keyhash;
     unsigned char key[]; /* nj_problem_key bytes */
@@ -61,11 +62,11 @@ struct nj_context {
 };
 
 /* context.c */
-NJ_HIDDEN nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_kernelset **out);
+NJ_HIDDEN nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_variant v, nj_kernelset **out);
 
 /* kernels.c */
-NJ_HIDDEN nj_status nj_kernels_for(nj_context *ctx, const nj_canon *c, nj_pass pass, int load, nj_kernelset **out,
-                                   int32_t *compiled);
+NJ_HIDDEN nj_status nj_kernels_for(nj_context *ctx, const nj_canon *c, nj_pass pass, nj_variant v, int load,
+                                   nj_kernelset **out, int32_t *compiled);
 NJ_HIDDEN char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_plan_params *pp);
 NJ_HIDDEN const char *nj_binary_ext(nj_context *ctx);
 NJ_HIDDEN void nj_kernelsets_free(nj_context *ctx);

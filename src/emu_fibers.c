@@ -64,6 +64,7 @@ typedef struct nj_emu_runtime {
     unsigned long long (*warp)(int kind, unsigned mask, unsigned long long v, int arg, int width, int line);
     void (*csync)(int line);
     void *(*cmap)(const void *p, unsigned rank, int line);
+    void (*misaligned)(const void *p, unsigned bytes, int line);
 } nj_emu_runtime;
 
 /* Warp operation kinds, as in emu.h. */
@@ -150,9 +151,10 @@ static void *rt_shared(const void *key, size_t bytes, size_t align, int line);
 static unsigned long long rt_warp(int kind, unsigned mask, unsigned long long v, int arg, int width, int line);
 static void rt_csync(int line);
 static void *rt_cmap(const void *p, unsigned rank, int line);
+static void rt_misaligned(const void *p, unsigned bytes, int line);
 
 static nj_emu_runtime g_rt = {NJ_EMU_ABI_VERSION, sizeof(nj_emu_runtime), NULL, {0, 0, 0}, {0, 0, 0}, {1, 1, 1},
-                              rt_sync, rt_shared, rt_warp, rt_csync, rt_cmap};
+                              rt_sync, rt_shared, rt_warp, rt_csync, rt_cmap, rt_misaligned};
 
 const void *nj_emu_runtime_table(void) { return &g_rt; }
 unsigned nj_emu_runtime_size(void) { return (unsigned)sizeof(nj_emu_runtime); }
@@ -587,6 +589,16 @@ static void *rt_cmap(const void *p, unsigned rank, int line)
         fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: %s passes a pointer outside its block's shared "
                                "memory to nj_cluster_map at line %d", s->l->name, thread_name(f, n, sizeof n), line));
     return s->blocks[rank].arena + ((const char *)p - base);
+}
+
+/* A vector access at an address that is not a multiple of its size: a GPU stops the kernel with
+ * "misaligned address"; so does the emulator. */
+static void rt_misaligned(const void *p, unsigned bytes, int line)
+{
+    emu_sched *s = &g_s;
+    char n[80];
+    fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: %s makes a misaligned %u-byte vector access at %p (line %d)",
+                           s->l->name, thread_name(s->cur, n, sizeof n), bytes, p, line));
 }
 
 /* ---------------------------------------------------------------- pools */

@@ -61,7 +61,7 @@ nj_status nj_plan_describe(const nj_plan *plan, char *buf, size_t cap, size_t *l
         nj_plan_params pp;
         if (nj_plan_pass(&plan->canon, (nj_pass)pass, &plan->ctx->backend->props, &pp) != NJ_OK) continue;
         char *text = nj_plan_text(&pp);
-        nj_kernelset *ks = atomic_load(&((nj_plan *)plan)->pass[pass == NJ_PASS_BACKWARD]);
+        nj_kernelset *ks = atomic_load(&((nj_plan *)plan)->pass[pass == NJ_PASS_BACKWARD][NJ_VARIANT_MAIN]);
         nj_buf_printf(&b, "%s %s [%s]\n", pass == NJ_PASS_FORWARD ? "fwd" : "bwd", text ? text : "?",
                       ks ? ks->hash : "not loaded");
         free(text);

@@ -146,11 +146,11 @@ static nj_status nj_kernelset_wait(nj_context *ctx, nj_kernelset *ks)
     return nj_fail(ks->error, "%s", ks->error_detail ? ks->error_detail : "kernel build failed");
 }
 
-nj_status nj_kernels_for(nj_context *ctx, const nj_canon *c, nj_pass pass, int load, nj_kernelset **out,
+nj_status nj_kernels_for(nj_context *ctx, const nj_canon *c, nj_pass pass, nj_variant v, int load, nj_kernelset **out,
                          int32_t *compiled)
 {
     nj_plan_params pp;
-    NJ_TRY(nj_plan_pass(c, pass, &ctx->backend->props, &pp));
+    NJ_TRY(nj_plan_variant(c, pass, v, &ctx->backend->props, &pp));
     char *sig = nj_signature_text(ctx, c, &pp);
     NJ_RETURN_IF(!sig, NJ_ERR_OUT_OF_MEMORY, "signature text");
     char hash[33];

@@ -1,8 +1,10 @@
 /* nj_forward / nj_backward: check the caller's pointers against the problem's flags, fill the kernel
- * argument block and launch each kernel of the pass. Nothing here allocates or compiles once a plan's
+ * argument block, pick the kernel variant the pointers' alignment allows and launch each kernel of the
+ * pass. Nothing here allocates or compiles once a plan's
  * kernels are loaded, so launches are safe to capture in CUDA graphs. */
 #include "context_impl.h"
 
+#include <stdint.h>
 #include <string.h>
 
 /* A pointer the flags require must be given, one they exclude must be NULL (a mismatch is almost
@@ -15,10 +17,31 @@ static nj_status nj_want(const void *ptr, uint32_t needed, const char *name)
     return NJ_OK;
 }
 
+static bool nj_addr_fits(const void *p, int64_t bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
+
+/* True when every operand the kernels access vec elements at a time has an address and a batch stride
+ * that are multiples of vec elements (the plan's align_opds). NULL pointers (an unused optional
+ * operand) do not count. */
+static bool nj_args_fit(const nj_plan *plan, const nj_plan_params *pp, const nj_kargs *ka)
+{
+    const void *ptr[NJ_OPD_COUNT] = {ka->x, ka->y, ka->res, ka->res_out, ka->dy, ka->dx, ka->gamma, NULL};
+    for (int o = 0; o < NJ_OPD_COUNT; o++) {
+        if (!(pp->align_opds & (1u << o))) continue;
+        int64_t bytes = (int64_t)pp->vec * (int64_t)nj_dtype_size((nj_dtype)plan->canon.dtype[o]);
+        if (bytes <= 1) continue;
+        if (!nj_addr_fits(ptr[o], bytes)) return false;
+        if (o == NJ_OPD_PARAM && !nj_addr_fits(ka->beta, bytes)) return false;
+        if (o != NJ_OPD_PARAM && plan->bstride[o] % pp->vec != 0) return false;
+    }
+    return true;
+}
+
 static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream)
 {
     nj_kernelset *ks;
-    NJ_TRY(nj_plan_ensure(plan, pass, &ks));
+    NJ_TRY(nj_plan_ensure(plan, pass, NJ_VARIANT_MAIN, &ks));
+    if (ks->params.align_opds && !nj_args_fit(plan, &ks->params, ka))
+        NJ_TRY(nj_plan_ensure(plan, pass, NJ_VARIANT_UNALIGNED, &ks));
     ka->rows = plan->rows;
     memcpy(ka->bstride, plan->bstride, sizeof ka->bstride);
     /* A zero batch leaves only fixed-grid launches (e.g. zeroing dgamma/dbeta, the sum over nothing). */

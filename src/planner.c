@@ -5,9 +5,9 @@
  *    get a warp each (4 rows per 128-thread block), longer rows a block each; the row stays in registers when a thread's share fits (regs_cache), else
  *    the kernel streams x twice. The vector width is the widest of 8/4/2 that divides the row, keeps
  *    every access within 16 bytes and matches the layout of every operand (unit stride along the row,
- *    kept strides multiples of it). Base pointers and batch strides are run-time values: the kernel
- *    checks them and runs its vec = 1 instance when they are not aligned, so the plan stays valid for any
- *    pointer (the context needs no fallback plan).
+ *    kept strides multiples of it). Base pointers and batch strides are run-time values: the plan names
+ *    the operands that need them aligned (align_opds) and the launch runs the unaligned variant
+ *    (nj_plan_variant) when they are not.
  *  - COLUMN kind with at least 16 contiguous kept columns -> fwd_column.cu: coalesced tiles of 32 columns.
  *  - everything else -> fwd_general.cu: a block per statistic walking the reduction.
  * Everything here is a function of (canonical problem, pass, device props) and goes into nj_plan_text. */
@@ -131,6 +131,18 @@ void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, i
  * 512 threads for long ones. */
 int32_t nj_plan_walk_block(int64_t n) { return n >= 8192 ? 512 : n >= 1024 ? 256 : n > 64 ? 128 : 32; }
 
+/* Operands fwd_row.cu reads or writes vec elements at a time: the activations, and gamma/beta when they
+ * run along the row (not when constant along it: then one value is loaded per chunk). */
+static uint32_t plan_fwd_row_align(const nj_canon *c)
+{
+    uint32_t m = 1u << NJ_OPD_X | 1u << NJ_OPD_Y;
+    if (c->flags & NJ_FLAG_RESIDUAL) m |= 1u << NJ_OPD_RES;
+    if (c->flags & NJ_FLAG_RESIDUAL_OUT) m |= 1u << NJ_OPD_RESOUT;
+    if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->axes[c->rank - 1].stride[NJ_OPD_PARAM] != 0)
+        m |= 1u << NJ_OPD_PARAM;
+    return m;
+}
+
 static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
@@ -161,6 +173,7 @@ static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_
             pp->regs_cache = 0;
         }
     }
+    if (vec > 1) pp->align_opds = plan_fwd_row_align(c);
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0, dev);
     return NJ_OK;
 }
@@ -217,6 +230,20 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
     return nj_fail(NJ_ERR_BAD_ARGUMENT, "planner: unknown pass %d", (int)pass);
 }
 
+nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,
+                          nj_plan_params *out)
+{
+    NJ_TRY(nj_plan_pass(c, pass, dev, out));
+    NJ_RETURN_IF(v != NJ_VARIANT_MAIN && v != NJ_VARIANT_UNALIGNED, NJ_ERR_BAD_ARGUMENT, "planner: variant %d", (int)v);
+    if (v == NJ_VARIANT_MAIN || out->align_opds == 0) return NJ_OK;
+    /* Same blocks, launches and workspace (the caller sized it for the main plan); scalar accesses. */
+    out->vec = 1;
+    out->regs_cache = 0;
+    out->unaligned = 1;
+    out->align_opds = 0;
+    return NJ_OK;
+}
+
 void nj_launch_grid(const nj_launch *l, int64_t rows, uint32_t grid[3])
 {
     int64_t gx = l->grid_x;
@@ -258,11 +285,11 @@ char *nj_plan_text(const nj_plan_params *pp)
     nj_buf b;
     nj_buf_init(&b);
     nj_buf_printf(&b, "pass=%s family=%s template=%s block=%d vec=%d rows_per_block=%d split=%d regs_cache=%d "
-                      "workspace=%llu+%llu*rows launches=%d",
+                      "variant=%s align=0x%x workspace=%llu+%llu*rows launches=%d",
                   pp->pass == NJ_PASS_BACKWARD ? "bwd" : "fwd", plan_family_name(pp->family),
                   pp->template_name ? pp->template_name : "-", pp->block, pp->vec, pp->rows_per_block, pp->split,
-                  pp->regs_cache, (unsigned long long)pp->workspace_fixed, (unsigned long long)pp->workspace_per_row,
-                  pp->nlaunch);
+                  pp->regs_cache, pp->unaligned ? "unaligned" : "main", pp->align_opds,
+                  (unsigned long long)pp->workspace_fixed, (unsigned long long)pp->workspace_per_row, pp->nlaunch);
     for (int i = 0; i < pp->nlaunch && i < NJ_MAX_LAUNCHES; i++) {
         nj_buf_append(&b, " [", 2);
         plan_launch_text(&b, &pp->launch[i]);

@@ -45,6 +45,10 @@ typedef struct nj_plan_params {
     int32_t rows_per_block; /* rows handled by one block (warp-per-row variants > 1) */
     int32_t split;       /* blocks cooperating on one row (1 = none) */
     int32_t regs_cache;  /* elements per thread kept in registers (0 = re-read x) */
+    int32_t unaligned;   /* 1: the variant for arguments the main plan's vector width does not fit */
+    uint32_t align_opds; /* bits (1 << nj_operand): operands whose base address must be a multiple of vec
+                            elements, and whose batch stride a multiple of vec (PARAM has none), for the
+                            launch to use these kernels; else the unaligned variant runs */
     int32_t nlaunch;
     nj_launch launch[NJ_MAX_LAUNCHES];
     uint64_t workspace_per_row; /* workspace bytes = workspace_fixed + rows * workspace_per_row */
@@ -52,6 +56,16 @@ typedef struct nj_plan_params {
 } nj_plan_params;
 
 NJ_HIDDEN nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *out);
+
+/* Kernel variants of one pass. MAIN assumes the alignment its align_opds name (vector accesses); the
+ * launch checks the caller's pointers and batch strides and runs UNALIGNED otherwise: vec 1, the row
+ * streamed with rolled loops. Keeping the rare case out of the main kernel halves its compile time; it
+ * is compiled on first need, and by warmup. A plan with vec 1 is its own unaligned variant (same
+ * signature). */
+typedef enum nj_variant { NJ_VARIANT_MAIN = 0, NJ_VARIANT_UNALIGNED = 1 } nj_variant;
+#define NJ_VARIANT_COUNT 2
+NJ_HIDDEN nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,
+                                    nj_plan_params *out);
 
 /* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) capped at
  * two waves of resident blocks (kernels loop over the rest). Shared by the forward and backward planners. */

@@ -98,7 +98,8 @@ static bool bwd_row_ok(const nj_canon *c)
 }
 
 /* Widest vector width for x, dy, dx along the row: a chunk stays in the row, within 16 bytes, and
- * starts aligned (kept strides multiples of it). Pointers and batch strides are checked at run time. */
+ * starts aligned (kept strides multiples of it). Pointers and batch strides are checked at launch
+ * (align_opds; nj_plan_variant). */
 static int32_t bwd_row_vec(const nj_canon *c)
 {
     static const nj_operand opds[] = {NJ_OPD_X, NJ_OPD_DY, NJ_OPD_DX};
@@ -125,6 +126,7 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     pp->family = NJ_FAMILY_ROW;
     pp->template_name = "bwd_row.cu";
     pp->vec = bwd_row_vec(c);
+    if (pp->vec > 1) pp->align_opds = 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX;
     pp->split = 1;
     pp->regs_cache = 0;
     if (n <= NJ_BWD_WARP_ROW) {

@@ -6,8 +6,8 @@
    per block to the workspace (slot = blockIdx.x; the grid is fixed by the plan: NSLOT blocks).
    Launch 2 (nj_bwd_row_pgrad): a block per 32 columns; warp w adds slots w, w + 8, ... and warp 0 adds
    the 8 warp sums in order. Fixed work split and fixed order everywhere: deterministic.
-   Vector width P.vec assumes aligned base pointers and batch strides; the kernel checks both and runs
-   its V = 1 instance otherwise (same thread/column map per instance, so a run is still reproducible). #}
+   Vector width P.vec assumes aligned base pointers and batch strides: the launch checks them (the
+   plan's align_opds) and runs the unaligned variant (P.vec = 1) otherwise. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -165,26 +165,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% else %}
     float *const nj_pshared = 0;
 {% end %}
-{% if P.vec > 1 then %}
-{%
-  local conds = {
-    string.format("nj_aligned<%d>((const nj_tx *)A.x)", P.vec),
-    string.format("nj_aligned<%d>((const nj_tdy *)A.dy)", P.vec),
-    string.format("nj_aligned<%d>((const nj_tdx *)A.dx)", P.vec),
-    string.format("A.bstride[%d] %% %d == 0", OPD.x, P.vec),
-    string.format("A.bstride[%d] %% %d == 0", OPD.dy, P.vec),
-    string.format("A.bstride[%d] %% %d == 0", OPD.dx, P.vec),
-  }
-%}
-    /* V-wide accesses need aligned bases and batch strides; otherwise the scalar instance runs */
-    const bool vec_ok = {{ table.concat(conds, " &&\n        ") }};
-    if (vec_ok)
-        nj_bwd_row_body<{{ P.vec }}>(A, nj_scratch, nj_pshared);
-    else
-        nj_bwd_row_body<1>(A, nj_scratch, nj_pshared);
-{% else %}
-    nj_bwd_row_body<1>(A, nj_scratch, nj_pshared);
-{% end %}
+    nj_bwd_row_body<{{ P.vec }}>(A, nj_scratch, nj_pshared);
 }
 {% if PGRAD then %}
 {% local PB = P.launch[2].block %}

@@ -5,8 +5,9 @@
    A block (rows_per_block == 1) or a warp (rows_per_block == block / 32) per row, grid-stride over the
    rows = A.rows * kept_inner. With regs_cache > 0 the row stays in registers (x read once, two-pass
    statistics from registers); otherwise Welford over the row and a second pass that re-reads x.
-   Vector width P.vec assumes 16-byte aligned base pointers and batch strides that are multiples of vec;
-   the kernel checks both at run time and falls back to its vec = 1 instance, so no caller has to. #}
+   Vector width P.vec assumes base pointers and batch strides that are multiples of vec elements: the
+   launch checks them (the plan's align_opds) and runs the unaligned variant (P.unaligned: vec 1, the
+   row streamed with rolled loops) when they are not. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -54,12 +55,6 @@ end
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
--- vector operands: activations always; gamma/beta only when they run along the row
-local vec_ptrs = {{"x", "X"}, {"y", "Y"}}
-if F.residual then vec_ptrs[#vec_ptrs + 1] = {"res", "RES"} end
-if F.resout then vec_ptrs[#vec_ptrs + 1] = {"resout", "RESOUT"} end
-if F.scale and param_vec then vec_ptrs[#vec_ptrs + 1] = {"param", "GAMMA"} end
-if F.bias and param_vec then vec_ptrs[#vec_ptrs + 1] = {"param", "BETA"} end
 %}
 
 {% fwd_typedefs() %}
@@ -68,12 +63,9 @@ if F.bias and param_vec then vec_ptrs[#vec_ptrs + 1] = {"param", "BETA"} end
 #define NJ_RPB {{ RPB }}
 #define NJ_N {{ P.reduce_size }}LL
 
-{# The body is rendered once per instance: the main one (P.vec, the row in registers when regs_cache > 0)
-    and, when P.vec > 1, the misaligned fallback: vec 1, streaming, loops not unrolled. The fallback is a
-    rare path that only has to be right; a second register-cached, fully unrolled instance doubled the
-    compile time. #}
 {% local function row_body(name, V, cache) %}
-{% local compact = not cache and V == 1 and P.vec > 1 %}
+{# the unaligned variant is a rare path that only has to be right: rolled loops compile fastest #}
+{% local compact = P.unaligned %}
 {% local unroll1 = compact and "#pragma unroll 1\n        " or "" %}
 /* One thread's share of the row: chunks of V elements at chunk index lane, lane + TPR, ... */
 NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratch)
@@ -144,10 +136,9 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
         const float mean = 0.0f;
         const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
 {% end %}
-{% elseif compact and P.regs_cache > 0 then %}
-{#  the fallback: sums re-reading x (two passes when centered), the block sum the main instance has
-    already instantiated rather than a Welford reduction of its own (measured: Welford here cost more
-    compile time than the whole main instance). A streaming main instance has the Welford code anyway. #}
+{% elseif compact then %}
+{#  the unaligned variant: sums re-reading x (two passes when centered), not Welford (measured: a
+    Welford reduction cost more compile time than the rest of the kernel) #}
         float s = 0.0f;
         {{ unroll1 }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
@@ -257,7 +248,6 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 }
 {% end %}
 {% row_body("nj_fwd_row_body", P.vec, P.regs_cache > 0) %}
-{% if P.vec > 1 then row_body("nj_fwd_row_scalar", 1, false) end %}
 
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {
@@ -269,26 +259,5 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     float *const nj_scratch = 0;
     nj_welford *const nj_wscratch = 0;
 {% end %}
-{% if P.vec > 1 then %}
-{%
-  local conds = {}
-  for _, p in ipairs(vec_ptrs) do
-    local ptr = p[2] == "GAMMA" and "A.gamma" or p[2] == "BETA" and "A.beta"
-        or p[2] == "X" and "A.x" or p[2] == "Y" and "A.y" or p[2] == "RES" and "A.res" or "A.res_out"
-    local t = p[1] == "param" and P.ctype.param or P.ctype[p[1]]
-    conds[#conds + 1] = string.format("nj_aligned<%d>((const %s *)%s)", P.vec, t, ptr)
-    if p[1] ~= "param" then
-      conds[#conds + 1] = string.format("A.bstride[%d] %% %d == 0", OPD[p[1]], P.vec)
-    end
-  end
-%}
-    /* vec-wide accesses need aligned bases and batch strides; otherwise the scalar instance runs */
-    const bool vec_ok = {{ table.concat(conds, " &&\n        ") }};
-    if (vec_ok)
-        nj_fwd_row_body(A, nj_scratch, nj_wscratch);
-    else
-        nj_fwd_row_scalar(A, nj_scratch, nj_wscratch);
-{% else %}
     nj_fwd_row_body(A, nj_scratch, nj_wscratch);
-{% end %}
 }

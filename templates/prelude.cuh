@@ -14,6 +14,7 @@
 #define NJ_DYN_SHARED(type, name)                        \
     extern __shared__ __align__(16) unsigned char nj_dyn_smem_[]; \
     type *name = reinterpret_cast<type *>(nj_dyn_smem_)
+#define NJ_CHECK_ALIGN(p, bytes) ((void)0) /* the hardware checks (emu.h: the emulator does) */
 #endif
 
 typedef long long nj_i64;
@@ -82,6 +83,11 @@ template <> struct nj_conv<float> {
 template <> struct nj_conv<nj_bf16> {
     NJ_DEVICE nj_bf16 from(float f)
 {
+#if !defined(NJ_EMU) && __CUDA_ARCH__ >= 800
+    nj_bf16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));
+    return r;
+#else
     unsigned u = __float_as_uint(f);
     nj_bf16 r;
     if ((u & 0x7fffffffu) > 0x7f800000u) {
@@ -91,6 +97,7 @@ template <> struct nj_conv<nj_bf16> {
     u += 0x7fffu + ((u >> 16) & 1u);
     r.bits = (unsigned short)(u >> 16);
     return r;
+#endif
 }
 };
 template <> struct nj_conv<nj_f16> {
@@ -130,43 +137,78 @@ template <typename T> NJ_DEVICE void nj_store_f32(T *p, nj_i64 i, float v) { p[i
  * (a union of uint4 and float[4] cost a stack frame on sm_80). Little-endian: element 0 is the low half. */
 template <int W> struct nj_words;
 template <> struct nj_words<1> {
-    NJ_DEVICE void load(const void *p, unsigned *w) { w[0] = *reinterpret_cast<const unsigned *>(p); }
-    NJ_DEVICE void store(void *p, const unsigned *w) { *reinterpret_cast<unsigned *>(p) = w[0]; }
+    NJ_DEVICE void load(const void *p, unsigned *w)
+    {
+        NJ_CHECK_ALIGN(p, 4);
+        w[0] = *reinterpret_cast<const unsigned *>(p);
+    }
+    NJ_DEVICE void store(void *p, const unsigned *w)
+    {
+        NJ_CHECK_ALIGN(p, 4);
+        *reinterpret_cast<unsigned *>(p) = w[0];
+    }
 };
 template <> struct nj_words<2> {
     NJ_DEVICE void load(const void *p, unsigned *w)
     {
+        NJ_CHECK_ALIGN(p, 8);
         uint2 v = *reinterpret_cast<const uint2 *>(p);
         w[0] = v.x, w[1] = v.y;
     }
-    NJ_DEVICE void store(void *p, const unsigned *w) { *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]); }
+    NJ_DEVICE void store(void *p, const unsigned *w)
+    {
+        NJ_CHECK_ALIGN(p, 8);
+        *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]);
+    }
 };
 template <> struct nj_words<4> {
     NJ_DEVICE void load(const void *p, unsigned *w)
     {
+        NJ_CHECK_ALIGN(p, 16);
         uint4 v = *reinterpret_cast<const uint4 *>(p);
         w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
     }
     NJ_DEVICE void store(void *p, const unsigned *w)
     {
+        NJ_CHECK_ALIGN(p, 16);
         *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 };
-/* element k of a word array, and back, per storage type (the pointer argument only picks the overload) */
-NJ_DEVICE float nj_word_get(const unsigned *w, int k, const float *) { return __uint_as_float(w[k]); }
-template <typename T16> NJ_DEVICE float nj_word_get(const unsigned *w, int k, const T16 *)
+/* Two 16-bit elements <-> one 32-bit word, element 0 in the low half. On sm_80+ one cvt packs a pair
+ * (round to nearest even); the software conversions stay for older targets and the emulator. */
+NJ_DEVICE void nj_unpack2(unsigned w, float &lo, float &hi, const nj_bf16 *)
 {
-    T16 t;
-    t.bits = (unsigned short)(w[k >> 1] >> ((k & 1) * 16));
-    return nj_to_f32(t);
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xffff0000u);
 }
-NJ_DEVICE void nj_word_put(unsigned *w, int k, float v, const float *) { w[k] = __float_as_uint(v); }
-template <typename T16> NJ_DEVICE void nj_word_put(unsigned *w, int k, float v, const T16 *)
+NJ_DEVICE void nj_unpack2(unsigned w, float &lo, float &hi, const nj_f16 *)
 {
-    unsigned b = nj_from_f32<T16>(v).bits;
-    w[k >> 1] = (k & 1) ? (w[k >> 1] | (b << 16)) : b;
+    nj_f16 a, b;
+    a.bits = (unsigned short)w;
+    b.bits = (unsigned short)(w >> 16);
+    lo = nj_to_f32(a);
+    hi = nj_to_f32(b);
 }
+template <typename T16> NJ_DEVICE unsigned nj_pack2(float lo, float hi, const T16 *)
+{
+    return (unsigned)nj_from_f32<T16>(lo).bits | ((unsigned)nj_from_f32<T16>(hi).bits << 16);
+}
+#if !defined(NJ_EMU) && __CUDA_ARCH__ >= 800
+NJ_DEVICE unsigned nj_pack2(float lo, float hi, const nj_bf16 *)
+{
+    unsigned w;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    return w;
+}
+NJ_DEVICE unsigned nj_pack2(float lo, float hi, const nj_f16 *)
+{
+    unsigned w;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    return w;
+}
+#endif
 
+/* N consecutive elements as W 32-bit words: two 16-bit elements per word, or one float */
 template <int N, typename T> struct nj_vec_io {
     enum { W = N * (int)sizeof(T) / 4 };
     NJ_DEVICE void load(const T *p, nj_i64 i, float *out)
@@ -174,15 +216,35 @@ template <int N, typename T> struct nj_vec_io {
         unsigned w[W];
         nj_words<W>::load(p + i, w);
 #pragma unroll
-        for (int k = 0; k < N; k++) out[k] = nj_word_get(w, k, (const T *)0);
+        for (int k = 0; k < W; k++) nj_unpack2(w[k], out[2 * k], out[2 * k + 1], (const T *)0);
     }
     NJ_DEVICE void store(T *p, nj_i64 i, const float *in)
     {
         unsigned w[W];
 #pragma unroll
-        for (int k = 0; k < N; k++) nj_word_put(w, k, in[k], (const T *)0);
+        for (int k = 0; k < W; k++) w[k] = nj_pack2(in[2 * k], in[2 * k + 1], (const T *)0);
         nj_words<W>::store(p + i, w);
     }
+};
+template <int N> struct nj_vec_io<N, float> {
+    NJ_DEVICE void load(const float *p, nj_i64 i, float *out)
+    {
+        unsigned w[N];
+        nj_words<N>::load(p + i, w);
+#pragma unroll
+        for (int k = 0; k < N; k++) out[k] = __uint_as_float(w[k]);
+    }
+    NJ_DEVICE void store(float *p, nj_i64 i, const float *in)
+    {
+        unsigned w[N];
+#pragma unroll
+        for (int k = 0; k < N; k++) w[k] = __float_as_uint(in[k]);
+        nj_words<N>::store(p + i, w);
+    }
+};
+template <> struct nj_vec_io<1, float> {
+    NJ_DEVICE void load(const float *p, nj_i64 i, float *out) { out[0] = p[i]; }
+    NJ_DEVICE void store(float *p, nj_i64 i, const float *in) { p[i] = in[0]; }
 };
 template <typename T> struct nj_vec_io<1, T> {
     NJ_DEVICE void load(const T *p, nj_i64 i, float *out) { out[0] = nj_to_f32(p[i]); }

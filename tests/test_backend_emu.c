@@ -571,6 +571,38 @@ static void test_warp_deadlock_fail(void **state)
     drop(&k, true);
 }
 
+/* The prelude's vector loads and stores check their address with NJ_CHECK_ALIGN (a GPU faults on a
+ * misaligned vector access; x86 would not), so a wrongly routed launch fails here as it would there. */
+static const char *vec_src =
+    "NJ_KERNEL(vcopy, 256) {\n"
+    "    const char *p = (const char *)A.x + 16 * threadIdx.x;\n"
+    "    NJ_CHECK_ALIGN(p, 16); /*V1*/\n"
+    "    ((float *)A.y)[threadIdx.x] = *(const float *)p;\n"
+    "}\n";
+
+static void test_misaligned_vector_fail(void **state)
+{
+    built k = build(0, 0, vec_src, "vcopy");
+    static float x[4 * 32 + 4] __attribute__((aligned(16)));
+    float y[32];
+    for (int i = 0; i < 4 * 32 + 4; i++) x[i] = (float)i;
+    nj_kargs a = {0};
+    a.x = x;
+    a.y = y;
+    assert_int_equal(go(&k, 1, 1, 1, 32, 1, 1, 0, &a), NJ_OK);
+    for (int i = 0; i < 32; i++) assert_true(y[i] == (float)(4 * i));
+    a.x = x + 1;
+    assert_int_equal(go(&k, 1, 1, 1, 32, 1, 1, 0, &a), NJ_ERR_EMULATOR);
+    const char *msg = nj_last_error();
+    print_message("%s\n", msg);
+    assert_non_null(strstr(msg, "misaligned 16-byte vector access"));
+    assert_non_null(strstr(msg, "vcopy"));
+    char l1[32];
+    snprintf(l1, sizeof l1, "line %d", line_of(vec_src, "/*V1*/"));
+    assert_non_null(strstr(msg, l1));
+    drop(&k, true);
+}
+
 static const char *bad_mask_src =
     "NJ_KERNEL(mask, 1024) {\n"
     "    float v = __shfl_xor_sync(0x0000ffffu, (float)threadIdx.x, 1);\n"
@@ -966,6 +998,7 @@ int main(void)
         cmocka_unit_test(test_unwritten_output_fail),
         cmocka_unit_test(test_warp_deadlock_fail),
         cmocka_unit_test(test_partial_mask_fail),
+        cmocka_unit_test(test_misaligned_vector_fail),
         cmocka_unit_test(test_clusters),
         cmocka_unit_test(test_sanitized_kernel_oob_fail),
         cmocka_unit_test(test_launch_limits_fail),

@@ -355,9 +355,29 @@ static void test_forward_variants(void **state)
         if (pp.family != NJ_FAMILY_ROW) snprintf(want, sizeof want, ", nj_act_%s(u)", acts[fwd[i].c.act]);
         assert_non_null(strstr(src, want));
         if (pp.vec > 1) {
-            /* the vec-wide instance and the scalar fallback for misaligned operands */
-            assert_non_null(strstr(src, "nj_fwd_row_body(A"));
-            assert_non_null(strstr(src, "nj_fwd_row_scalar(A"));
+            /* vec-wide accesses only; misaligned arguments get the unaligned variant: one element at a
+               time, same blocks and launches, rolled loops */
+            assert_true(pp.align_opds & (1u << NJ_OPD_X));
+            assert_null(strstr(src, "#pragma unroll 1"));
+            nj_plan_params up;
+            assert_int_equal(nj_plan_variant(&fwd[i].c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev, &up), NJ_OK);
+            assert_int_equal(up.vec, 1);
+            assert_int_equal(up.unaligned, 1);
+            assert_int_equal(up.align_opds, 0);
+            assert_int_equal(up.block, pp.block);
+            assert_int_equal(up.rows_per_block, pp.rows_per_block);
+            assert_int_equal(up.nlaunch, pp.nlaunch);
+            char *usrc = NULL;
+            assert_int_equal(nj_codegen(&fwd[i].c, &up, &usrc), NJ_OK);
+            assert_non_null(strstr(usrc, "constexpr int V = 1;"));
+            assert_non_null(strstr(usrc, "#pragma unroll 1"));
+            assert_null(strstr(usrc, "= nj_welford_init();")); /* two-pass sums, not Welford */
+            free(usrc);
+        } else {
+            nj_plan_params same;
+            assert_int_equal(nj_plan_variant(&fwd[i].c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev, &same), NJ_OK);
+            assert_int_equal(same.unaligned, 0); /* its own unaligned variant: one signature */
+            assert_int_equal(memcmp(&same, &pp, sizeof pp), 0);
         }
         bool stats = fwd[i].c.flags & NJ_FLAG_SAVE_STATS, center = fwd[i].c.flags & NJ_FLAG_CENTER;
         assert_int_equal(strstr(src, "A.rstd[") != NULL, stats);
@@ -436,14 +456,18 @@ static void test_forward_compile_nvrtc(void **state)
     unsetenv("NORMJIT_TEMPLATE_DIR");
     build_cases();
     static const int32_t archs[] = {80, 90};
-    for (size_t a = 0; a < 4; a++) {
+    /* arch x pass x variant; an unaligned variant only where it differs from the main kernels */
+    for (size_t a = 0; a < 8; a++) {
         nj_device_props dev;
         nj_device_props_default(archs[a % 2], &dev);
-        nj_pass pass = a < 2 ? NJ_PASS_FORWARD : NJ_PASS_BACKWARD;
+        nj_pass pass = a % 4 < 2 ? NJ_PASS_FORWARD : NJ_PASS_BACKWARD;
+        nj_variant variant = a < 4 ? NJ_VARIANT_MAIN : NJ_VARIANT_UNALIGNED;
         for (int i = 0; i < nfwd; i++) {
             nj_plan_params pp;
             char *src = NULL;
             assert_int_equal(nj_plan_pass(&fwd[i].c, pass, &dev, &pp), NJ_OK);
+            if (variant == NJ_VARIANT_UNALIGNED && pp.align_opds == 0) continue;
+            assert_int_equal(nj_plan_variant(&fwd[i].c, pass, variant, &dev, &pp), NJ_OK);
             if (nj_codegen(&fwd[i].c, &pp, &src) != NJ_OK) fail_msg("%s: %s", fwd[i].name, nj_last_error());
             nj_compile_result r;
             memset(&r, 0, sizeof r);
@@ -458,9 +482,9 @@ static void test_forward_compile_nvrtc(void **state)
                              arch, k->spill_stores, k->spill_loads, k->stack_bytes);
                 assert_true(k->registers > 0 && (int64_t)k->registers * pp.block <= 65536);
                 if (getenv("NJ_DUMP_DIR"))
-                    fprintf(stderr, "sm_%d %-32s %-14s block %4d vec %d regs_cache %2d: %3d registers, %5d B smem, %.0f ms\n",
-                            arch, fwd[i].name, k->kernel, pp.block, pp.vec, pp.regs_cache, k->registers,
-                            k->shared_bytes, r.millis);
+                    fprintf(stderr, "sm_%d %-32s %-14s block %4d vec %d regs_cache %2d%s: %3d registers, %5d B smem, "
+                            "%.0f ms\n", arch, fwd[i].name, k->kernel, pp.block, pp.vec, pp.regs_cache,
+                            pp.unaligned ? " unaligned" : "", k->registers, k->shared_bytes, r.millis);
             }
             nj_binary_free(&r.bin);
             free(src);

@@ -94,8 +94,8 @@ static double rnd(void)
 }
 
 /* Runs a LayerNorm forward (f32, scale+bias, stats) of rows x n on the emulator and returns the worst
- * relative error against the reference. */
-static double run_layernorm(nj_context *ctx, int64_t rows, int64_t n)
+ * relative error against the reference. x and y start `shift` (< 4) elements past their allocation. */
+static double run_layernorm_at(nj_context *ctx, int64_t rows, int64_t n, int shift)
 {
     nj_problem_desc p;
     int64_t ext[2] = {rows, n};
@@ -105,7 +105,8 @@ static double run_layernorm(nj_context *ctx, int64_t rows, int64_t n)
     nj_status s = nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan);
     if (s != NJ_OK) fail_msg("plan: %s %s", nj_status_name(s), nj_last_error());
     size_t numel = (size_t)(rows * n);
-    float *x = malloc(numel * 4), *y = malloc(numel * 4), *g = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+    float *xa = malloc((numel + 4) * 4), *ya = malloc((numel + 4) * 4), *x = xa + shift, *y = ya + shift;
+    float *g = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
     float *mean = malloc((size_t)rows * 4), *rstd = malloc((size_t)rows * 4);
     for (size_t i = 0; i < numel; i++) x[i] = (float)(rnd() + 3.0), y[i] = NAN;
     for (int64_t i = 0; i < n; i++) g[i] = (float)(1.0 + 0.5 * rnd()), b[i] = (float)(0.1 * rnd());
@@ -123,9 +124,11 @@ static double run_layernorm(nj_context *ctx, int64_t rows, int64_t n)
     for (int64_t i = 0; i < rows; i++) worst = fmax(worst, fabs(mean[i] - rm[i]) / (1e-5 + 1e-5 * fabs(rm[i])));
     for (int64_t i = 0; i < rows; i++) worst = fmax(worst, fabs(rstd[i] - rr[i]) / (1e-5 + 1e-5 * fabs(rr[i])));
     if (isnan(worst)) worst = INFINITY; /* an unwritten element */
-    free(x), free(y), free(g), free(b), free(mean), free(rstd), free(ry), free(rm), free(rr);
+    free(xa), free(ya), free(g), free(b), free(mean), free(rstd), free(ry), free(rm), free(rr);
     return worst;
 }
+
+static double run_layernorm(nj_context *ctx, int64_t rows, int64_t n) { return run_layernorm_at(ctx, rows, n, 0); }
 
 static void test_forward_matches_reference(void **state)
 {
@@ -153,6 +156,40 @@ static void test_disk_reuse_and_batch(void **state)
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 0);
     assert_int_equal(st.hits_disk, 1);
+    nj_context_destroy(ctx);
+}
+
+/* x and y one element off their 16-byte alignment: the main kernels (vec 4) would fault (the emulator
+ * checks vector alignment as a GPU does), so nj_forward runs the unaligned variant, compiled on first
+ * need only. A context that never compiles loads it with the plan once the cache has it. */
+static void test_misaligned_runs_unaligned_variant(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, NJ_CTX_EMU_POISON);
+    nj_cache_stats st;
+    assert_true(run_layernorm(ctx, 6, 256) < 1.0);
+    assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
+    assert_int_equal(st.compiles, 1); /* the main kernels only */
+    assert_true(run_layernorm_at(ctx, 6, 256, 1) < 1.0);
+    assert_true(run_layernorm_at(ctx, 5, 256, 3) < 1.0);
+    assert_true(run_layernorm(ctx, 2, 256) < 1.0);
+    assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
+    assert_int_equal(st.compiles, 2); /* + the unaligned variant, once */
+    nj_context_destroy(ctx);
+
+    ctx = emu_context(f->dir, NJ_CTX_NO_COMPILE);
+    nj_problem_desc p;
+    int64_t ext[2] = {6, 256};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, ext, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS | NJ_FLAG_SAVE_STATS),
+                     NJ_OK);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_OK);
+    assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
+    assert_int_equal(st.hits_disk, 2); /* both variants loaded by nj_plan_get */
+    assert_true(run_layernorm_at(ctx, 6, 256, 1) < 1.0);
+    assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
+    assert_int_equal(st.compiles, 0);
+    assert_int_equal(st.hits_disk, 2);
     nj_context_destroy(ctx);
 }
 
@@ -336,6 +373,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_forward_matches_reference, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_reuse_and_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_misaligned_runs_unaligned_variant, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_compile_miss_fail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_lookup_same_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_single_flight_threads, setup, teardown),

@@ -248,7 +248,8 @@ static void test_warmup_malformed_line_fail(void **state)
     }
     assert_int_equal(nj_field(r.out, "problems"), 3);
     assert_int_equal(nj_field(r.out, "failed"), 1);
-    assert_int_equal(nj_field(r.out, "kernels compiled"), 2); /* both good problems */
+    /* both good problems: main kernels and the unaligned variant (both plans use vec 4) */
+    assert_int_equal(nj_field(r.out, "kernels compiled"), 4);
     nj_run_free(&r);
 }
 
@@ -262,14 +263,14 @@ static void test_warmup_twice_compiles_once(void **state)
     nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "problems"), 2);
-    assert_int_equal(nj_field(r.out, "kernels compiled"), 4);
+    assert_int_equal(nj_field(r.out, "kernels compiled"), 8); /* 2 problems x 2 passes x 2 variants */
     assert_int_equal(nj_field(r.out, "already cached"), 0);
     assert_int_equal(nj_field(r.out, "failed"), 0);
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--passes", "fwd,bwd", man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 0);
-    assert_int_equal(nj_field(r.out, "already cached"), 4);
+    assert_int_equal(nj_field(r.out, "already cached"), 8);
     nj_run_free(&r);
 }
 
@@ -289,7 +290,7 @@ static void test_warmup_default_backend_falls_back(void **state)
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.err, "note:"));
     assert_non_null(strstr(r.out, "compile-only (sm_90)"));
-    assert_int_equal(nj_field(r.out, "kernels compiled"), 1);
+    assert_int_equal(nj_field(r.out, "kernels compiled"), 2); /* main and unaligned */
     nj_run_free(&r);
 }
 
@@ -336,11 +337,11 @@ static void test_warmup_default_cache_roots(void **state)
     assert_int_equal(r.status, 0);
     snprintf(want, sizeof want, "cache              %s/cache\n", tree);
     assert_non_null(strstr(r.out, want));
-    assert_int_equal(nj_field(r.out, "kernels compiled"), 1); /* a different root: compiled again */
+    assert_int_equal(nj_field(r.out, "kernels compiled"), 2); /* a different root: compiled again */
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "cache", "ls");
     assert_int_equal(r.status, 0);
-    assert_non_null(strstr(r.out, "1 entries"));
+    assert_non_null(strstr(r.out, "2 entries"));
     nj_run_free(&r);
 }
 
@@ -515,11 +516,11 @@ static void test_cache_export_import_round_trip(void **state)
     nj_warm_small(a);
     nj_run r = NJ_TOOL(NULL, "cache", "--cache", a, "export", file);
     assert_int_equal(r.status, 0);
-    assert_int_equal(nj_field(r.out, "exported"), 2);
+    assert_int_equal(nj_field(r.out, "exported"), 4); /* 2 problems x (main, unaligned) */
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "cache", "--cache", b, "import", file);
     assert_int_equal(r.status, 0);
-    assert_int_equal(nj_field(r.out, "imported"), 2);
+    assert_int_equal(nj_field(r.out, "imported"), 4);
     assert_non_null(strstr(r.out, "0 rejected"));
     nj_run_free(&r);
     nj_run la = NJ_TOOL(NULL, "cache", "--cache", a, "ls");
@@ -527,7 +528,7 @@ static void test_cache_export_import_round_trip(void **state)
     assert_int_equal(la.status, 0);
     assert_int_equal(lb.status, 0);
     char *ha = nj_ls_hashes(la.out), *hb = nj_ls_hashes(lb.out);
-    assert_int_equal(strlen(ha), 2 * 33);
+    assert_int_equal(strlen(ha), 4 * 33);
     assert_string_equal(ha, hb);
     free(ha);
     free(hb);
@@ -537,7 +538,7 @@ static void test_cache_export_import_round_trip(void **state)
     r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", b, "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 0);
-    assert_int_equal(nj_field(r.out, "already cached"), 2);
+    assert_int_equal(nj_field(r.out, "already cached"), 4);
     nj_run_free(&r);
 }
 
@@ -561,11 +562,11 @@ static void test_cache_gc_and_clear(void **state)
     nj_warm_small(cache);
     nj_run r = NJ_TOOL(NULL, "cache", "--cache", cache, "stats");
     assert_int_equal(r.status, 0);
-    assert_int_equal(nj_field(r.out, "entries"), 2);
+    assert_int_equal(nj_field(r.out, "entries"), 4);
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "cache", "--cache", cache, "gc", "--max-bytes", "0");
     assert_int_equal(r.status, 0);
-    assert_int_equal(nj_field(r.out, "evicted"), 2);
+    assert_int_equal(nj_field(r.out, "evicted"), 4);
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "cache", "--cache", cache, "ls");
     assert_int_equal(r.status, 0);

@@ -16,7 +16,9 @@ static void nj_bench_help(FILE *f)
             "usage: normjit bench [options]\n"
             "\n"
             "Measures, over the problems of the manifests: the cold compile time per kernel (median, max) into a\n"
-            "fresh temporary cache with the compile-only backend for sm_90; the warm load of cached plans by a\n"
+            "fresh temporary cache with the compile-only backend for sm_90, for the main kernels (what a first\n"
+            "call waits for) and apart for the unaligned variants (a first call with misaligned pointers, or\n"
+            "warmup, compiles those); the warm load of cached plans by a\n"
             "new context (median per problem); and the hot lookup of an already loaded plan (nj_plan_get on the\n"
             "same context, ns per call), which needs a backend that can load kernels: cuda, else the emulator.\n"
             "\n"
@@ -79,9 +81,11 @@ static nj_status nj_bench_ctx(nj_backend_kind kind, int32_t arch, const char *di
     return nj_context_create(&o, out);
 }
 
-/* Cold: every kernel compiled into the fresh cache, one at a time. Seconds per kernel into ms/nvrtc. */
-static int nj_bench_cold(const nj_bench_args *a, const char *dir, nj_problem_desc *pr, int np, double *total,
-                         double *nvrtc, int *nk)
+/* Cold: every kernel of one variant (NJ_WARM_MAIN: what a first call waits for; NJ_WARM_UNALIGNED: what
+ * a first misaligned call waits for) compiled into the cache, one at a time. Seconds per kernel into
+ * total/nvrtc. */
+static int nj_bench_cold(const nj_bench_args *a, const char *dir, uint32_t variant, nj_problem_desc *pr, int np,
+                         double *total, double *nvrtc, int *nk)
 {
     nj_context *ctx = NULL;
     nj_status s = nj_bench_ctx(NJ_BACKEND_COMPILE_ONLY, a->arch, dir, &ctx);
@@ -94,7 +98,7 @@ static int nj_bench_cold(const nj_bench_args *a, const char *dir, nj_problem_des
             if (!(a->passes & pass)) continue;
             int32_t compiled = 0, cached = 0;
             double t = nj_tool_now();
-            s = nj_context_warm(ctx, &pr[i], pass, &compiled, &cached);
+            s = nj_context_warm(ctx, &pr[i], pass | variant, &compiled, &cached);
             t = nj_tool_now() - t;
             if (s != NJ_OK) nj_tool_error(s, "compile of %s", nj_tool_problem_text(&pr[i]));
             else if (compiled) {
@@ -256,18 +260,21 @@ int nj_cmd_bench(int argc, char **argv)
         free(a.files);
         return NJ_EXIT_FAIL;
     }
-    double *total = calloc((size_t)np * 2, sizeof(double)), *nvrtc = calloc((size_t)np * 2, sizeof(double));
+    size_t nv = (size_t)np * 2; /* kernels of one variant: at most a forward and a backward per problem */
+    double *total = calloc(nv * 2, sizeof(double)), *nvrtc = calloc(nv * 2, sizeof(double));
     double *warm = calloc((size_t)np, sizeof(double));
-    int nk = 0, nw = 0;
+    int nk = 0, nu = 0, nw = 0;
     rc = NJ_EXIT_FAIL;
     printf("normjit bench: %d problems, temporary cache %s\n", np, dir);
-    if (total && nvrtc && warm && nj_bench_cold(&a, dir, pr, np, total, nvrtc, &nk) == 0) {
+    if (total && nvrtc && warm && nj_bench_cold(&a, dir, NJ_WARM_MAIN, pr, np, total, nvrtc, &nk) == 0 &&
+        nj_bench_cold(&a, dir, NJ_WARM_UNALIGNED, pr, np, total + nv, nvrtc + nv, &nu) == 0) {
         nj_bench_warm(&a, dir, pr, np, warm, &nw);
         printf("%-46s %6s %12s %12s\n", "figure", "n", "median", "max");
         char label[96];
         snprintf(label, sizeof label, "cold compile per kernel (sm_%d, end to end)", (int)a.arch);
         nj_bench_row(label, total, nk, 1e3, "ms");
         nj_bench_row("  of which NVRTC", nvrtc, nk, 1e3, "ms");
+        nj_bench_row("unaligned variants (first misaligned call)", total + nv, nu, 1e3, "ms");
         nj_bench_row("warm hit per problem (new context, warm)", warm, nw, 1e3, "ms");
         nj_bench_hot(&a, dir, pr, np);
         rc = NJ_EXIT_OK;

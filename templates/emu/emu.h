@@ -6,7 +6,7 @@
 #ifndef NJ_EMU_H
 #define NJ_EMU_H
 
-#define NJ_EMU_ABI 2 /* bump with any change to nj_emu_runtime (src/emu_fibers.c keeps a twin) */
+#define NJ_EMU_ABI 3 /* bump with any change to nj_emu_runtime (src/emu_fibers.c keeps a twin) */
 
 typedef __SIZE_TYPE__ nj_emu_size;
 
@@ -29,6 +29,7 @@ struct nj_emu_runtime {
     unsigned long long (*warp)(int kind, unsigned mask, unsigned long long v, int arg, int width, int line);
     void (*csync)(int line);
     void *(*cmap)(const void *p, unsigned rank, int line);
+    void (*misaligned)(const void *p, unsigned bytes, int line); /* ends the launch, as a GPU would */
 };
 
 static const nj_emu_runtime *nj_emu_rt_;
@@ -72,6 +73,13 @@ extern "C" __attribute__((visibility("default"))) int nj_emu_bind(const nj_emu_r
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
+
+/* A vector access the GPU would refuse (address not a multiple of its size) fails the launch here too:
+ * x86 would quietly do it, and a host-side routing mistake would go unseen. */
+#define NJ_CHECK_ALIGN(p, bytes)                                                              \
+    do {                                                                                      \
+        if ((nj_emu_size)(p) % (bytes)) nj_emu_rt_->misaligned((p), (bytes), __LINE__);       \
+    } while (0)
 
 /* ---- barriers and warp operations (the runtime switches fibers inside these calls) ---- */
 static inline void __syncthreads(int line = __builtin_LINE()) { nj_emu_rt_->sync(line); }
