@@ -531,7 +531,7 @@ static nj_status nj_cache_ensure_subdir(const nj_cache *c, const char *hash, cha
     return NJ_OK;
 }
 
-/* Temp file, write, fsync, rename over the final name, fsync the directory. */
+/* Temp file, write, fsync (a reader never sees data that is not on disk), rename over the final name. */
 static nj_status nj_cache_publish_parts(nj_cache *c, const char *hash, const char *ext, const nj_cache_part *parts,
                                         int nparts, int64_t *added)
 {
@@ -559,7 +559,8 @@ static nj_status nj_cache_publish_parts(nj_cache *c, const char *hash, const cha
         unlink(tmp);
         return nj_fail(NJ_ERR_CACHE_IO, "cache: %s of %s failed: %s", step, final, strerror(e));
     }
-    (void)nj_cache_fsync_dir(dir); /* the entry is complete either way; this only orders it on disk */
+    /* No fsync of the directory: it would make the rename itself survive a power loss, which a cache does
+     * not need (a lost entry is a miss), and it cost ~0.7 ms of every cold compile here. */
     int64_t size = lstat(final, &fresh) == 0 ? (int64_t)fresh.st_size : 0;
     *added = size - (had_old ? (int64_t)old.st_size : 0);
     return NJ_OK;

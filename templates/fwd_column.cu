@@ -78,15 +78,18 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
             /* count and sum give the mean, then the deviations the m2 (nj_block_welford's identity):
                cheaper to compile than NJ_BY - 1 unrolled pairwise merges */
             float n = 0.0f, sum = 0.0f, m2 = 0.0f;
+#pragma unroll 1
             for (int k = 0; k < NJ_BY; k++) {
                 const nj_welford p = nj_part[k * 32 + tx];
                 n += p.n;
                 sum += p.n * p.mean;
             }
             const float mean = nj_welford_from_sums(n, sum).mean;
+#pragma unroll 1
             for (int k = 0; k < NJ_BY; k++) m2 += nj_welford_dev(nj_part[k * 32 + tx], mean);
             const float var = m2 * (1.0f / (float)NJ_N);
 {% else %}
+#pragma unroll 1
             for (int k = 1; k < NJ_BY; k++) s += nj_part[k * 32 + tx];
             const float mean = 0.0f, var = s * (1.0f / (float)NJ_N);
 {% end %}

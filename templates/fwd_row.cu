@@ -66,7 +66,7 @@ local NW = B // 32
 {% local function row_body(name, V, cache) %}
 {# the unaligned variant is a rare path that only has to be right: rolled loops compile fastest #}
 {% local compact = P.unaligned %}
-{% local unroll1 = compact and "#pragma unroll 1\n        " or "" %}
+{% local unroll1 = compact and "#pragma unroll 1\n        " or "#pragma unroll 2\n        " %}
 /* One thread's share of the row: chunks of V elements at chunk index lane, lane + TPR, ... */
 NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratch)
 {

@@ -8,6 +8,9 @@
 #define NJ_KERNEL(name, max_threads) \
     extern "C" __global__ void __launch_bounds__(max_threads) name(const nj_kargs A)
 #define NJ_DEVICE static __device__ __forceinline__
+/* called, not inlined: one copy of a helper a kernel uses at several places (compile time; the call
+ * costs a few cycles per row) */
+#define NJ_DEVICE_CALL static __device__ __noinline__
 #define NJ_SHARED(type, name, count) __shared__ type name[count]
 /* helpers a kernel does not use are normal here: no "declared but never referenced" noise */
 #pragma nv_diag_suppress 177
@@ -283,8 +286,9 @@ NJ_DEVICE void nj_warp_sum2(float &a, float &b)
 }
 
 /* Block sum over NW warps; scratch holds NW floats (NJ_SHARED). Every thread gets the total. The
- * closing barrier lets the caller reuse scratch at once. */
-template <int NW> NJ_DEVICE float nj_block_sum(float v, float *scratch)
+ * closing barrier lets the caller reuse scratch at once. Called, not inlined: row kernels sum twice
+ * (mean, then variance), and one copy saves ~3.5 ms of NVRTC time with no spill or stack frame. */
+template <int NW> NJ_DEVICE_CALL float nj_block_sum(float v, float *scratch)
 {
     v = nj_warp_sum(v);
     if (NW == 1) return v;

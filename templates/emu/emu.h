@@ -49,6 +49,7 @@ extern "C" __attribute__((visibility("default"))) int nj_emu_bind(const nj_emu_r
 #define warpSize 32
 
 #define NJ_DEVICE static inline
+#define NJ_DEVICE_CALL static __attribute__((noinline))
 #define NJ_KERNEL(name, max_threads)                                                        \
     extern "C" __attribute__((visibility("default"))) const int nj_emu_bound_##name = (max_threads); \
     extern "C" __attribute__((visibility("default"))) void name(const nj_kargs A)
