@@ -1,7 +1,8 @@
 /* nj_forward / nj_backward: check the caller's pointers against the problem's flags, fill the kernel
  * argument block, pick the kernel variant the pointers' alignment allows and launch each kernel of the
- * pass. Nothing here allocates or compiles once a plan's
- * kernels are loaded, so launches are safe to capture in CUDA graphs. */
+ * pass. Nothing here allocates or compiles once a plan's kernels are loaded (the unaligned variant is
+ * loaded by the first misaligned call, or with the plan by a context that never compiles), so launches
+ * are safe to capture in CUDA graphs. */
 #include "context_impl.h"
 
 #include <stdint.h>

@@ -137,6 +137,51 @@ static void test_row_long(void **state)
 }
 
 /* Column problems with enough columns get coalesced column tiles; the rest the general family. */
+/* The unaligned variant: the same launches with vec 1 where the main plan uses vectors; the main plan
+ * itself (one signature) where it does not. align_opds names what the launch must check. */
+static void test_unaligned_variant(void **state)
+{
+    (void)state;
+    nj_canon c;
+    nj_plan_params main, un;
+    tc_row(&c, NJ_BF16, 4096, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT);
+    main = plan_fwd(&c);
+    assert_true(main.vec > 1);
+    assert_int_equal(main.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y | 1u << NJ_OPD_RES | 1u << NJ_OPD_RESOUT |
+                                          1u << NJ_OPD_PARAM);
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.vec, 1);
+    assert_int_equal(un.regs_cache, 0);
+    assert_int_equal(un.unaligned, 1);
+    assert_int_equal(un.align_opds, 0);
+    assert_int_equal(un.block, main.block);
+    assert_int_equal(un.nlaunch, main.nlaunch);
+    assert_memory_equal(un.launch, main.launch, sizeof main.launch);
+    char *a = nj_plan_text(&main), *b = nj_plan_text(&un);
+    assert_non_null(strstr(a, "variant=main"));
+    assert_non_null(strstr(b, "variant=unaligned"));
+    free(a);
+    free(b);
+    /* backward row: x, dy, dx; the workspace the caller sized for the main plan fits the variant */
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_MAIN, &dev90, &main), NJ_OK);
+    assert_int_equal(main.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX);
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.vec, 1);
+    assert_int_equal(un.workspace_fixed, main.workspace_fixed);
+    assert_int_equal(un.workspace_per_row, main.workspace_per_row);
+    /* gamma constant along the row (GroupNorm-like) is loaded per chunk: not checked */
+    tc_row(&c, NJ_F32, 1000, NJ_FLAG_CENTER | NJ_FLAG_SCALE);
+    c.axes[1].stride[NJ_OPD_PARAM] = 0;
+    assert_int_equal(plan_fwd(&c).align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
+    /* vec 1: nothing to check, and the variant is the main plan */
+    tc_row(&c, NJ_F32, 1001, NJ_FLAG_CENTER);
+    main = plan_fwd(&c);
+    assert_int_equal(main.align_opds, 0);
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_memory_equal(&un, &main, sizeof un);
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, (nj_variant)5, &dev90, &un), NJ_ERR_BAD_ARGUMENT);
+}
+
 static void test_column_general(void **state)
 {
     (void)state;
@@ -359,7 +404,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
-        cmocka_unit_test(test_row_vec_width),     cmocka_unit_test(test_row_long),
+        cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
