@@ -41,7 +41,8 @@ static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream)
 {
     nj_kernelset *ks;
     NJ_TRY(nj_plan_ensure(plan, pass, NJ_VARIANT_MAIN, &ks));
-    if (ks->params.align_opds && !nj_args_fit(plan, &ks->params, ka))
+    /* an empty problem touches no element: whatever its pointers hold, the main kernels serve it */
+    if (ks->params.align_opds && plan->numel > 0 && !nj_args_fit(plan, &ks->params, ka))
         NJ_TRY(nj_plan_ensure(plan, pass, NJ_VARIANT_UNALIGNED, &ks));
     ka->rows = plan->rows;
     memcpy(ka->bstride, plan->bstride, sizeof ka->bstride);
