@@ -64,9 +64,11 @@ local NW = B // 32
 #define NJ_N {{ P.reduce_size }}LL
 
 {% local function row_body(name, V, cache) %}
-{# the unaligned variant is a rare path that only has to be right: rolled loops compile fastest #}
+{# Streaming loops: the unaligned variant is a rare path that only has to be right, so rolled loops
+   (they compile fastest); the main kernel unrolls twice, two vector loads in flight per thread (about
+   64 KB a full SM, enough to cover memory latency), where NVVM's default of 4 cost 20 ms of compile. #}
 {% local compact = P.unaligned %}
-{% local unroll1 = compact and "#pragma unroll 1\n        " or "#pragma unroll 2\n        " %}
+{% local stream_unroll = compact and "#pragma unroll 1\n        " or "#pragma unroll 2\n        " %}
 /* One thread's share of the row: chunks of V elements at chunk index lane, lane + TPR, ... */
 NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratch)
 {
@@ -140,7 +142,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {#  the unaligned variant: sums re-reading x (two passes when centered), not Welford (measured: a
     Welford reduction cost more compile time than the rest of the kernel) #}
         float s = 0.0f;
-        {{ unroll1 }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ stream_unroll }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
@@ -152,7 +154,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% if F.center then %}
         const float mean = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
         float s2 = 0.0f;
-        {{ unroll1 }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ stream_unroll }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
@@ -170,7 +172,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% else %}
         float s = 0.0f;
 {% end %}
-        {{ unroll1 }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ stream_unroll }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
@@ -237,7 +239,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             }
         }
 {% else %}
-        {{ unroll1 }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ stream_unroll }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}

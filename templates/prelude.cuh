@@ -261,11 +261,6 @@ template <int N, typename T> NJ_DEVICE void nj_store_vec(T *p, nj_i64 i, const f
 {
     nj_vec_io<N, T>::store(p, i, in);
 }
-/* True when p may be accessed N elements at a time (its address is a multiple of N elements). */
-template <int N, typename T> NJ_DEVICE bool nj_aligned(const T *p)
-{
-    return ((nj_u64)p & (nj_u64)(N * sizeof(T) - 1)) == 0;
-}
 
 /* ---- reductions: every lane of the warp (and every thread of the block) takes part ---- */
 #define NJ_FULL_MASK 0xffffffffu
