@@ -233,8 +233,8 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
 nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,
                           nj_plan_params *out)
 {
-    NJ_TRY(nj_plan_pass(c, pass, dev, out));
     NJ_RETURN_IF(v != NJ_VARIANT_MAIN && v != NJ_VARIANT_UNALIGNED, NJ_ERR_BAD_ARGUMENT, "planner: variant %d", (int)v);
+    NJ_TRY(nj_plan_pass(c, pass, dev, out));
     if (v == NJ_VARIANT_MAIN || out->align_opds == 0) return NJ_OK;
     /* Same blocks, launches and workspace (the caller sized it for the main plan); scalar accesses. */
     out->vec = 1;
