@@ -669,7 +669,7 @@ static void test_check_emulator_forward_pass(void **state)
                        "layernorm bf16 5x300 flags=scale,bias,stats,residual,resout", "rmsnorm f16 2x64 flags=scale,stats",
                        "batchnorm f32 nchw 3x4x5x5 flags=scale,bias");
     assert_int_equal(r.status, 0);
-    assert_non_null(strstr(r.out, "3 problem(s), 3 passed, 0 failed"));
+    assert_non_null(strstr(r.out, "3 problem(s), 3 passed, 0 failed, 0 skipped"));
     assert_null(strstr(r.out, "FAIL"));
     static const char *const outputs[] = {"  y ", "  residual_out ", "  mean ", "  rstd "};
     for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) assert_non_null(strstr(r.out, outputs[i]));
@@ -687,11 +687,28 @@ static void test_check_emulator_pass(void **state)
                        "layernorm", "f16", "2x100", "flags=scale,bias,residual,resout", "groupnorm f32 nhwc 2x8x4x4 groups=2 act=silu flags=scale,bias");
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "backend emulator"));
-    assert_non_null(strstr(r.out, "3 problem(s), 3 passed, 0 failed"));
+    assert_non_null(strstr(r.out, "3 problem(s), 3 passed, 0 failed, 0 skipped"));
     assert_null(strstr(r.out, "FAIL"));
     /* Every output the flags ask for was compared. */
     static const char *const outputs[] = {"  y ", "  residual_out ", "  dx ", "  dgamma ", "  dbeta "};
     for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) assert_non_null(strstr(r.out, outputs[i]));
+    nj_run_free(&r);
+}
+
+/* --max-elements: a problem over the limit is listed as skipped, never run and never counted as passed. */
+static void test_check_max_elements(void **state)
+{
+    (void)state;
+    char cache[512];
+    nj_path(cache, sizeof cache, "cache");
+    nj_run r = NJ_TOOL("emulator", "check", "--cache", cache, "--pass", "fwd", "--max-elements", "600",
+                       "rmsnorm f32 3x200 flags=scale", "rmsnorm f32 *x256 flags=scale");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "SKIPPED (1024 elements > --max-elements 600)"));
+    assert_non_null(strstr(r.out, "2 problem(s), 1 passed, 0 failed, 1 skipped"));
+    nj_run_free(&r);
+    r = NJ_TOOL("emulator", "check", "--max-elements", "0", "rmsnorm f32 3x200");
+    assert_int_equal(r.status, 2);
     nj_run_free(&r);
 }
 
@@ -718,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_compare_strided_layout),
         cmocka_unit_test_setup_teardown(test_check_emulator_forward_pass, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_check_emulator_pass, nj_setup, nj_teardown),
+        cmocka_unit_test_setup_teardown(test_check_max_elements, nj_setup, nj_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
