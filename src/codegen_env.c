@@ -3,8 +3,8 @@
  *
  *   P.pass            "fwd" | "bwd"
  *   P.kind            "row" | "column" | "general"
- *   P.family          "row" | "general" | "param_grad" | "column"
- *   P.block, P.vec, P.rows_per_block, P.split, P.regs_cache      plan parameters (integers)
+ *   P.family          "row" | "general" | "param_grad" | "column" | "channels_last"
+ *   P.block, P.vec, P.rows_per_block, P.split, P.regs_cache, P.chans, P.tile   plan parameters
  *   P.unaligned       true for the unaligned variant (vec 1; the launch picked it for misaligned arguments)
  *   P.rank            number of canonical axes, batch axis included
  *   P.axes[1..rank]   {extent=, reduce=bool, feature=bool, runtime=bool,
@@ -150,10 +150,10 @@ static void env_launches(lua_State *L, const nj_plan_params *pp)
 nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_params *pp)
 {
     static const char *const kinds[] = {NULL, "row", "column", "general"};
-    static const char *const families[] = {NULL, "row", "general", "param_grad", "column"};
+    static const char *const families[] = {NULL, "row", "general", "param_grad", "column", "channels_last"};
     NJ_RETURN_IF(c->rank < 1 || c->rank > NJ_CANON_MAX_AXES, NJ_ERR_INTERNAL, "codegen: canonical rank %d", c->rank);
     NJ_RETURN_IF(c->kind < 1 || c->kind > 3, NJ_ERR_INTERNAL, "codegen: canonical kind %d", c->kind);
-    NJ_RETURN_IF(pp->family < 1 || pp->family > 4, NJ_ERR_INTERNAL, "codegen: plan family %d", pp->family);
+    NJ_RETURN_IF(pp->family < 1 || pp->family > NJ_FAMILY_CHANNELS_LAST, NJ_ERR_INTERNAL, "codegen: plan family %d", pp->family);
     NJ_RETURN_IF(!env_act(c->act), NJ_ERR_INTERNAL, "codegen: activation %d", c->act);
     NJ_RETURN_IF(pp->nlaunch < 0 || pp->nlaunch > NJ_MAX_LAUNCHES, NJ_ERR_INTERNAL, "codegen: %d launches",
                  pp->nlaunch);
@@ -166,6 +166,8 @@ nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_par
     env_int(L, "rows_per_block", pp->rows_per_block);
     env_int(L, "split", pp->split);
     env_int(L, "regs_cache", pp->regs_cache);
+    env_int(L, "chans", pp->chans);
+    env_int(L, "tile", pp->tile);
     lua_pushboolean(L, pp->unaligned != 0);
     lua_setfield(L, -2, "unaligned");
     env_int(L, "rank", c->rank);

@@ -20,15 +20,16 @@ static nj_status nj_want(const void *ptr, uint32_t needed, const char *name)
 
 static bool nj_addr_fits(const void *p, int64_t bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
 
-/* True when every operand the kernels access vec elements at a time has an address and a batch stride
- * that are multiples of vec elements (the plan's align_opds). NULL pointers (an unused optional
- * operand) do not count. */
+/* True when every operand the kernels access vec elements at a time has an address aligned to that
+ * access (vec elements, at most 16 bytes) and a batch stride that is a multiple of vec elements (the
+ * plan's align_opds). NULL pointers (an unused optional operand) do not count. */
 static bool nj_args_fit(const nj_plan *plan, const nj_plan_params *pp, const nj_kargs *ka)
 {
     const void *ptr[NJ_OPD_COUNT] = {ka->x, ka->y, ka->res, ka->res_out, ka->dy, ka->dx, ka->gamma, NULL};
     for (int o = 0; o < NJ_OPD_COUNT; o++) {
         if (!(pp->align_opds & (1u << o))) continue;
         int64_t bytes = (int64_t)pp->vec * (int64_t)nj_dtype_size((nj_dtype)plan->canon.dtype[o]);
+        if (bytes > 16) bytes = 16; /* wider vectors move as 16-byte pieces (prelude: nj_vec_io) */
         if (bytes <= 1) continue;
         if (!nj_addr_fits(ptr[o], bytes)) return false;
         if (o == NJ_OPD_PARAM && !nj_addr_fits(ka->beta, bytes)) return false;

@@ -9,6 +9,8 @@
  *    the operands that need them aligned (align_opds) and the launch runs the unaligned variant
  *    (nj_plan_variant) when they are not.
  *  - COLUMN kind with at least 16 contiguous kept columns -> fwd_column.cu: coalesced tiles of 32 columns.
+ *  - GroupNorm over channels-last images -> fwd_channels_last.cu: pixel tiles, vectors across channels
+ *    (planner_cl.c).
  *  - everything else -> fwd_general.cu: a block per statistic walking the reduction.
  * Everything here is a function of (canonical problem, pass, device props) and goes into nj_plan_text. */
 #include "planner.h"
@@ -223,6 +225,7 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
         if (c->kind == NJ_KIND_ROW || plan_rowlike(c) > 0) return plan_fwd_row(c, dev, out);
         if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_COLUMN_MIN)
             return plan_fwd_column(c, dev, out);
+        if (nj_plan_cl_ok(c)) return nj_plan_fwd_channels_last(c, dev, out);
         return plan_fwd_general(c, dev, out);
     case NJ_PASS_BACKWARD:
         return nj_plan_backward(c, dev, out);
@@ -268,6 +271,7 @@ static const char *plan_family_name(int32_t f)
     case NJ_FAMILY_GENERAL: return "general";
     case NJ_FAMILY_PARAM_GRAD: return "param_grad";
     case NJ_FAMILY_COLUMN: return "column";
+    case NJ_FAMILY_CHANNELS_LAST: return "channels_last";
     default: return "unknown";
     }
 }
@@ -290,6 +294,7 @@ char *nj_plan_text(const nj_plan_params *pp)
                   pp->template_name ? pp->template_name : "-", pp->block, pp->vec, pp->rows_per_block, pp->split,
                   pp->regs_cache, pp->unaligned ? "unaligned" : "main", pp->align_opds,
                   (unsigned long long)pp->workspace_fixed, (unsigned long long)pp->workspace_per_row, pp->nlaunch);
+    if (pp->chans) nj_buf_printf(&b, " chans=%d tile=%d", pp->chans, pp->tile);
     for (int i = 0; i < pp->nlaunch && i < NJ_MAX_LAUNCHES; i++) {
         nj_buf_append(&b, " [", 2);
         plan_launch_text(&b, &pp->launch[i]);

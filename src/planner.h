@@ -22,7 +22,8 @@ typedef enum nj_family {
     NJ_FAMILY_ROW = 1,     /* forward/backward of row problems: a block (or warp) per row */
     NJ_FAMILY_GENERAL = 2, /* any canonical problem: a block per statistic, strided walks */
     NJ_FAMILY_PARAM_GRAD = 3, /* backward dgamma/dbeta: deterministic reductions over non-feature axes */
-    NJ_FAMILY_COLUMN = 4      /* column problems: a block per tile of 32 contiguous kept columns */
+    NJ_FAMILY_COLUMN = 4,     /* column problems: a block per tile of 32 contiguous kept columns */
+    NJ_FAMILY_CHANNELS_LAST = 5 /* GroupNorm over channels-last images: pixel tiles, vectors across channels */
 } nj_family;
 
 #define NJ_MAX_LAUNCHES 4
@@ -45,6 +46,8 @@ typedef struct nj_plan_params {
     int32_t rows_per_block; /* rows handled by one block (warp-per-row variants > 1) */
     int32_t split;       /* blocks cooperating on one row (1 = none) */
     int32_t regs_cache;  /* elements per thread kept in registers (0 = re-read x) */
+    int32_t chans;       /* channels-last family: channels a thread owns (loaded vec at a time); else 0 */
+    int32_t tile;        /* channels-last family: pixels of an image tile (a block's work item); else 0 */
     int32_t unaligned;   /* 1: the variant for arguments the main plan's vector width does not fit */
     uint32_t align_opds; /* bits (1 << nj_operand): operands whose base address must be a multiple of vec
                             elements, and whose batch stride a multiple of vec (PARAM has none), for the
@@ -66,6 +69,10 @@ typedef enum nj_variant { NJ_VARIANT_MAIN = 0, NJ_VARIANT_UNALIGNED = 1 } nj_var
 #define NJ_VARIANT_COUNT 2
 NJ_HIDDEN nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,
                                     nj_plan_params *out);
+
+/* The channels-last GroupNorm family (planner_cl.c): whether c has its form, and its forward plan. */
+NJ_HIDDEN bool nj_plan_cl_ok(const nj_canon *c);
+NJ_HIDDEN nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
 
 /* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) capped at
  * two waves of resident blocks (kernels loop over the rest). Shared by the forward and backward planners. */

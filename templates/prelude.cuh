@@ -229,20 +229,28 @@ template <int N, typename T> struct nj_vec_io {
         nj_words<W>::store(p + i, w);
     }
 };
+/* floats: 16-byte pieces (eight floats are two accesses; each needs 16-byte alignment) */
 template <int N> struct nj_vec_io<N, float> {
+    enum { W = N < 4 ? N : 4 };
     NJ_DEVICE void load(const float *p, nj_i64 i, float *out)
     {
-        unsigned w[N];
-        nj_words<N>::load(p + i, w);
 #pragma unroll
-        for (int k = 0; k < N; k++) out[k] = __uint_as_float(w[k]);
+        for (int h = 0; h < N; h += W) {
+            unsigned w[W];
+            nj_words<W>::load(p + i + h, w);
+#pragma unroll
+            for (int k = 0; k < W; k++) out[h + k] = __uint_as_float(w[k]);
+        }
     }
     NJ_DEVICE void store(float *p, nj_i64 i, const float *in)
     {
-        unsigned w[N];
 #pragma unroll
-        for (int k = 0; k < N; k++) w[k] = __float_as_uint(in[k]);
-        nj_words<N>::store(p + i, w);
+        for (int h = 0; h < N; h += W) {
+            unsigned w[W];
+#pragma unroll
+            for (int k = 0; k < W; k++) w[k] = __float_as_uint(in[h + k]);
+            nj_words<W>::store(p + i + h, w);
+        }
     }
 };
 template <> struct nj_vec_io<1, float> {

@@ -290,6 +290,24 @@ static void build_cases(void)
     tc_axis(c, 8, false, true);    /* G */
     tc_axis(c, 4, true, true);     /* C/G */
     tc_finish(c);
+    c = add_case("cl_gn_nhwc_f16_silu"); /* the UNet's GroupNorm: channels-last tiles, 8-channel vectors */
+    tc_begin(c, NJ_F16, NJ_F32, ln, NJ_ACT_SILU, 2);
+    tc_axis(c, 4096, true, false); /* HW */
+    tc_axis(c, 32, false, true);   /* G */
+    tc_axis(c, 10, true, true);    /* C/G */
+    tc_finish(c);
+    c = add_case("cl_gn_nhwc_bf16_stats_gelu");
+    tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_ERF, 3);
+    tc_axis(c, 64, true, false);
+    tc_axis(c, 8, false, true);
+    tc_axis(c, 16, true, true);
+    tc_finish(c);
+    c = add_case("cl_gn_nhwc_f32_99ch"); /* odd channel count: a channel at a time, 99 lanes */
+    tc_begin(c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 2);
+    tc_axis(c, 25, true, false);
+    tc_axis(c, 3, false, true);
+    tc_axis(c, 33, true, true);
+    tc_finish(c);
     c = add_case("general_rms_gelu_erf");
     tc_begin(c, NJ_F32, NJ_F32, NJ_FLAG_SCALE, NJ_ACT_GELU_ERF, 4);
     tc_axis(c, 6, true, true);
@@ -332,7 +350,7 @@ static void test_forward_variants(void **state)
     build_cases();
     nj_device_props dev;
     nj_device_props_default(90, &dev);
-    int families[5] = {0};
+    int families[NJ_FAMILY_CHANNELS_LAST + 1] = {0};
     for (int i = 0; i < nfwd; i++) {
         nj_plan_params pp;
         assert_int_equal(nj_plan_pass(&fwd[i].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
@@ -352,9 +370,24 @@ static void test_forward_variants(void **state)
         assert_non_null(strstr(src, want));
         static const char *const acts[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
         snprintf(want, sizeof want, "= nj_act_%s(", acts[fwd[i].c.act]);
-        if (pp.family != NJ_FAMILY_ROW) snprintf(want, sizeof want, ", nj_act_%s(u)", acts[fwd[i].c.act]);
+        if (pp.family != NJ_FAMILY_ROW) snprintf(want, sizeof want, "nj_act_%s(u)", acts[fwd[i].c.act]);
         assert_non_null(strstr(src, want));
-        if (pp.vec > 1) {
+        if (pp.family == NJ_FAMILY_CHANNELS_LAST) {
+            /* vectors across channels; the unaligned variant keeps the tiling, a channel at a time */
+            snprintf(want, sizeof want, "nj_load_vec<%d>(X", pp.vec);
+            assert_non_null(strstr(src, want));
+            nj_plan_params up;
+            assert_int_equal(nj_plan_variant(&fwd[i].c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev, &up), NJ_OK);
+            assert_int_equal(up.vec, 1);
+            assert_int_equal(up.chans, pp.chans);
+            assert_int_equal(up.tile, pp.tile);
+            assert_int_equal(up.block, pp.block);
+            char *usrc = NULL;
+            assert_int_equal(nj_codegen(&fwd[i].c, &up, &usrc), NJ_OK);
+            assert_non_null(strstr(usrc, "nj_load_vec<1>(X"));
+            assert_null(strstr(usrc, "nj_load_vec<8>") || strstr(usrc, "nj_load_vec<4>") ? usrc : NULL);
+            free(usrc);
+        } else if (pp.vec > 1) {
             /* vec-wide accesses only; misaligned arguments get the unaligned variant: one element at a
                time, same blocks and launches, rolled loops */
             assert_true(pp.align_opds & (1u << NJ_OPD_X));
@@ -388,6 +421,7 @@ static void test_forward_variants(void **state)
     assert_true(families[NJ_FAMILY_ROW] >= 8);
     assert_true(families[NJ_FAMILY_GENERAL] >= 2);
     assert_true(families[NJ_FAMILY_COLUMN] >= 2);
+    assert_int_equal(families[NJ_FAMILY_CHANNELS_LAST], 3);
 }
 
 /* The general template is a correct fallback for ROW problems too. */

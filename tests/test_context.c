@@ -131,6 +131,49 @@ static double run_layernorm_at(nj_context *ctx, int64_t rows, int64_t n, int shi
 
 static double run_layernorm(nj_context *ctx, int64_t rows, int64_t n) { return run_layernorm_at(ctx, rows, n, 0); }
 
+/* GroupNorm over NHWC f32 images ([2, 16, 9, 7], 4 groups: the channels-last family, 3 launches and a
+ * workspace) with x and y shifted by `shift` floats; error in units of the f32 tolerance. */
+static double run_groupnorm_nhwc_at(nj_context *ctx, int shift)
+{
+    nj_problem_desc p;
+    int64_t ext[4] = {2, 16, 9, 7};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F32, 4, ext, 4, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS | NJ_FLAG_SAVE_STATS),
+                     NJ_OK);
+    nj_plan *plan;
+    nj_status s = nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan);
+    if (s != NJ_OK) fail_msg("plan: %s %s", nj_status_name(s), nj_last_error());
+    const size_t numel = 2 * 16 * 9 * 7, stats = 2 * 4;
+    size_t ws = nj_plan_workspace_size(plan, NJ_PASS_FORWARD);
+    assert_true(ws > 0);
+    float *xa = malloc((numel + 4) * 4), *ya = malloc((numel + 4) * 4), *x = xa + shift, *y = ya + shift;
+    float *g = malloc(16 * 4), *b = malloc(16 * 4), *mean = malloc(stats * 4), *rstd = malloc(stats * 4);
+    void *work = malloc(ws);
+    for (size_t i = 0; i < numel; i++) x[i] = (float)(rnd() + 3.0), y[i] = NAN;
+    for (int i = 0; i < 16; i++) g[i] = (float)(1.0 + 0.5 * rnd()), b[i] = (float)(0.1 * rnd());
+    nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .gamma = g, .beta = b, .y = y,
+                         .mean = mean, .rstd = rstd, .workspace = work};
+    s = nj_forward(plan, &a);
+    if (s != NJ_OK) fail_msg("forward: %s %s", nj_status_name(s), nj_last_error());
+    double *ry = malloc(numel * sizeof(double)), rm[8], rr[8];
+    nj_ref_inputs in = {.x = x, .gamma = g, .beta = b, .eps = 1e-5};
+    nj_ref_outputs out = {.y = ry, .mean = rm, .rstd = rr};
+    assert_int_equal(nj_ref_forward(&p, &in, &out), NJ_OK);
+    double worst = 0;
+    for (size_t i = 0; i < numel; i++) { /* the reference is in logical order; y in NHWC memory */
+        size_t rem = i, off = 0;
+        for (int ax = p.x.rank - 1; ax >= 0; ax--) {
+            off += rem % (size_t)p.x.extents[ax] * (size_t)p.x.strides[ax];
+            rem /= (size_t)p.x.extents[ax];
+        }
+        worst = fmax(worst, fabs(y[off] - ry[i]) / (1e-5 + 1e-5 * fabs(ry[i])));
+    }
+    for (size_t i = 0; i < stats; i++) worst = fmax(worst, fabs(mean[i] - rm[i]) / (1e-5 + 1e-5 * fabs(rm[i])));
+    for (size_t i = 0; i < stats; i++) worst = fmax(worst, fabs(rstd[i] - rr[i]) / (1e-5 + 1e-5 * fabs(rr[i])));
+    if (isnan(worst)) worst = INFINITY;
+    free(xa), free(ya), free(g), free(b), free(mean), free(rstd), free(work), free(ry);
+    return worst;
+}
+
 static void test_forward_matches_reference(void **state)
 {
     fixture *f = *state;
@@ -191,6 +234,33 @@ static void test_misaligned_runs_unaligned_variant(void **state)
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 0);
     assert_int_equal(st.hits_disk, 2);
+    nj_context_destroy(ctx);
+}
+
+/* The channels-last GroupNorm kernels load 4 channels at a time: a shifted x/y takes their unaligned
+ * variant (same tiles and workspace, a channel at a time), and a missing workspace is an error. */
+static void test_channels_last_variants(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, NJ_CTX_EMU_POISON | NJ_CTX_EMU_SHUFFLE);
+    nj_cache_stats st;
+    assert_true(run_groupnorm_nhwc_at(ctx, 0) < 1.0);
+    assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
+    assert_int_equal(st.compiles, 1);
+    assert_true(run_groupnorm_nhwc_at(ctx, 1) < 1.0);
+    assert_true(run_groupnorm_nhwc_at(ctx, 2) < 1.0);
+    assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
+    assert_int_equal(st.compiles, 2);
+    nj_problem_desc p;
+    int64_t ext[4] = {2, 16, 9, 7};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F32, 4, ext, 4, 1, 0), NJ_OK);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_OK);
+    float *x = calloc(2 * 16 * 9 * 7, 4), *y = calloc(2 * 16 * 9 * 7, 4);
+    nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .y = y};
+    assert_int_equal(nj_forward(plan, &a), NJ_ERR_NULL_POINTER);
+    assert_non_null(strstr(nj_last_error(), "workspace"));
+    free(x), free(y);
     nj_context_destroy(ctx);
 }
 
@@ -383,6 +453,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_forward_matches_reference, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_reuse_and_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_misaligned_runs_unaligned_variant, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_channels_last_variants, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_compile_miss_fail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_lookup_same_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_single_flight_threads, setup, teardown),

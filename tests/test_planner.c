@@ -209,8 +209,9 @@ static void test_column_general(void **state)
     pp = plan_fwd(&c);
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
     assert_int_equal(pp.launch[0].row_mult, 8);
-    /* reduce axes 1 and 3 of [B, 6, 5, 7] */
-    tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
+    /* reduce axes 1 and 3 of [B, 6, 5, 7], with a residual (without one, the channels-last tiles:
+     * test_channels_last) */
+    tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_RESIDUAL, NJ_ACT_NONE, 4);
     tc_axis(&c, 6, true, false);
     tc_axis(&c, 5, false, false);
     tc_axis(&c, 7, true, false);
@@ -374,8 +375,9 @@ static void test_presets(void **state)
     pp = plan_desc(&p, &c);
     assert_int_equal(pp.family, NJ_FAMILY_ROW);
     assert_int_equal(pp.vec, 2);
-    /* GroupNorm NHWC, BatchNorm both layouts, InstanceNorm channels-last: the general family */
-    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, aff), NJ_OK);
+    /* GroupNorm NHWC with a residual: the general family (channels-last tiles take the plain form:
+     * test_channels_last); BatchNorm both layouts, InstanceNorm channels-last */
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, aff | NJ_FLAG_RESIDUAL), NJ_OK);
     pp = plan_desc(&p, &c);
     assert_int_not_equal(c.kind, NJ_KIND_ROW);
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
@@ -400,6 +402,86 @@ static void test_presets(void **state)
     assert_int_equal(pp.regs_cache, 8); /* 49 float4 chunks over 32 lanes: 2 chunks of 4 */
 }
 
+/* GroupNorm over channels-last images: tiles of whole rounds of the block's pixel rows, a vector of
+ * channels a thread, three launches, the workspace of the tiles' partials; the unaligned variant keeps
+ * the tiling and loads a channel at a time. */
+static void test_channels_last(void **state)
+{
+    (void)state;
+    nj_problem_desc p;
+    nj_canon c;
+    const uint32_t aff = NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    int64_t unet[4] = {2, 320, 64, 64};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, aff), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    nj_plan_params pp;
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_int_equal(pp.vec, 8); /* 16 bytes of f16 channels */
+    assert_int_equal(pp.chans, 8);
+    assert_int_equal(pp.rows_per_block, 12); /* 40 lanes of 8 channels, 12 pixels at once: 480 threads */
+    assert_int_equal(pp.block, 480);
+    assert_int_equal(pp.tile % pp.rows_per_block, 0);
+    assert_true((int64_t)pp.split * pp.tile >= 64 * 64 && (int64_t)(pp.split - 1) * pp.tile < 64 * 64);
+    assert_true(pp.split >= 32 && pp.split <= 256); /* a batch-2 image pair fills an H100/H200 */
+    assert_int_equal(pp.nlaunch, 3);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_cl_stats");
+    assert_string_equal(pp.launch[1].kernel, "nj_fwd_cl_final");
+    assert_string_equal(pp.launch[2].kernel, "nj_fwd_cl_norm");
+    assert_int_equal(pp.launch[0].row_mult, pp.split);
+    assert_int_equal(pp.launch[2].row_mult, pp.split);
+    assert_int_equal(pp.workspace_per_row, (uint64_t)(pp.split + 1) * 32 * 2 * sizeof(float));
+    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y | 1u << NJ_OPD_PARAM);
+    char *text = nj_plan_text(&pp);
+    assert_non_null(strstr(text, "family=channels_last"));
+    assert_non_null(strstr(text, "chans=8 tile="));
+    free(text);
+    nj_plan_params up;
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &up), NJ_OK);
+    assert_int_equal(up.vec, 1);
+    assert_int_equal(up.chans, 8);
+    assert_int_equal(up.tile, pp.tile);
+    assert_int_equal(up.block, pp.block);
+    assert_int_equal(up.workspace_per_row, pp.workspace_per_row);
+    /* Flux's GroupNorm(128, 32) on 256x256 f32 images: float4 channels, 512 threads, at most 256 tiles */
+    int64_t flux[4] = {16, 128, 256, 256};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F32, 4, flux, 32, 1, aff), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.split, 256);
+    /* odd channel counts load a channel at a time; more than 512 lanes would not fit a block */
+    int64_t odd[4] = {2, 99, 5, 5};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_BF16, 4, odd, 3, 1, aff), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_int_equal(pp.vec, 1);
+    assert_int_equal(pp.align_opds, 0);
+    assert_int_equal(pp.rows_per_block, 5); /* 99 lanes, 5 pixels at once: 495 threads, 16 warps */
+    assert_int_equal(pp.block, 512);
+    int64_t wide[4] = {2, 1023, 4, 4};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F32, 4, wide, 3, 1, aff), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    /* without gamma/beta the canonical form marks no feature axis: still the channels-last tiles */
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, 0), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_false(c.axes[2].feature);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
+    /* RMS-style (no centering) group statistics: the general family */
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, aff), NJ_OK);
+    p.flags &= ~(uint32_t)NJ_FLAG_CENTER;
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -408,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
+        cmocka_unit_test(test_channels_last),
     };
     return cmocka_run_group_tests_name("planner", tests, setup, NULL);
 }

@@ -1,0 +1,221 @@
+{# Forward, CHANNELS_LAST family (src/planner_cl.c): GroupNorm over channels-last images. Canonical
+   axes [batch | HW pixels: reduced | G groups: kept | C/G channels: reduced, stride 1]. An image is cut
+   into S tiles of TP pixels; work item = (image, tile), grid-stride. Thread t < LT * R owns the CH
+   channels c0 .. c0 + CH - 1 (c0 = (t % LT) * CH) of pixels t / LT, + R, ... of the tile, loaded
+   P.vec at a time (CH in the main kernels, 1 in the unaligned variant). Threads past LT * R (the block
+   rounded to whole warps) only join the reductions.
+   Workspace per image: S tiles x G groups x (sum, m2), then G x (mean, rstd).
+   nj_fwd_cl_stats: Welford per thread and channel (one reciprocal a pixel for all CH channels); the
+     block combines (pixel row, channel) states into groups with the exact identity
+     m2 = sum(m2_i + n_i * (mean_i - mean)^2) (nothing cancels), in a fixed order.
+   nj_fwd_cl_final: a warp per (image, group) combines the S tiles the same way.
+   nj_fwd_cl_norm: y = act((x - mean) * rstd * gamma + beta), vector loads and stores. #}
+{% include("prelude.cuh") %}
+{% include("lib_index.cuh") %}
+{% include("fwd_lib.cuh") %}
+{%
+local F = P.flags
+if P.rank ~= 4 or not P.axes[2].reduce or P.axes[3].reduce or not P.axes[4].reduce then
+  error("fwd_channels_last: needs [batch, pixels, groups, channels]") end
+local HW, G, CG = P.axes[2].extent, P.axes[3].extent, P.axes[4].extent
+local C = G * CG
+local CH, VV, R, B, S, TP = P.chans, P.vec, P.rows_per_block, P.block, P.split, P.tile
+local LT = C // CH
+if CH < 1 or C % CH ~= 0 or CH % VV ~= 0 or B % 32 ~= 0 or LT * R > B or TP % R ~= 0 or S * TP < HW then
+  error("fwd_channels_last: inconsistent plan") end
+local PSX, PSY = P.axes[2].stride.x, P.axes[2].stride.y
+local FB = P.launch[2].block
+%}
+{% fwd_typedefs() %}
+
+#define NJ_N {{ P.reduce_size }}LL
+#define NJ_HW {{ HW }}
+#define NJ_G {{ G }}
+#define NJ_CG {{ CG }}
+#define NJ_C {{ C }}
+#define NJ_CH {{ CH }}
+#define NJ_LT {{ LT }}
+#define NJ_R {{ R }}
+#define NJ_TP {{ TP }}
+#define NJ_S {{ S }}
+#define NJ_WS_IMAGE ((NJ_S + 1) * 2 * NJ_G) /* workspace floats per image */
+
+/* Pixels of tile `tile` (the last one may be short). */
+NJ_DEVICE int nj_cl_tile_pixels(int tile) { return min(NJ_TP, NJ_HW - tile * NJ_TP); }
+
+/* part[R][C] (one value per pixel row and channel) -> out[G]: per channel over the rows, then per group
+ * over its channels, in a fixed order. Starts and ends with a barrier, so callers reuse part and read
+ * out at once. Called, not inlined: the stats kernel sums twice. */
+NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
+{
+    __syncthreads();
+#pragma unroll 1
+    for (int c = threadIdx.x; c < NJ_C; c += {{ B }}) {
+        float s = 0.0f;
+#pragma unroll 1
+        for (int r = 0; r < NJ_R; r++) s += part[r * NJ_C + c];
+        chan[c] = s;
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int g = threadIdx.x; g < NJ_G; g += {{ B }}) {
+        float s = 0.0f;
+#pragma unroll 1
+        for (int j = 0; j < NJ_CG; j++) s += chan[g * NJ_CG + j];
+        out[g] = s;
+    }
+    __syncthreads();
+}
+
+NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{
+    NJ_SHARED(float, nj_part, {{ R * C }});
+    NJ_SHARED(float, nj_chan, {{ C }});
+    NJ_SHARED(float, nj_gsum, {{ G }});
+    NJ_SHARED(float, nj_gm2, {{ G }});
+    const nj_tx *X = (const nj_tx *)A.x;
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    const bool active = t < NJ_LT * NJ_R;
+    for (nj_i64 w = blockIdx.x; w < A.rows * NJ_S; w += gridDim.x) {
+        const nj_i64 k1 = w / NJ_S;
+        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PSX }};
+        float n = 0.0f, mean[NJ_CH], m2[NJ_CH];
+#pragma unroll
+        for (int k = 0; k < NJ_CH; k++) mean[k] = m2[k] = 0.0f;
+#pragma unroll 1
+        for (int p = active ? r : npx; p < npx; p += NJ_R) {
+            float v[NJ_CH];
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(X, ox + (nj_i64)p * {{ PSX }} + c0 + q, &v[q]);
+            n += 1.0f;
+            const float inv = __fdividef(1.0f, n);
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+                const float d = v[k] - mean[k];
+                mean[k] += d * inv;
+                m2[k] += d * (v[k] - mean[k]);
+            }
+        }
+        if (active) {
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = n * mean[k];
+        }
+        nj_cl_group_sums(nj_part, nj_chan, nj_gsum);
+        const float inv = __fdividef(1.0f, (float)(npx * NJ_CG));
+        if (active) {
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+                const float d = mean[k] - nj_gsum[(c0 + k) / NJ_CG] * inv;
+                nj_part[r * NJ_C + c0 + k] = m2[k] + n * d * d;
+            }
+        }
+        nj_cl_group_sums(nj_part, nj_chan, nj_gm2);
+        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE + tile * (2 * NJ_G);
+#pragma unroll 1
+        for (int g = t; g < NJ_G; g += {{ B }}) {
+            WS[2 * g] = nj_gsum[g];
+            WS[2 * g + 1] = nj_gm2[g];
+        }
+    }
+}
+
+/* A warp per (image, group), lanes over the tiles; every warp takes part in the shuffles. */
+NJ_KERNEL({{ P.launch[2].kernel }}, {{ FB }})
+{
+    const int lane = threadIdx.x & 31;
+    for (nj_i64 it = (nj_i64)blockIdx.x * {{ FB // 32 }} + (threadIdx.x >> 5); it < A.rows * NJ_G;
+         it += (nj_i64)gridDim.x * {{ FB // 32 }}) {
+        const nj_i64 k1 = it / NJ_G;
+        const int g = (int)(it % NJ_G);
+        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE;
+        float n = 0.0f, s = 0.0f;
+#pragma unroll 1
+        for (int j = lane; j < NJ_S; j += 32) {
+            n += (float)(nj_cl_tile_pixels(j) * NJ_CG);
+            s += WS[j * (2 * NJ_G) + 2 * g];
+        }
+        nj_warp_sum2(n, s);
+        const float mean = __fdividef(s, n);
+        float m2 = 0.0f;
+#pragma unroll 1
+        for (int j = lane; j < NJ_S; j += 32) {
+            const float nt = (float)(nj_cl_tile_pixels(j) * NJ_CG);
+            const float d = __fdividef(WS[j * (2 * NJ_G) + 2 * g], nt) - mean;
+            m2 += WS[j * (2 * NJ_G) + 2 * g + 1] + nt * d * d;
+        }
+        m2 = nj_warp_sum(m2);
+        const float rstd = rsqrtf(m2 * (1.0f / (float)NJ_N) + A.eps); /* IEEE sqrt + divide: slow-path calls */
+        if (lane == 0) {
+            WS[NJ_S * (2 * NJ_G) + 2 * g] = mean;
+            WS[NJ_S * (2 * NJ_G) + 2 * g + 1] = rstd;
+{% if F.stats then %}
+            const nj_i64 k3 = g;
+            const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
+            A.mean[os] = mean;
+            A.rstd[os] = rstd;
+{% end %}
+        }
+    }
+}
+
+NJ_KERNEL({{ P.launch[3].kernel }}, {{ B }})
+{
+{% fwd_pointers() %}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    if (t >= NJ_LT * NJ_R) return; /* no barrier below */
+    for (nj_i64 w = blockIdx.x; w < A.rows * NJ_S; w += gridDim.x) {
+        const nj_i64 k1 = w / NJ_S;
+        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+        const float *ST = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_S * (2 * NJ_G);
+        /* this thread's channels: mean, rstd * gamma and beta (gamma and beta: L1 hits after the first tile) */
+        float mk[NJ_CH], sk[NJ_CH];
+{% if F.scale then %}
+#pragma unroll
+        for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(GAMMA, c0 + q, &sk[q]);
+{% end %}
+{% if F.bias then %}
+        float bk[NJ_CH];
+#pragma unroll
+        for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(BETA, c0 + q, &bk[q]);
+{% end %}
+#pragma unroll
+        for (int k = 0; k < NJ_CH; k++) {
+            const int g = (c0 + k) / NJ_CG;
+            mk[k] = ST[2 * g];
+            sk[k] = ST[2 * g + 1]{{ F.scale and " * sk[k]" or "" }};
+        }
+        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PSX }};
+        const nj_i64 oy = {{ offset("y", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PSY }};
+        /* rolled: one copy of the activation (an exp costs ~10 ms of NVRTC time a copy) */
+#pragma unroll 1
+        for (int p = r; p < npx; p += NJ_R) {
+{% local function affine(o, k) %}
+                float u = (o_[{{ o }}] - mk[{{ k }}]) * sk[{{ k }}];
+{%   if F.bias then %}
+                u += bk[{{ k }}];
+{%   end %}
+                o_[{{ o }}] = nj_act_{{ P.act }}(u);
+{% end %}
+{% if VV > 1 then %}
+            float o_[NJ_CH];
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(X, ox + (nj_i64)p * {{ PSX }} + c0 + q, &o_[q]);
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+{% affine("k", "k") %}
+            }
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_store_vec<{{ VV }}>(Y, oy + (nj_i64)p * {{ PSY }} + c0 + q, &o_[q]);
+{% else %}
+            /* a channel at a time (unaligned variant): no vector of values held across the activations */
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+                float o_[1] = {nj_load_f32(X, ox + (nj_i64)p * {{ PSX }} + c0 + k)};
+{% affine(0, "k") %}
+                nj_store_f32(Y, oy + (nj_i64)p * {{ PSY }} + c0 + k, o_[0]);
+            }
+{% end %}
+        }
+    }
+}
