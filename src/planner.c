@@ -2,10 +2,11 @@
  *
  * Forward:
  *  - ROW kind and other row-like problems (plan_rowlike) -> fwd_row.cu. Rows of up to 1024 elements
- *    get a warp each (4 rows per 128-thread block), longer rows a block each; the row stays in registers when a thread's share fits (regs_cache), else
- *    the kernel streams x twice. The vector width is the widest of 8/4/2 that divides the row, keeps
- *    every access within 16 bytes and matches the layout of every operand (unit stride along the row,
- *    kept strides multiples of it). Base pointers and batch strides are run-time values: the plan names
+ *    get a warp each (4 rows per 128-thread block), longer rows a block each; the row stays in registers
+ *    when a thread's share fits (regs_cache), else the kernel streams x twice; rows of 2^18 elements and
+ *    more are split over several blocks (split), their statistics combined through the workspace. The
+ *    vector width is the widest of 8/4/2 that divides the row, keeps every access within 16 bytes and
+ *    matches the layout of every operand (unit stride along the row, kept strides multiples of it). Base pointers and batch strides are run-time values: the plan names
  *    the operands that need them aligned (align_opds) and the launch runs the unaligned variant
  *    (nj_plan_variant) when they are not.
  *  - COLUMN kind with at least 16 contiguous kept columns -> fwd_column.cu: coalesced tiles of 32 columns.
@@ -22,6 +23,12 @@
 
 #define NJ_WARP_ROW_MAX 1024     /* rows up to this length get a warp each */
 #define NJ_ROW_ELEMS_TARGET 16   /* elements per thread a block-per-row plan aims for */
+/* Rows of at least NJ_SPLIT_MIN elements are cut into pieces of about NJ_SPLIT_PIECE, a block each (at
+ * most NJ_SPLIT_MAX a row): a block per row would leave most SMs idle for the few long rows of e.g.
+ * nv_norms' 10 x 10^7 LayerNorm, and the batch is only known at launch, so the cut depends on the row. */
+#define NJ_SPLIT_MIN (1 << 18)
+#define NJ_SPLIT_PIECE (1 << 15)
+#define NJ_SPLIT_MAX 256
 
 void nj_device_props_default(int32_t arch, nj_device_props *out)
 {
@@ -176,6 +183,16 @@ static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_
         }
     }
     if (vec > 1) pp->align_opds = plan_fwd_row_align(c);
+    if (pp->regs_cache == 0 && n >= NJ_SPLIT_MIN) {
+        /* split rows: per-piece statistics into the workspace, then each piece combines its row's and
+         * normalizes itself (x is read twice, as a streamed row is anyway) */
+        int64_t pieces = plan_ceil_div(n, NJ_SPLIT_PIECE);
+        pp->split = (int32_t)(pieces < NJ_SPLIT_MAX ? pieces : NJ_SPLIT_MAX);
+        nj_plan_add_launch(pp, "nj_fwd_row_part", pp->block, c->kept_inner * pp->split, 1, 0, dev);
+        nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner * pp->split, 1, 0, dev);
+        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
+        return NJ_OK;
+    }
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0, dev);
     return NJ_OK;
 }

@@ -7,7 +7,11 @@
    statistics from registers); otherwise Welford over the row and a second pass that re-reads x.
    Vector width P.vec assumes base pointers and batch strides that are multiples of vec elements: the
    launch checks them (the plan's align_opds) and runs the unaligned variant (P.unaligned: vec 1, the
-   row streamed with rolled loops) when they are not. #}
+   row streamed with rolled loops) when they are not.
+   Split rows (P.split > 1, streamed, a block per piece of a row): nj_fwd_row_part writes each piece's
+   (sum, squared deviations from the piece mean) to the workspace; nj_fwd_row's warp 0 combines the
+   row's pieces in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels), then the
+   block normalizes its piece. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -55,6 +59,11 @@ end
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
+local SPLIT = P.split
+if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or #P.launch ~= 2) then error("fwd_row: split rows are streamed, a block a piece") end
+-- the chunk range a thread streams: the whole row, or its piece of a split row
+local LO = SPLIT > 1 and "ch_lo + lane" or "lane"
+local HI = SPLIT > 1 and "ch_hi" or "NCH"
 %}
 
 {% fwd_typedefs() %}
@@ -62,8 +71,13 @@ local NW = B // 32
 #define NJ_TPR {{ TPR }}
 #define NJ_RPB {{ RPB }}
 #define NJ_N {{ P.reduce_size }}LL
+{% if SPLIT > 1 then %}
+#define NJ_SPLIT {{ SPLIT }}
+{% end %}
 
-{% local function row_body(name, V, cache) %}
+{# mode: nil (statistics and normalization), "part" (split rows: a piece's partial statistics) or
+   "norm" (split rows: the row's statistics from the pieces', then normalization) #}
+{% local function row_body(name, V, cache, mode) %}
 {# Streaming loops: the unaligned variant is a rare path that only has to be right, so rolled loops
    (they compile fastest); the main kernel unrolls twice, two vector loads in flight per thread (about
    64 KB a full SM, enough to cover memory latency), where NVVM's default of 4 cost 20 ms of compile. #}
@@ -77,8 +91,15 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
     const int lane = threadIdx.x % NJ_TPR;
     const nj_i64 nrows = A.rows * {{ P.kept_inner }}LL;
 {% fwd_pointers() %}
+{% if SPLIT > 1 then %}
+    constexpr nj_i64 CPS = (NCH + NJ_SPLIT - 1) / NJ_SPLIT; /* chunks a piece */
+    for (nj_i64 wi = blockIdx.x; wi < nrows * NJ_SPLIT; wi += gridDim.x) {
+        const nj_i64 row = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
+        const nj_i64 ch_lo = piece * CPS, ch_hi = ch_lo + CPS < NCH ? ch_lo + CPS : NCH;
+{% else %}
     for (nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR; row < nrows;
          row += (nj_i64)gridDim.x * NJ_RPB) {
+{% end %}
         {{ split_index("row", kept, "k") }}
 {% fwd_offsets(kept, "k") %}
 {% if F.scale and param_row then %}
@@ -99,7 +120,48 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             }
 {% end %}
 {% end %}
-{% if cache then %}
+{% if mode == "norm" then %}
+        /* the row's statistics from its pieces' (nj_fwd_row_part): warp 0, a fixed order */
+        __syncthreads(); /* scratch: the previous piece's readers are done */
+        if (threadIdx.x < 32) {
+            const float *WS = (const float *)A.workspace + row * (2 * NJ_SPLIT);
+            float s = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) s += WS[2 * q];
+{% if F.center then %}
+            const float mean = nj_warp_sum(s) * (1.0f / (float)NJ_N);
+            float m2 = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
+                const nj_i64 lo = q * CPS, hi = lo + CPS < NCH ? lo + CPS : NCH;
+                if (hi > lo) {
+                    const float nq = (float)((hi - lo) * V);
+                    const float d = __fdividef(WS[2 * q], nq) - mean;
+                    m2 += WS[2 * q + 1] + nq * d * d;
+                }
+            }
+            const float var = nj_warp_sum(m2) * (1.0f / (float)NJ_N);
+{% else %}
+            const float mean = 0.0f;
+            const float var = nj_warp_sum(s) * (1.0f / (float)NJ_N);
+{% end %}
+            if (threadIdx.x == 0) {
+                scratch[0] = mean;
+                scratch[1] = rsqrtf(var + A.eps); /* IEEE sqrt + divide: slow-path subroutines */
+{% if F.stats then %}
+                if (piece == 0) {
+                    const nj_i64 os = {{ offset("stats", kept, "k") }};
+{% if F.center then %}
+                    A.mean[os] = mean;
+{% end %}
+                    A.rstd[os] = scratch[1];
+                }
+{% end %}
+            }
+        }
+        __syncthreads();
+        const float mean = scratch[0], rstd = scratch[1];
+{% elseif cache then %}
         constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
         float v[CPT][V];
         float s = 0.0f;
@@ -142,7 +204,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {#  the unaligned variant: sums re-reading x (two passes when centered), not Welford (measured: a
     Welford reduction cost more compile time than the rest of the kernel) #}
         float s = 0.0f;
-        {{ stream_unroll }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ stream_unroll }}for (nj_i64 ch = {{ LO }}; ch < {{ HI }}; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
@@ -152,16 +214,27 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             s += {{ F.center and "xv[0]" or "xv[0] * xv[0]" }};
         }
 {% if F.center then %}
+{% if mode == "part" then %}
+        const float p_sum = {{ row_sum("s", "scratch") }};
+        const float mean = p_sum * __fdividef(1.0f, (float)((ch_hi > ch_lo ? ch_hi - ch_lo : 1) * V));
+{% else %}
         const float mean = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+{% end %}
         float s2 = 0.0f;
-        {{ stream_unroll }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ stream_unroll }}for (nj_i64 ch = {{ LO }}; ch < {{ HI }}; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
             const float d = xv[0] - mean;
             s2 += d * d;
         }
+{% if mode == "part" then %}
+        const float p_m2 = {{ row_sum("s2", "scratch") }};
+{% else %}
         const float var = {{ row_sum("s2", "scratch") }} * (1.0f / (float)NJ_N);
+{% end %}
+{% elseif mode == "part" then %}
+        const float p_sum = {{ row_sum("s", "scratch") }}, p_m2 = 0.0f;
 {% else %}
         const float mean = 0.0f;
         const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
@@ -172,7 +245,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% else %}
         float s = 0.0f;
 {% end %}
-        {{ stream_unroll }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ stream_unroll }}for (nj_i64 ch = {{ LO }}; ch < {{ HI }}; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
@@ -184,15 +257,33 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
         }
 {% if F.center then %}
         w = {{ row_welford("w", "wscratch") }};
+{% if mode == "part" then %}
+        const float p_sum = w.n * w.mean, p_m2 = w.m2;
+{% else %}
         const float mean = w.mean;
         const float var = w.m2 * (1.0f / (float)NJ_N);
+{% end %}
+{% elseif mode == "part" then %}
+        const float p_sum = {{ row_sum("s", "scratch") }}, p_m2 = 0.0f;
 {% else %}
         const float mean = 0.0f;
         const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
 {% end %}
 {% end %}
+{% if mode == "part" then %}
+        if (threadIdx.x == 0) {
+            float *WS = (float *)A.workspace + row * (2 * NJ_SPLIT) + 2 * piece;
+            WS[0] = p_sum;
+            WS[1] = p_m2;
+        }
+    }
+}
+{% do return end %}
+{% end %}
+{% if mode ~= "norm" then %}
         const float rstd = rsqrtf(var + A.eps); /* IEEE sqrt + divide would call slow-path subroutines (spills) */
-{% if F.stats then %}
+{% end %}
+{% if F.stats and mode ~= "norm" then %}
         if (lane == 0) {
             const nj_i64 os = {{ offset("stats", kept, "k") }};
 {% if F.center then %}
@@ -239,7 +330,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             }
         }
 {% else %}
-        {{ stream_unroll }}for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        {{ stream_unroll }}for (nj_i64 ch = {{ LO }}; ch < {{ HI }}; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
@@ -249,6 +340,23 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
     }
 }
 {% end %}
+{% if SPLIT > 1 then %}
+{% row_body("nj_fwd_row_part_body", P.vec, false, "part") %}
+{% row_body("nj_fwd_row_body", P.vec, false, "norm") %}
+
+NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{
+    NJ_SHARED(float, nj_scratch, {{ NW }});
+    NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
+    nj_fwd_row_part_body(A, nj_scratch, nj_wscratch);
+}
+
+NJ_KERNEL({{ P.launch[2].kernel }}, {{ B }})
+{
+    NJ_SHARED(float, nj_scratch, 2);
+    nj_fwd_row_body(A, nj_scratch, 0);
+}
+{% else %}
 {% row_body("nj_fwd_row_body", P.vec, P.regs_cache > 0) %}
 
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
@@ -263,3 +371,4 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% end %}
     nj_fwd_row_body(A, nj_scratch, nj_wscratch);
 }
+{% end %}

@@ -109,10 +109,12 @@ static double run_layernorm_at(nj_context *ctx, int64_t rows, int64_t n, int shi
     float *xa = malloc((numel + 4) * 4), *ya = malloc((numel + 4) * 4), *x = xa + shift, *y = ya + shift;
     float *g = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
     float *mean = malloc((size_t)rows * 4), *rstd = malloc((size_t)rows * 4);
+    size_t ws = nj_plan_workspace_size(plan, NJ_PASS_FORWARD); /* split rows need one */
+    void *work = ws ? malloc(ws) : NULL;
     for (size_t i = 0; i < numel; i++) x[i] = (float)(rnd() + 3.0), y[i] = NAN;
     for (int64_t i = 0; i < n; i++) g[i] = (float)(1.0 + 0.5 * rnd()), b[i] = (float)(0.1 * rnd());
     nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .gamma = g, .beta = b, .y = y,
-                         .mean = mean, .rstd = rstd};
+                         .mean = mean, .rstd = rstd, .workspace = work};
     s = nj_forward(plan, &a);
     if (s != NJ_OK) fail_msg("forward: %s %s", nj_status_name(s), nj_last_error());
     double *ry = malloc(numel * sizeof(double)), *rm = malloc((size_t)rows * 8), *rr = malloc((size_t)rows * 8);
@@ -125,7 +127,7 @@ static double run_layernorm_at(nj_context *ctx, int64_t rows, int64_t n, int shi
     for (int64_t i = 0; i < rows; i++) worst = fmax(worst, fabs(mean[i] - rm[i]) / (1e-5 + 1e-5 * fabs(rm[i])));
     for (int64_t i = 0; i < rows; i++) worst = fmax(worst, fabs(rstd[i] - rr[i]) / (1e-5 + 1e-5 * fabs(rr[i])));
     if (isnan(worst)) worst = INFINITY; /* an unwritten element */
-    free(xa), free(ya), free(g), free(b), free(mean), free(rstd), free(ry), free(rm), free(rr);
+    free(xa), free(ya), free(g), free(b), free(mean), free(rstd), free(ry), free(rm), free(rr), free(work);
     return worst;
 }
 
@@ -261,6 +263,29 @@ static void test_channels_last_variants(void **state)
     assert_int_equal(nj_forward(plan, &a), NJ_ERR_NULL_POINTER);
     assert_non_null(strstr(nj_last_error(), "workspace"));
     free(x), free(y);
+    nj_context_destroy(ctx);
+}
+
+/* Rows of 2^18 elements and more are split over blocks (two launches, the pieces' statistics in the
+ * workspace); a shifted x takes the unaligned variant of both launches. */
+static void test_split_rows(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, NJ_CTX_EMU_POISON | NJ_CTX_EMU_SHUFFLE);
+    assert_true(run_layernorm(ctx, 3, 1 << 18) < 1.0);
+    assert_true(run_layernorm_at(ctx, 2, 1 << 18, 1) < 1.0);
+    assert_true(run_layernorm(ctx, 2, 300001) < 1.0); /* odd: vec 1, a short last piece */
+    nj_cache_stats st;
+    assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
+    assert_int_equal(st.compiles, 3);
+    nj_problem_desc p;
+    int64_t ext[2] = {3, 1 << 18};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, ext, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS | NJ_FLAG_SAVE_STATS),
+                     NJ_OK);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_OK);
+    size_t ws = nj_plan_workspace_size(plan, NJ_PASS_FORWARD);
+    assert_int_equal(ws, 3 * 8 * 2 * sizeof(float)); /* 8 pieces of 2^15 a row: (sum, m2) each */
     nj_context_destroy(ctx);
 }
 
@@ -454,6 +479,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_disk_reuse_and_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_misaligned_runs_unaligned_variant, setup, teardown),
         cmocka_unit_test_setup_teardown(test_channels_last_variants, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_compile_miss_fail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_lookup_same_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_single_flight_threads, setup, teardown),

@@ -129,11 +129,34 @@ static void test_row_long(void **state)
     assert_int_equal(pp.vec, 1);
     assert_true(pp.regs_cache > 0 && pp.regs_cache <= 32);
     assert_true((int64_t)pp.regs_cache * pp.block >= 4097);
-    tc_row(&c, NJ_F32, 1 << 20, 0);
+    tc_row(&c, NJ_F32, 100000, 0); /* too long for registers: streamed, still a block a row */
     pp = plan_fwd(&c);
     assert_int_equal(pp.regs_cache, 0);
     assert_int_equal(pp.block, 512);
     assert_int_equal(pp.rows_per_block, 1);
+    assert_int_equal(pp.split, 1);
+    /* 2^20 elements: 32 pieces of 2^15, a block each; per-piece (sum, m2) in the workspace */
+    tc_row(&c, NJ_F32, 1 << 20, 0);
+    nj_status st = nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp);
+    assert_int_equal(st, NJ_OK);
+    assert_int_equal(pp.regs_cache, 0);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.split, 32);
+    assert_int_equal(pp.nlaunch, 2);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_row_part");
+    assert_string_equal(pp.launch[1].kernel, "nj_fwd_row");
+    assert_int_equal(pp.launch[0].row_mult, 32);
+    assert_int_equal(pp.launch[1].row_mult, 32);
+    assert_int_equal(pp.workspace_per_row, 32 * 2 * sizeof(float));
+    /* at most 256 pieces: 10^7 elements (nv_norms) take pieces of ~39K */
+    tc_row(&c, NJ_F32, 10000000, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.split, 256);
+    nj_plan_params up;
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &up), NJ_OK);
+    assert_int_equal(up.vec, 1);
+    assert_int_equal(up.split, 256);
+    assert_int_equal(up.workspace_per_row, pp.workspace_per_row);
 }
 
 /* Column problems with enough columns get coalesced column tiles; the rest the general family. */
