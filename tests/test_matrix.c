@@ -110,6 +110,7 @@ static void test_layernorm(void **state)
         "layernorm %s 2x4096",      /* vectorized */
         "layernorm %s 2x12289",     /* long prime row: re-read pass */
         "layernorm %s 1x70001",     /* row above 2^16 */
+        "layernorm %s 2x262144",    /* split rows: 8 pieces a row, statistics combined in the workspace */
         "layernorm %s 66000x8",     /* rows above 2^16 */
         "layernorm %s 0x256",       /* zero-size batch */
         "layernorm %s 2x3x5x6 last=2",
@@ -121,7 +122,8 @@ static void test_layernorm(void **state)
 
 static void test_rmsnorm(void **state)
 {
-    static const char *const bases[] = {"rmsnorm %s 4x96", "rmsnorm %s 3x8192", "rmsnorm %s 2x129", "rmsnorm %s 7x2"};
+    static const char *const bases[] = {"rmsnorm %s 4x96", "rmsnorm %s 3x8192", "rmsnorm %s 2x129", "rmsnorm %s 7x2",
+                                        "rmsnorm %s 2x300001" /* split, odd: vec 1, a short last piece */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
 }
 
@@ -137,7 +139,9 @@ static void test_groupnorm(void **state)
 {
     static const char *const bases[] = {"groupnorm %s nchw 2x12x5x5 groups=4", "groupnorm %s nhwc 2x12x5x5 groups=3",
                                         "groupnorm %s nhwc 1x64x8x8 groups=32", "groupnorm %s nchw 2x6x1x1 groups=6",
-                                        "groupnorm %s nchw 1x32x16x16 groups=32"};
+                                        "groupnorm %s nchw 1x32x16x16 groups=32",
+                                        "groupnorm %s nhwc 1x320x16x16 groups=32", /* the UNet's, 8-channel vectors */
+                                        "groupnorm %s nhwc 2x64x40x40 groups=8" /* 7 tiles, the last one short */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
 }
 
