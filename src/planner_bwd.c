@@ -64,6 +64,14 @@ static void bwd_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_pla
     }
 }
 
+/* Statistics of 2^18 elements and more are cut into pieces of about 2^15, a block each (at most 256 a
+ * statistic), as in the forward row plan: a block per statistic would leave most SMs idle for a few long
+ * rows (nv_norms' 10 x 10^7 LayerNorm). The pieces' sums go through the workspace, after the fixed
+ * region of the parameter-gradient launches. */
+#define NJ_BWD_SPLIT_MIN (1 << 18)
+#define NJ_BWD_SPLIT_PIECE (1 << 15)
+#define NJ_BWD_SPLIT_MAX 256
+
 static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     pp->family = NJ_FAMILY_GENERAL;
@@ -73,7 +81,15 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
     pp->split = 1;
     pp->regs_cache = 0;
     pp->block = nj_plan_walk_block(c->reduce_size);
-    nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0, dev);
+    if (c->reduce_size >= NJ_BWD_SPLIT_MIN) {
+        int64_t pieces = (c->reduce_size + NJ_BWD_SPLIT_PIECE - 1) / NJ_BWD_SPLIT_PIECE;
+        pp->split = (int32_t)(pieces < NJ_BWD_SPLIT_MAX ? pieces : NJ_BWD_SPLIT_MAX);
+        nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0, dev);
+        nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner * pp->split, 1, 0, dev);
+        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
+    } else {
+        nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0, dev);
+    }
     bwd_plan_pgrad(c, dev, pp);
     return NJ_OK;
 }

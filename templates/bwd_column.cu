@@ -86,6 +86,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         __syncthreads(); /* nj_part and nj_m are rewritten by the next task */
     }
 }
+{% PGRAD_LAUNCH = 2 %}
 {% if #P.launch >= 2 and P.launch[2].kernel == "nj_bwd_pgrad_col" then %}
 {% include("bwd_pgrad_col.cuh") %}
 {% elseif #P.launch >= 2 then %}

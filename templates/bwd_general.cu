@@ -5,7 +5,11 @@
    param_size) walks the non-feature index space (batch axis outermost) in a fixed order, recomputing
    xhat from x, mean and rstd, and reduces dz*xhat and dz with a fixed block tree. When the innermost axis
    is a feature axis, bwd_pgrad_col.cuh's column-tiled kernels replace it (coalesced walks). Fixed work
-   per thread and a fixed reduction order: the same bits on every run, no atomics. #}
+   per thread and a fixed reduction order: the same bits on every run, no atomics.
+   Split statistics (P.split > 1: long rows): the reduction is cut into NJ_SPLIT pieces of contiguous
+   walk indices, a block per (statistic, piece). nj_bwd_dx_part writes each piece's two sums to the
+   workspace (after the parameter-gradient launches' fixed region); nj_bwd_dx's warp 0 adds the
+   statistic's pieces in order, then the block writes dx over its piece. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -16,29 +20,65 @@ local F = P.flags
 local B = P.block
 local NW = B // 32
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
+local SPLIT = P.split
+PGRAD_LAUNCH = SPLIT > 1 and 3 or 2 -- the parameter-gradient launches follow the dx ones
+-- the walk indices a block covers: the whole reduction, or its piece
+local LO = SPLIT > 1 and "(" .. IT .. ")lo + threadIdx.x" or "threadIdx.x"
+local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 %}
 {{ bwd_typedefs() }}
 
 #define NJ_N {{ P.reduce_size }}LL
+{% if SPLIT > 1 then %}
+#define NJ_SPLIT {{ SPLIT }}
+#define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
+/* the pieces' sums, after the fixed region of the dgamma/dbeta launches */
+#define NJ_WS_DX ((float *)A.workspace + {{ P.workspace_fixed // 4 }})
+{% end %}
 
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{% local function dx_kernel(name, mode) %}
+NJ_KERNEL({{ name }}, {{ B }})
 {
     NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
 {{ bwd_pointers() }}
+{% if SPLIT > 1 then %}
+    for (nj_i64 wi = blockIdx.x; wi < nstat * NJ_SPLIT; wi += gridDim.x) {
+        const nj_i64 st = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
+        const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
+{% else %}
     for (nj_i64 st = blockIdx.x; st < nstat; st += gridDim.x) {
+{% end %}
         {{ split_index("st", kept, "k") }}
         const nj_i64 ox = {{ offset("x", kept, "k") }};
         const nj_i64 ody = {{ offset("dy", kept, "k") }};
+{% if mode ~= "part" then %}
         const nj_i64 odx = {{ offset("dx", kept, "k") }};
+{% end %}
 {% if F.scale or F.bias then %}
         const nj_i64 op = {{ offset("param", kept, "k") }};
 {% end %}
         const nj_i64 os = {{ offset("stats", kept, "k") }};
         const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
         const float rstd = A.rstd[os];
+{% if mode == "dx" then %}
+        /* the statistic's two sums from its pieces' (nj_bwd_dx_part), warp 0, a fixed order */
+        __syncthreads(); /* nj_scratch: the previous piece's readers are done */
+        if (threadIdx.x < 32) {
+            float t1 = 0.0f, t2 = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
+                t1 += NJ_WS_DX[(st * NJ_SPLIT + q) * 2];
+                t2 += NJ_WS_DX[(st * NJ_SPLIT + q) * 2 + 1];
+            }
+            nj_warp_sum2(t1, t2);
+            if (threadIdx.x == 0) nj_scratch[0] = t1, nj_scratch[1] = t2;
+        }
+        __syncthreads();
+        const float s1 = nj_scratch[0], s2 = nj_scratch[1];
+{% else %}
         float s1 = 0.0f, s2 = 0.0f;
-        for ({{ IT }} i = threadIdx.x; i < ({{ IT }})NJ_N; i += {{ B }}) {
+        for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
             {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
                "op + " .. offset("param", red, "r"), "            ") }}
@@ -46,11 +86,21 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
             s2 += g * xh;
         }
         nj_block_sum2<{{ NW }}>(s1, s2, nj_scratch);
+{% end %}
+{% if mode == "part" then %}
+        if (threadIdx.x == 0) {
+            NJ_WS_DX[wi * 2] = s1;
+            NJ_WS_DX[wi * 2 + 1] = s2;
+        }
+    }
+}
+{% do return end %}
+{% end %}
 {% if F.center then %}
         const float m1 = s1 * (1.0f / (float)NJ_N);
 {% end %}
         const float m2 = s2 * (1.0f / (float)NJ_N);
-        for ({{ IT }} i = threadIdx.x; i < ({{ IT }})NJ_N; i += {{ B }}) {
+        for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
             {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
                "op + " .. offset("param", red, "r"), "            ") }}
@@ -58,8 +108,17 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
     }
 }
-{% if #P.launch >= 2 and P.launch[2].kernel == "nj_bwd_pgrad_col" then %}
+{% end %}
+
+{% if SPLIT > 1 then %}
+{% dx_kernel(P.launch[1].kernel, "part") %}
+
+{% dx_kernel(P.launch[2].kernel, "dx") %}
+{% else %}
+{% dx_kernel(P.launch[1].kernel, "full") %}
+{% end %}
+{% if #P.launch >= PGRAD_LAUNCH and P.launch[PGRAD_LAUNCH].kernel == "nj_bwd_pgrad_col" then %}
 {% include("bwd_pgrad_col.cuh") %}
-{% elseif #P.launch >= 2 then %}
+{% elseif #P.launch >= PGRAD_LAUNCH then %}
 {% include("bwd_pgrad.cuh") %}
 {% end %}

@@ -12,7 +12,8 @@ local function off2(opd, only_kept)
   for _, a in ipairs(nonfeat) do if not only_kept or not P.axes[a].reduce then na[#na + 1] = a end end
   return "(" .. offset(opd, fa, "f") .. ") + (" .. offset(opd, na, "n") .. ")"
 end
-local PB = P.launch[2].block
+local PG = PGRAD_LAUNCH or 2 -- index of this file's first launch (after the dx launches)
+local PB = P.launch[PG].block
 local nf_in = {}
 for k = 2, #nonfeat do nf_in[#nf_in + 1] = nonfeat[k] end
 local fkept = {}
@@ -24,7 +25,7 @@ if nonfeat_inner >= 2147483647 or P.param_size >= 2147483647 then error("bwd_pgr
 
 /* The walk of one feature element: batch index n1 (run-time extent) outside, r over the other
  * non-feature axes inside, advanced by PB without any 64-bit division. */
-NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
+NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
 {
     NJ_SHARED(float, nj_pscratch, {{ 2 * (PB // 32) }});
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */

@@ -9,11 +9,12 @@
 local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
 local cax = P.rank
 local EC = P.axes[cax].extent
-local PB = P.launch[2].block
+local PG = PGRAD_LAUNCH or 2 -- index of this file's first launch (after the dx launches)
+local PB = P.launch[PG].block
 local BY = PB // 32
 local NT = ceil_div(EC, 32)
 local PS = P.param_size
-local S = #P.launch >= 3 and P.workspace_fixed // (PS * 8) or 1
+local S = #P.launch >= PG + 1 and P.workspace_fixed // (PS * 8) or 1
 if not P.axes[cax].feature or P.axes[cax].stride.x ~= 1 then error("bwd_pgrad_col: innermost axis") end
 local fouter = {}
 for _, a in ipairs(feat) do if a ~= cax then fouter[#fouter + 1] = a end end
@@ -27,7 +28,7 @@ local STEP = S * BY
 
 #define NJ_S {{ S }}
 
-NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
+NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
 {
     NJ_SHARED(float, nj_part, {{ 2 * PB }});
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
@@ -93,9 +94,9 @@ NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
     }
 }
 {% if S > 1 then %}
-{% local RB = P.launch[3].block %}
+{% local RB = P.launch[PG + 1].block %}
 
-NJ_KERNEL({{ P.launch[3].kernel }}, {{ RB }})
+NJ_KERNEL({{ P.launch[PG + 1].kernel }}, {{ RB }})
 {
     if (!A.dgamma && !A.dbeta) return;
     const float *WS = (const float *)A.workspace;

@@ -445,6 +445,21 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
     assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
     for (int i = 0; i < pp.nlaunch; i++) assert_null(strstr(pp.launch[i].kernel, "pgrad"));
+    /* long rows: the dx walk is split over blocks (pieces of 2^15), the pieces' sums in the workspace
+     * after the dgamma/dbeta launches' fixed region; dgamma's grid still ignores the batch */
+    static const int64_t lng[] = {2, 1 << 20};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, lng, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(pp.split, 32);
+    assert_string_equal(pp.launch[0].kernel, "nj_bwd_dx_part");
+    assert_string_equal(pp.launch[1].kernel, "nj_bwd_dx");
+    assert_int_equal(pp.launch[0].row_mult, 32);
+    assert_non_null(strstr(pp.launch[2].kernel, "pgrad"));
+    assert_int_equal(pp.workspace_per_row, 32 * 2 * sizeof(float));
+    nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1, g1);
+    nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1 << 20, g2);
+    assert_int_equal(g1[0], g2[0]);
     assert_int_equal(nj_plan_backward(NULL, &s->dev, &pp), NJ_ERR_NULL_POINTER);
 }
 
