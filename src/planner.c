@@ -242,7 +242,7 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
         if (c->kind == NJ_KIND_ROW || plan_rowlike(c) > 0) return plan_fwd_row(c, dev, out);
         if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_COLUMN_MIN)
             return plan_fwd_column(c, dev, out);
-        if (nj_plan_cl_ok(c)) return nj_plan_fwd_channels_last(c, dev, out);
+        if (nj_plan_cl_ok(c, NJ_PASS_FORWARD)) return nj_plan_fwd_channels_last(c, dev, out);
         return plan_fwd_general(c, dev, out);
     case NJ_PASS_BACKWARD:
         return nj_plan_backward(c, dev, out);

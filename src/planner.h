@@ -70,9 +70,10 @@ typedef enum nj_variant { NJ_VARIANT_MAIN = 0, NJ_VARIANT_UNALIGNED = 1 } nj_var
 NJ_HIDDEN nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,
                                     nj_plan_params *out);
 
-/* The channels-last GroupNorm family (planner_cl.c): whether c has its form, and its forward plan. */
-NJ_HIDDEN bool nj_plan_cl_ok(const nj_canon *c);
+/* The channels-last GroupNorm family (planner_cl.c): whether c has its form for a pass, and its plans. */
+NJ_HIDDEN bool nj_plan_cl_ok(const nj_canon *c, nj_pass pass);
 NJ_HIDDEN nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
+NJ_HIDDEN nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
 
 /* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) capped at
  * two waves of resident blocks (kernels loop over the rest). Shared by the forward and backward planners. */

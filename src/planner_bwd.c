@@ -204,5 +204,6 @@ nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_pla
     out->pass = NJ_PASS_BACKWARD;
     if (bwd_row_ok(c)) return plan_bwd_row(c, dev, out);
     if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_BWD_COL_MIN) return plan_bwd_column(c, dev, out);
+    if (nj_plan_cl_ok(c, NJ_PASS_BACKWARD)) return nj_plan_bwd_channels_last(c, dev, out);
     return plan_bwd_general(c, dev, out);
 }

@@ -10,6 +10,13 @@
  *   launch 2 (nj_fwd_cl_final): a warp per (image, group) combines the image's tiles in a fixed order
  *            into mean and rstd (and the saved statistics);
  *   launch 3 (nj_fwd_cl_norm): the block normalizes its tile with vector loads and stores.
+ * Backward (bwd_channels_last.cu), the same tiles:
+ *   nj_bwd_cl_part: each tile's per-group sums of g = dz * gamma and g * xhat, and per-channel sums of
+ *            dz * xhat and dz (the dgamma/dbeta partials);
+ *   nj_bwd_cl_final: a warp per (image, group) adds its tiles' sums in order;
+ *   nj_bwd_cl_dx: dx of the tile, vector loads and stores;
+ *   nj_bwd_cl_pgrad (with gamma/beta): a block per 32 channels adds every (image, tile) partial in a
+ *            fixed order (8 warps over the partials, then warp 0 over the warps).
  * The tiling is a function of the problem alone: the same work split and rounding on every run. */
 #include "planner.h"
 
@@ -19,35 +26,53 @@
 #define NJ_CL_TILE 16384     /* elements a tile aims at: ~80 tiles for a 320-channel 64x64 UNet image */
 #define NJ_CL_MAX_TILES 256  /* tiles of an image at most: a warp combines them per group */
 #define NJ_CL_FINAL_BLOCK 256 /* threads of the combining launch: a warp per (image, group) */
+#define NJ_CL_PGRAD_BLOCK 256 /* threads of the dgamma/dbeta launch: 8 warps over 32 channels */
 #define NJ_CL_MAX_CHANNELS 4096
 
 static int64_t cl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The activation operands of a pass: what the tiles read and write with vectors across channels. */
+static const nj_operand cl_fwd_opds[] = {NJ_OPD_X, NJ_OPD_Y};
+static const nj_operand cl_bwd_opds[] = {NJ_OPD_X, NJ_OPD_DY, NJ_OPD_DX};
+
+static void cl_opds(nj_pass pass, const nj_operand **opds, size_t *n)
+{
+    *opds = pass == NJ_PASS_BACKWARD ? cl_bwd_opds : cl_fwd_opds;
+    *n = pass == NJ_PASS_BACKWARD ? NJ_ARRAY_LEN(cl_bwd_opds) : NJ_ARRAY_LEN(cl_fwd_opds);
+}
 
 static bool cl_operand_dense(const nj_canon *c, nj_operand o)
 {
     return c->axes[3].stride[o] == 1 && c->axes[2].stride[o] == c->axes[3].extent;
 }
 
-/* Widest vector across channels: within 16 bytes for x and y, a divisor of C and of the pixel strides
- * (pointers and batch strides are checked at launch: align_opds). */
-static int32_t cl_vec(const nj_canon *c, int64_t channels)
+/* Widest vector across channels: within 16 bytes for every activation operand (8 in the backward,
+ * whose six per-channel constants and activation derivative spilled at 16 on sm_80), a divisor of C and
+ * of the pixel strides (pointers and batch strides are checked at launch: align_opds). */
+static int32_t cl_vec(const nj_canon *c, nj_pass pass, int64_t channels)
 {
+    const nj_operand *opds;
+    size_t n;
+    cl_opds(pass, &opds, &n);
     int32_t maxb = 1;
-    for (int o = NJ_OPD_X; o <= NJ_OPD_Y; o++) {
-        int32_t b = (int32_t)nj_dtype_size((nj_dtype)c->dtype[o]);
+    for (size_t i = 0; i < n; i++) {
+        int32_t b = (int32_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
         if (b > maxb) maxb = b;
     }
-    for (int32_t v = 8; v > 1; v /= 2)
-        if (v * maxb <= 16 && channels % v == 0 && c->axes[1].stride[NJ_OPD_X] % v == 0 &&
-            c->axes[1].stride[NJ_OPD_Y] % v == 0)
-            return v;
+    int32_t bytes = pass == NJ_PASS_BACKWARD ? 8 : 16;
+    for (int32_t v = 8; v > 1; v /= 2) {
+        bool ok = v * maxb <= bytes && channels % v == 0;
+        for (size_t i = 0; i < n && ok; i++) ok = c->axes[1].stride[opds[i]] % v == 0;
+        if (ok) return v;
+    }
     return 1;
 }
 
-bool nj_plan_cl_ok(const nj_canon *c)
+bool nj_plan_cl_ok(const nj_canon *c, nj_pass pass)
 {
     if (c->rank != 4 || !(c->flags & NJ_FLAG_CENTER)) return false;
-    if (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) return false;
+    /* the backward reads the forward's input sum (x): a residual changes nothing there */
+    if (pass == NJ_PASS_FORWARD && (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT))) return false;
     const nj_canon_axis *px = &c->axes[1], *gr = &c->axes[2], *ch = &c->axes[3];
     if (!px->reduce || gr->reduce || !ch->reduce) return false;
     /* without gamma/beta the canonical form marks no feature axis; with them, the channels are */
@@ -55,19 +80,22 @@ bool nj_plan_cl_ok(const nj_canon *c)
     if (params && (px->feature || !gr->feature || !ch->feature)) return false;
     int64_t channels = gr->extent * ch->extent;
     if (channels > NJ_CL_MAX_CHANNELS || c->reduce_size >= INT32_MAX || px->extent >= INT32_MAX / 2) return false;
-    if (!cl_operand_dense(c, NJ_OPD_X) || !cl_operand_dense(c, NJ_OPD_Y)) return false;
-    if (params && (!cl_operand_dense(c, NJ_OPD_PARAM) || px->stride[NJ_OPD_PARAM]))
-        return false;
-    return channels / cl_vec(c, channels) <= NJ_CL_THREADS;
+    const nj_operand *opds;
+    size_t n;
+    cl_opds(pass, &opds, &n);
+    for (size_t i = 0; i < n; i++)
+        if (!cl_operand_dense(c, opds[i])) return false;
+    if (params && (!cl_operand_dense(c, NJ_OPD_PARAM) || px->stride[NJ_OPD_PARAM])) return false;
+    return channels / cl_vec(c, pass, channels) <= NJ_CL_THREADS;
 }
 
-nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+/* The tiling both passes share: vector width, pixel rows a block works on at once, tile, tiles. */
+static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
 {
-    NJ_RETURN_IF(!nj_plan_cl_ok(c), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
-    int64_t hw = c->axes[1].extent, groups = c->axes[2].extent, channels = groups * c->axes[3].extent;
-    int32_t v = cl_vec(c, channels);
+    int64_t hw = c->axes[1].extent, channels = c->axes[2].extent * c->axes[3].extent;
+    int32_t v = cl_vec(c, pass, channels);
     int64_t lanes = channels / v;
-    int64_t rows = NJ_CL_THREADS / lanes; /* pixels a block works on at once */
+    int64_t rows = NJ_CL_THREADS / lanes;
     if (rows > hw) rows = hw;
     int64_t tiles = cl_ceil_div(hw * channels, NJ_CL_TILE);
     if (tiles > NJ_CL_MAX_TILES) tiles = NJ_CL_MAX_TILES;
@@ -75,23 +103,53 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
     if (tiles < 1) tiles = 1;
     /* whole rounds of the block's pixel rows, then as few tiles as that allows */
     int64_t tile = cl_ceil_div(cl_ceil_div(hw, tiles), rows) * rows;
-    tiles = cl_ceil_div(hw, tile);
     pp->family = NJ_FAMILY_CHANNELS_LAST;
-    pp->template_name = "fwd_channels_last.cu";
     pp->vec = v;
     pp->chans = v;
     pp->tile = (int32_t)tile;
     pp->rows_per_block = (int32_t)rows;
-    pp->split = (int32_t)tiles;
+    pp->split = (int32_t)cl_ceil_div(hw, tile);
     pp->block = (int32_t)cl_ceil_div(lanes * rows, 32) * 32; /* whole warps: the reductions shuffle */
     if (v > 1) {
-        pp->align_opds = 1u << NJ_OPD_X | 1u << NJ_OPD_Y;
+        const nj_operand *opds;
+        size_t n;
+        cl_opds(pass, &opds, &n);
+        for (size_t i = 0; i < n; i++) pp->align_opds |= 1u << opds[i];
         if (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) pp->align_opds |= 1u << NJ_OPD_PARAM;
     }
-    nj_plan_add_launch(pp, "nj_fwd_cl_stats", pp->block, tiles, 1, 0, dev);
+}
+
+nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    NJ_RETURN_IF(!nj_plan_cl_ok(c, NJ_PASS_FORWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
+    cl_tiling(c, NJ_PASS_FORWARD, pp);
+    pp->template_name = "fwd_channels_last.cu";
+    int64_t groups = c->axes[2].extent;
+    nj_plan_add_launch(pp, "nj_fwd_cl_stats", pp->block, pp->split, 1, 0, dev);
     nj_plan_add_launch(pp, "nj_fwd_cl_final", NJ_CL_FINAL_BLOCK, groups, NJ_CL_FINAL_BLOCK / 32, 0, dev);
-    nj_plan_add_launch(pp, "nj_fwd_cl_norm", pp->block, tiles, 1, 0, dev);
+    nj_plan_add_launch(pp, "nj_fwd_cl_norm", pp->block, pp->split, 1, 0, dev);
     /* per image: each tile's (sum, m2) per group, then the image's (mean, rstd) per group */
-    pp->workspace_per_row = (uint64_t)(tiles + 1) * (uint64_t)groups * 2u * sizeof(float);
+    pp->workspace_per_row = (uint64_t)(pp->split + 1) * (uint64_t)groups * 2u * sizeof(float);
+    return NJ_OK;
+}
+
+nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    NJ_RETURN_IF(!nj_plan_cl_ok(c, NJ_PASS_BACKWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
+    cl_tiling(c, NJ_PASS_BACKWARD, pp);
+    pp->template_name = "bwd_channels_last.cu";
+    int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent;
+    bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
+    nj_plan_add_launch(pp, "nj_bwd_cl_part", pp->block, pp->split, 1, 0, dev);
+    nj_plan_add_launch(pp, "nj_bwd_cl_final", NJ_CL_FINAL_BLOCK, groups, NJ_CL_FINAL_BLOCK / 32, 0, dev);
+    nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, pp->split, 1, 0, dev);
+    /* per image: each tile's two sums per group, the image's two means per group, and with gamma/beta
+     * each tile's (sum dz * xhat, sum dz) per channel */
+    uint64_t per_image = (uint64_t)(pp->split + 1) * (uint64_t)groups * 2u;
+    if (params) {
+        per_image += (uint64_t)pp->split * (uint64_t)channels * 2u;
+        nj_plan_add_launch(pp, "nj_bwd_cl_pgrad", NJ_CL_PGRAD_BLOCK, 1, 1, (int32_t)cl_ceil_div(channels, 32), dev);
+    }
+    pp->workspace_per_row = per_image * sizeof(float);
     return NJ_OK;
 }

@@ -34,16 +34,19 @@ function bwd_pointers()
 end
 
 -- Statements computing xh, dz (and g unless no_g) for one element: xe, de are C expressions of the x
--- and dy storage values, po the element offset of gamma/beta. Needs mean, rstd in scope.
+-- and dy values, po the element offset of gamma/beta (or their values). Needs mean, rstd in scope.
 function bwd_element(xe, de, po, ind, no_g)
   local F = P.flags
   local t = {}
   t[#t + 1] = string.format("const float xh = (nj_to_f32(%s) - mean) * rstd;", xe)
   t[#t + 1] = string.format("float dz = nj_to_f32(%s);", de)
-  if F.scale and (not no_g or P.act ~= "none") then t[#t + 1] = string.format("const float gm = nj_load_f32(GAMMA, %s);", po) end
+  -- po: an offset into GAMMA/BETA, or a table {g = expr, b = expr} of values already loaded
+  local ge = type(po) == "table" and po.g or string.format("nj_load_f32(GAMMA, %s)", po)
+  local be = type(po) == "table" and po.b or string.format("nj_load_f32(BETA, %s)", po)
+  if F.scale and (not no_g or P.act ~= "none") then t[#t + 1] = string.format("const float gm = %s;", ge) end
   if P.act ~= "none" then
     local z = F.scale and "xh * gm" or "xh"
-    if F.bias then z = z .. " + nj_load_f32(BETA, " .. po .. ")" end
+    if F.bias then z = z .. " + " .. be end
     t[#t + 1] = string.format("dz *= nj_dact_%s(%s);", P.act, z)
   end
   if not no_g then t[#t + 1] = F.scale and "const float g = dz * gm;" or "const float g = dz;" end

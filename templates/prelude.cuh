@@ -7,6 +7,10 @@
 #ifndef NJ_EMU
 #define NJ_KERNEL(name, max_threads) \
     extern "C" __global__ void __launch_bounds__(max_threads) name(const nj_kargs A)
+/* one resident block an SM is enough: ptxas may use every register the block size allows (without it,
+ * sm_80 ptxas held 512-thread kernels to 64 registers and spilled) */
+#define NJ_KERNEL_REGS(name, max_threads) \
+    extern "C" __global__ void __launch_bounds__(max_threads, 1) name(const nj_kargs A)
 #define NJ_DEVICE static __device__ __forceinline__
 /* called, not inlined: one copy of a helper a kernel uses at several places (compile time; the call
  * costs a few cycles per row) */

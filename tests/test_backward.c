@@ -417,7 +417,13 @@ static void test_row_grid_stride_and_misaligned(void **state)
     check_problem(s, "layernorm 50x600 misaligned", p, 64, true, true);
     assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, warp, 1, sb), NJ_OK);
     check_problem(s, "layernorm 300x40 misaligned", p, 65, true, true);
+    /* channels-last GroupNorm tiles: 4 f16 channels a load, a channel at a time when shifted */
+    static const int64_t img[] = {2, 64, 12, 12};
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, sb), NJ_OK);
+    p.activation = NJ_ACT_SILU;
+    check_problem(s, "groupnorm nhwc 2x64x12x12 silu misaligned", p, 66, true, true);
     s->shift = 0;
+    check_problem(s, "groupnorm nhwc 2x64x12x12 silu", p, 67, true, true);
 }
 
 /* The plan itself: launches, fixed param-gradient grid, names the template renders. */

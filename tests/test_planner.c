@@ -497,6 +497,21 @@ static void test_channels_last(void **state)
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
     assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
     assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
+    /* the backward takes the same tiles with 8-byte vectors (f16: 4 channels) and four launches; the
+     * dgamma/dbeta one has a grid fixed by the channels (a block per 32), not by the batch */
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, aff), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_string_equal(pp.template_name, "bwd_channels_last.cu");
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.block, 480); /* 80 lanes of 4 channels, 6 pixels at once */
+    assert_int_equal(pp.nlaunch, 4);
+    assert_string_equal(pp.launch[3].kernel, "nj_bwd_cl_pgrad");
+    assert_int_equal(pp.launch[3].grid_x, 10);
+    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX | 1u << NJ_OPD_PARAM);
+    assert_int_equal(pp.workspace_per_row,
+                     ((uint64_t)(pp.split + 1) * 32 * 2 + (uint64_t)pp.split * 320 * 2) * sizeof(float));
     /* RMS-style (no centering) group statistics: the general family */
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, aff), NJ_OK);
     p.flags &= ~(uint32_t)NJ_FLAG_CENTER;

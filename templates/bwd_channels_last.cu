@@ -1,0 +1,267 @@
+{# Backward, CHANNELS_LAST family (src/planner_cl.c): GroupNorm over channels-last images, the tiles of
+   fwd_channels_last.cu (S tiles of TP pixels an image; thread t < LT * R owns channels c0 .. c0 + CH - 1
+   of pixels t / LT, + R, ... of its tile, loaded P.vec at a time). Per element (bwd_lib.cuh):
+   xhat = (x - mean) * rstd, dz = dy * act'(z), g = dz * gamma; dx = rstd * (g - mean(g) - xhat *
+   mean(g * xhat)) over the group; dgamma = sum(dz * xhat), dbeta = sum(dz) over images and pixels.
+   Workspace per image: S x G x (sum g, sum g * xhat), G x (their means), then with gamma/beta
+   S x C x (sum dz * xhat, sum dz).
+   nj_bwd_cl_part: the tile's sums, thread -> smem (pixel row, channel) -> channel (-> group), in order.
+   nj_bwd_cl_final: a warp per (image, group) adds the tiles' sums in order.
+   nj_bwd_cl_dx: dx of the tile.
+   nj_bwd_cl_pgrad: a block per 32 channels, warp w adds partials w, w + 8, ... of every (image, tile),
+   warp 0 the 8 warp sums: a fixed grid and order, deterministic without atomics. #}
+{% include("prelude.cuh") %}
+{% include("lib_index.cuh") %}
+{% include("bwd_lib.cuh") %}
+{%
+local F = P.flags
+if P.rank ~= 4 or not P.axes[2].reduce or P.axes[3].reduce or not P.axes[4].reduce or not F.center then
+  error("bwd_channels_last: needs centered [batch, pixels, groups, channels]") end
+local HW, G, CG = P.axes[2].extent, P.axes[3].extent, P.axes[4].extent
+local C = G * CG
+local CH, VV, R, B, S, TP = P.chans, P.vec, P.rows_per_block, P.block, P.split, P.tile
+local LT = C // CH
+if CH < 1 or C % CH ~= 0 or CH % VV ~= 0 or B % 32 ~= 0 or LT * R > B or TP % R ~= 0 or S * TP < HW then
+  error("bwd_channels_last: inconsistent plan") end
+local PARAMS = F.scale or F.bias
+local BETA_USED = F.bias and P.act ~= "none"
+local PS = {x = P.axes[2].stride.x, dy = P.axes[2].stride.dy, dx = P.axes[2].stride.dx}
+local FB = P.launch[2].block
+%}
+{{ bwd_typedefs() }}
+
+#define NJ_N {{ P.reduce_size }}LL
+#define NJ_HW {{ HW }}
+#define NJ_G {{ G }}
+#define NJ_CG {{ CG }}
+#define NJ_C {{ C }}
+#define NJ_CH {{ CH }}
+#define NJ_LT {{ LT }}
+#define NJ_R {{ R }}
+#define NJ_TP {{ TP }}
+#define NJ_S {{ S }}
+#define NJ_WS_MEANS (NJ_S * 2 * NJ_G) /* workspace floats of an image before the group means */
+#define NJ_WS_CHANS (NJ_WS_MEANS + 2 * NJ_G) /* ... before the per-channel partials */
+#define NJ_WS_IMAGE (NJ_WS_CHANS{{ PARAMS and " + NJ_S * 2 * NJ_C" or "" }})
+
+/* Pixels of tile `tile` (the last one may be short). */
+NJ_DEVICE int nj_cl_tile_pixels(int tile) { return min(NJ_TP, NJ_HW - tile * NJ_TP); }
+
+/* part[R][C] -> chan[C]: per channel over the pixel rows, in order. Barriers on both sides: callers
+ * rewrite part and read chan at once. Called, not inlined: the part kernel sums four times. */
+NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
+{
+    __syncthreads();
+#pragma unroll 1
+    for (int c = threadIdx.x; c < NJ_C; c += {{ B }}) {
+        float s = 0.0f;
+#pragma unroll 1
+        for (int r = 0; r < NJ_R; r++) s += part[r * NJ_C + c];
+        chan[c] = s;
+    }
+    __syncthreads();
+}
+
+{% local function load_params() %}
+{% if F.scale then %}
+    float gk[NJ_CH];
+#pragma unroll
+    for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(GAMMA, c0 + q, &gk[q]);
+{% end %}
+{% if BETA_USED then %}
+    float bk[NJ_CH];
+#pragma unroll
+    for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(BETA, c0 + q, &bk[q]);
+{% end %}
+{% end %}
+{% local function load_stats() %}
+        /* the forward's statistics of this thread's channels' groups */
+        float mk[NJ_CH], rk[NJ_CH];
+#pragma unroll
+        for (int k = 0; k < NJ_CH; k++) {
+            const nj_i64 k3 = (c0 + k) / NJ_CG;
+            const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
+            mk[k] = A.mean[os];
+            rk[k] = A.rstd[os];
+        }
+{% end %}
+{% local function element(xe, de, k, ind) %}
+{{ ind }}const float mean = mk[{{ k }}], rstd = rk[{{ k }}];
+{{ bwd_element(xe, de, {g = "gk[" .. k .. "]", b = "bk[" .. k .. "]"}, ind) }}
+{% end %}
+NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
+{
+    NJ_SHARED(float, nj_part, {{ R * C }});
+    NJ_SHARED(float, nj_chan, {{ C }});
+{{ bwd_pointers() }}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    const bool active = t < NJ_LT * NJ_R;
+{% load_params() %}
+    for (nj_i64 w = blockIdx.x; w < A.rows * NJ_S; w += gridDim.x) {
+        const nj_i64 k1 = w / NJ_S;
+        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
+        const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
+{% load_stats() %}
+        float a1[NJ_CH], a2[NJ_CH]{{ PARAMS and ", p1[NJ_CH], p2[NJ_CH]" or "" }};
+#pragma unroll
+        for (int k = 0; k < NJ_CH; k++) a1[k] = a2[k] = {{ PARAMS and "p1[k] = p2[k] = " or "" }}0.0f;
+#pragma unroll 1
+        for (int p = active ? r : npx; p < npx; p += NJ_R) {
+            float xv_[NJ_CH], dv_[NJ_CH];
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+                nj_load_vec<{{ VV }}>(X, ox + (nj_i64)p * {{ PS.x }} + c0 + q, &xv_[q]);
+                nj_load_vec<{{ VV }}>(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + q, &dv_[q]);
+            }
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+{% element("xv_[k]", "dv_[k]", "k", "                ") %}
+                a1[k] += g;
+                a2[k] += g * xh;
+{% if PARAMS then %}
+                p1[k] += dz * xh;
+                p2[k] += dz;
+{% end %}
+            }
+        }
+        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE;
+{% local function to_groups(arr, slot) %}
+        if (active) {
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
+        }
+        nj_cl_rows(nj_part, nj_chan);
+#pragma unroll 1
+        for (int g = t; g < NJ_G; g += {{ B }}) {
+            float s = 0.0f;
+#pragma unroll 1
+            for (int j = 0; j < NJ_CG; j++) s += nj_chan[g * NJ_CG + j];
+            WS[(tile * NJ_G + g) * 2 + {{ slot }}] = s;
+        }
+{% end %}
+{% local function to_channels(arr, slot) %}
+        if (active) {
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
+        }
+        nj_cl_rows(nj_part, nj_chan);
+#pragma unroll 1
+        for (int c = t; c < NJ_C; c += {{ B }}) WS[NJ_WS_CHANS + (tile * NJ_C + c) * 2 + {{ slot }}] = nj_chan[c];
+{% end %}
+{% to_groups("a1", 0) %}
+{% to_groups("a2", 1) %}
+{% if PARAMS then %}
+{% to_channels("p1", 0) %}
+{% to_channels("p2", 1) %}
+{% end %}
+    }
+}
+
+/* A warp per (image, group), lanes over the tiles; every warp takes part in the shuffles. */
+NJ_KERNEL({{ P.launch[2].kernel }}, {{ FB }})
+{
+    const int lane = threadIdx.x & 31;
+    for (nj_i64 it = (nj_i64)blockIdx.x * {{ FB // 32 }} + (threadIdx.x >> 5); it < A.rows * NJ_G;
+         it += (nj_i64)gridDim.x * {{ FB // 32 }}) {
+        const nj_i64 k1 = it / NJ_G;
+        const int g = (int)(it % NJ_G);
+        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE;
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll 1
+        for (int j = lane; j < NJ_S; j += 32) {
+            s1 += WS[(j * NJ_G + g) * 2];
+            s2 += WS[(j * NJ_G + g) * 2 + 1];
+        }
+        nj_warp_sum2(s1, s2);
+        if (lane == 0) {
+            WS[NJ_WS_MEANS + 2 * g] = s1 * (1.0f / (float)NJ_N);
+            WS[NJ_WS_MEANS + 2 * g + 1] = s2 * (1.0f / (float)NJ_N);
+        }
+    }
+}
+
+NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
+{
+{{ bwd_pointers() }}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    if (t >= NJ_LT * NJ_R) return; /* no barrier below */
+{% load_params() %}
+    for (nj_i64 w = blockIdx.x; w < A.rows * NJ_S; w += gridDim.x) {
+        const nj_i64 k1 = w / NJ_S;
+        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
+        const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
+        const nj_i64 odx = {{ offset("dx", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dx }};
+{% load_stats() %}
+        const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS;
+        float m1k[NJ_CH], m2k[NJ_CH];
+#pragma unroll
+        for (int k = 0; k < NJ_CH; k++) {
+            m1k[k] = MS[2 * ((c0 + k) / NJ_CG)];
+            m2k[k] = MS[2 * ((c0 + k) / NJ_CG) + 1];
+        }
+#pragma unroll 1
+        for (int p = r; p < npx; p += NJ_R) {
+{% if VV > 1 then %}
+            float xv_[NJ_CH], dv_[NJ_CH], o_[NJ_CH];
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+                nj_load_vec<{{ VV }}>(X, ox + (nj_i64)p * {{ PS.x }} + c0 + q, &xv_[q]);
+                nj_load_vec<{{ VV }}>(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + q, &dv_[q]);
+            }
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+{% element("xv_[k]", "dv_[k]", "k", "                ") %}
+                o_[k] = {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }};
+            }
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_store_vec<{{ VV }}>(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + q, &o_[q]);
+{% else %}
+            /* a channel at a time (unaligned variant): no vectors held across the activations */
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+                const float xs = nj_load_f32(X, ox + (nj_i64)p * {{ PS.x }} + c0 + k);
+                const float ds = nj_load_f32(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + k);
+{% element("xs", "ds", "k", "                ") %}
+                nj_store_f32(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + k, {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }});
+            }
+{% end %}
+        }
+    }
+}
+{% if PARAMS then %}
+
+NJ_KERNEL({{ P.launch[4].kernel }}, {{ P.launch[4].block }})
+{
+    NJ_SHARED(float, nj_red, {{ 2 * P.launch[4].block }});
+    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, col = blockIdx.x * 32 + lane;
+    const float *WS = (const float *)A.workspace;
+    float a = 0.0f, b = 0.0f;
+    if (col < NJ_C) {
+#pragma unroll 1
+        for (nj_i64 i = wp; i < A.rows * NJ_S; i += {{ P.launch[4].block // 32 }}) {
+            const float *pt = WS + (i / NJ_S) * NJ_WS_IMAGE + NJ_WS_CHANS + ((i % NJ_S) * NJ_C + col) * 2;
+            a += pt[0];
+            b += pt[1];
+        }
+    }
+    nj_red[threadIdx.x] = a;
+    nj_red[{{ P.launch[4].block }} + threadIdx.x] = b;
+    __syncthreads();
+    if (wp == 0 && col < NJ_C) {
+#pragma unroll 1
+        for (int v = 1; v < {{ P.launch[4].block // 32 }}; v++) {
+            a += nj_red[v * 32 + lane];
+            b += nj_red[{{ P.launch[4].block }} + v * 32 + lane];
+        }
+{% if F.scale then %}
+        if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, col, a);
+{% end %}
+{% if F.bias then %}
+        if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, col, b);
+{% end %}
+    }
+}
+{% end %}
