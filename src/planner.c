@@ -12,7 +12,8 @@
  *  - COLUMN kind with at least 16 contiguous kept columns -> fwd_column.cu: coalesced tiles of 32 columns.
  *  - GroupNorm over channels-last images -> fwd_channels_last.cu: pixel tiles, vectors across channels
  *    (planner_cl.c).
- *  - everything else -> fwd_general.cu: a block per statistic walking the reduction.
+ *  - everything else -> fwd_general.cu: a block per statistic walking the reduction (split over blocks
+ *    from 2^18 elements, as rows are).
  * Everything here is a function of (canonical problem, pass, device props) and goes into nj_plan_text. */
 #include "planner.h"
 #include "planner_bwd.h"
@@ -207,6 +208,15 @@ static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev,
     pp->regs_cache = 0;
     int64_t n = c->reduce_size;
     pp->block = nj_plan_walk_block(n);
+    if (n >= NJ_SPLIT_MIN) {
+        /* long walks (BatchNorm over N x H x W: a block per channel left most SMs idle) split as rows do */
+        int64_t pieces = plan_ceil_div(n, NJ_SPLIT_PIECE);
+        pp->split = (int32_t)(pieces < NJ_SPLIT_MAX ? pieces : NJ_SPLIT_MAX);
+        nj_plan_add_launch(pp, "nj_fwd_general_part", pp->block, c->kept_inner * pp->split, 1, 0, dev);
+        nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner * pp->split, 1, 0, dev);
+        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
+        return NJ_OK;
+    }
     nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, 0, dev);
     return NJ_OK;
 }

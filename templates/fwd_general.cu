@@ -2,7 +2,12 @@
    One block per statistic (kept index), grid-stride over the A.rows * kept_inner statistics. The
    threads walk the reduction index space, decomposed over the reduced axes with the extents and
    strides baked in: Welford (or a sum of squares under RMS), a block reduction, then a second walk
-   that re-reads x and writes y. gamma/beta offsets come from the PARAM strides of every axis. #}
+   that re-reads x and writes y. gamma/beta offsets come from the PARAM strides of every axis.
+   Split statistics (P.split > 1: 2^18 elements and more, e.g. BatchNorm over N x H x W): the walk is
+   cut into NJ_SPLIT pieces of contiguous walk indices, a block per (statistic, piece).
+   nj_fwd_general_part writes each piece's (sum, squared deviations from the piece mean) to the
+   workspace; nj_fwd_general's warp 0 combines the statistic's pieces in order (m2 = sum(m2_q + n_q *
+   (mean_q - mean)^2): nothing cancels), then the block normalizes its piece. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -15,11 +20,19 @@ local B = P.block
 local NW = B // 32
 -- 32-bit walk indices when the reduction fits: 64-bit division by a constant costs several times more
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
+local SPLIT = P.split
+-- the walk indices a block covers: the whole reduction, or its piece
+local LO = SPLIT > 1 and "(" .. IT .. ")lo + threadIdx.x" or "threadIdx.x"
+local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 %}
 
 {% fwd_typedefs() %}
 
 #define NJ_N {{ P.reduce_size }}LL
+{% if SPLIT > 1 then %}
+#define NJ_SPLIT {{ SPLIT }}
+#define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
+{% end %}
 
 {% local function load_x(dst) %}
             {{ split_index("i", red, "r", IT) }}
@@ -28,24 +41,77 @@ local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
             {{ dst }} += nj_load_f32(RES, ores + {{ offset("res", red, "r") }});
 {% end %}
 {% end %}
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{# mode: "full" (statistics and normalization), "part" (a piece's partial statistics) or "norm" (the
+   statistic from its pieces', then normalization of the piece) #}
+{% local function stat_kernel(name, mode) %}
+NJ_KERNEL({{ name }}, {{ B }})
 {
-{% if F.center then %}
+{% if mode == "norm" then %}
+    NJ_SHARED(float, nj_scratch, 2);
+{% elseif F.center then %}
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
 {% else %}
     NJ_SHARED(float, nj_scratch, {{ NW }});
 {% end %}
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
 {% fwd_pointers() %}
+{% if SPLIT > 1 then %}
+    for (nj_i64 wi = blockIdx.x; wi < nstat * NJ_SPLIT; wi += gridDim.x) {
+        const nj_i64 st = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
+        const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
+{% else %}
     for (nj_i64 st = blockIdx.x; st < nstat; st += gridDim.x) {
+{% end %}
         {{ split_index("st", kept, "k") }}
 {% fwd_offsets(kept, "k") %}
+{% if mode == "norm" then %}
+        /* the statistic from its pieces' (sum, m2): warp 0, a fixed order */
+        __syncthreads(); /* nj_scratch: the previous piece's readers are done */
+        if (threadIdx.x < 32) {
+            const float *WS = (const float *)A.workspace + st * (2 * NJ_SPLIT);
+            float s = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) s += WS[2 * q];
+{% if F.center then %}
+            const float mean = nj_warp_sum(s) * (1.0f / (float)NJ_N);
+            float m2 = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
+                const nj_i64 plo = q * NJ_PIECE, phi = plo + NJ_PIECE < NJ_N ? plo + NJ_PIECE : NJ_N;
+                if (phi > plo) {
+                    const float nq = (float)(phi - plo);
+                    const float d = __fdividef(WS[2 * q], nq) - mean;
+                    m2 += WS[2 * q + 1] + nq * d * d;
+                }
+            }
+            const float var = nj_warp_sum(m2) * (1.0f / (float)NJ_N);
+{% else %}
+            const float mean = 0.0f;
+            const float var = nj_warp_sum(s) * (1.0f / (float)NJ_N);
+{% end %}
+            if (threadIdx.x == 0) {
+                nj_scratch[0] = mean;
+                nj_scratch[1] = rsqrtf(var + A.eps); /* IEEE sqrt + divide: slow-path subroutines */
+{% if F.stats then %}
+                if (piece == 0) {
+                    const nj_i64 os = {{ offset("stats", kept, "k") }};
+{% if F.center then %}
+                    A.mean[os] = mean;
+{% end %}
+                    A.rstd[os] = nj_scratch[1];
+                }
+{% end %}
+            }
+        }
+        __syncthreads();
+        const float mean = nj_scratch[0], rstd = nj_scratch[1];
+{% else %}
 {% if F.center then %}
         nj_welford w = nj_welford_init();
 {% else %}
         float s = 0.0f;
 {% end %}
-        for ({{ IT }} i = threadIdx.x; i < ({{ IT }})NJ_N; i += {{ B }}) {
+        for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
 {% load_x("v") %}
 {% if F.resout then %}
             nj_store_f32(RESOUT, oresout + {{ offset("resout", red, "r") }}, v);
@@ -58,6 +124,21 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
 {% if F.center then %}
         w = nj_block_welford<{{ NW }}>(w, nj_wscratch);
+{% end %}
+{% if mode == "part" then %}
+{% if not F.center then %}
+        s = nj_block_sum<{{ NW }}>(s, nj_scratch);
+{% end %}
+        if (threadIdx.x == 0) {
+            float *WS = (float *)A.workspace + wi * 2;
+            WS[0] = {{ F.center and "w.n * w.mean" or "s" }};
+            WS[1] = {{ F.center and "w.m2" or "0.0f" }};
+        }
+    }
+}
+{% do return end %}
+{% end %}
+{% if F.center then %}
         const float mean = w.mean;
         const float var = w.m2 * (1.0f / (float)NJ_N);
 {% else %}
@@ -74,7 +155,8 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
             A.rstd[os] = rstd;
         }
 {% end %}
-        for ({{ IT }} i = threadIdx.x; i < ({{ IT }})NJ_N; i += {{ B }}) {
+{% end %}
+        for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
 {% load_x("v") %}
             float u = (v - mean) * rstd;
 {% if has_param then %}
@@ -90,3 +172,11 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
     }
 }
+{% end %}
+{% if SPLIT > 1 then %}
+{% stat_kernel(P.launch[1].kernel, "part") %}
+
+{% stat_kernel(P.launch[2].kernel, "norm") %}
+{% else %}
+{% stat_kernel(P.launch[1].kernel, "full") %}
+{% end %}

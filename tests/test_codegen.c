@@ -308,6 +308,12 @@ static void build_cases(void)
     tc_axis(c, 3, false, true);
     tc_axis(c, 33, true, true);
     tc_finish(c);
+    c = add_case("general_bn_nchw_split"); /* BatchNorm over 64 x 4096: 2^18 a channel, split walks */
+    tc_begin(c, NJ_F16, NJ_F32, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_RELU, 1);
+    tc_axis(c, 64, true, false);
+    tc_axis(c, 8, false, true);
+    tc_axis(c, 4096, true, false);
+    tc_finish(c);
     c = add_case("general_rms_gelu_erf");
     tc_begin(c, NJ_F32, NJ_F32, NJ_FLAG_SCALE, NJ_ACT_GELU_ERF, 4);
     tc_axis(c, 6, true, true);

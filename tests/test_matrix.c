@@ -148,7 +148,8 @@ static void test_groupnorm(void **state)
 static void test_batchnorm(void **state)
 {
     static const char *const bases[] = {"batchnorm %s nchw 3x5x4x4", "batchnorm %s nhwc 3x5x4x4",
-                                        "batchnorm %s ncl 2x3x17"};
+                                        "batchnorm %s ncl 2x3x17",
+                                        "batchnorm %s nchw 4x2x256x256" /* 2^18 a channel: split walks */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
 }
 

@@ -246,6 +246,20 @@ static void test_column_general(void **state)
     c.axes[3].extent = 70, c.reduce_size = 6 * 70;
     assert_int_equal(plan_fwd(&c).block, 128);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_general");
+    /* BatchNorm NCHW over 256 x 56 x 56 (802816 a channel): 25 pieces a channel, a block each */
+    tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE, 1);
+    tc_axis(&c, 256, true, false);
+    tc_axis(&c, 64, false, true);
+    tc_axis(&c, 3136, true, false);
+    tc_finish(&c);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    assert_int_equal(pp.split, 25);
+    assert_int_equal(pp.nlaunch, 2);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_general_part");
+    assert_string_equal(pp.launch[1].kernel, "nj_fwd_general");
+    assert_int_equal(pp.launch[0].row_mult, 64 * 25);
+    assert_int_equal(pp.workspace_per_row, 64 * 25 * 2 * sizeof(float));
 }
 
 static void test_plan_fail(void **state)
