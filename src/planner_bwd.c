@@ -143,6 +143,8 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     pp->template_name = "bwd_row.cu";
     pp->vec = bwd_row_vec(c);
     if (pp->vec > 1) pp->align_opds = 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX;
+    /* gamma (and beta under an activation) load a vector a chunk, along the row like x */
+    if (pp->vec > 1 && c->param_size > 0) pp->align_opds |= 1u << NJ_OPD_PARAM;
     pp->split = 1;
     pp->regs_cache = 0;
     if (n <= NJ_BWD_WARP_ROW) {

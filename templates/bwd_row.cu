@@ -7,7 +7,8 @@
    Launch 2 (nj_bwd_row_pgrad): a block per 32 columns; warp w adds slots w, w + 8, ... and warp 0 adds
    the 8 warp sums in order. Fixed work split and fixed order everywhere: deterministic.
    Vector width P.vec assumes aligned base pointers and batch strides: the launch checks them (the
-   plan's align_opds) and runs the unaligned variant (P.vec = 1) otherwise. #}
+   plan's align_opds, gamma and beta included: they are loaded a vector a chunk too) and runs the
+   unaligned variant (P.vec = 1) otherwise. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -34,9 +35,19 @@ if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error(
 #define NJ_NSLOT {{ NSLOT }}
 {% end %}
 
+{% local BETA_USED = F.bias and P.act ~= "none" %}
 {% local function element(c, k) %}
-{%   local po = "j + k" %}
-{{ bwd_element("xv_[k]", "dv_[k]", po, "                    ") }}
+{{ bwd_element("xv_[k]", "dv_[k]", {g = "gv_[k]", b = "bv_[k]"}, "                    ") }}
+{% end %}
+{% local function load_params() %}
+{%   if F.scale then %}
+                float gv_[V];
+                nj_load_vec<V>(GAMMA, j, gv_);
+{%   end %}
+{%   if BETA_USED then %}
+                float bv_[V];
+                nj_load_vec<V>(BETA, j, bv_);
+{%   end %}
 {% end %}
 /* One thread's share of the rows: chunks of V elements at chunk index lane, lane + TPR, ... */
 template <int V>
@@ -73,6 +84,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                 float xv_[V], dv_[V];
                 nj_load_vec<V>(X, ox + j, xv_);
                 nj_load_vec<V>(DY, ody + j, dv_);
+{% load_params() %}
 #pragma unroll
                 for (int k = 0; k < V; k++) {
 {% element() %}
@@ -102,6 +114,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                 float xv_[V], dv_[V], o_[V];
                 nj_load_vec<V>(X, ox + j, xv_);
                 nj_load_vec<V>(DY, ody + j, dv_);
+{% load_params() %}
 #pragma unroll
                 for (int k = 0; k < V; k++) {
 {% element() %}

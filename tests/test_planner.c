@@ -185,9 +185,10 @@ static void test_unaligned_variant(void **state)
     assert_non_null(strstr(b, "variant=unaligned"));
     free(a);
     free(b);
-    /* backward row: x, dy, dx; the workspace the caller sized for the main plan fits the variant */
+    /* backward row: x, dy, dx and gamma/beta (vector loads too); the workspace the caller sized for
+     * the main plan fits the variant */
     assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_MAIN, &dev90, &main), NJ_OK);
-    assert_int_equal(main.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX);
+    assert_int_equal(main.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX | 1u << NJ_OPD_PARAM);
     assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
     assert_int_equal(un.vec, 1);
     assert_int_equal(un.workspace_fixed, main.workspace_fixed);
