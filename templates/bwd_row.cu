@@ -25,6 +25,9 @@ local NSLOT = PGRAD and P.workspace_fixed // (N * 8) or 0
 -- full unrolling keeps the column sums in registers; without them a huge row must not unroll its chunks
 local CUNROLL = (PGRAD or ceil_div(N, TPR) <= 64) and "#pragma unroll" or "#pragma unroll 4"
 if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error("bwd_row: params must span the row") end
+-- Up to 16 values a thread, the first pass keeps xhat and g for the second (no re-read of x, dy and
+-- gamma, no recomputation): 32 more registers beside the 32 column sums at most.
+local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
 %}
 {{ bwd_typedefs() }}
 
@@ -76,6 +79,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
         const float rstd = A.rstd[os];
         float s1 = 0.0f, s2 = 0.0f;
+{% if CACHE then %}
+        float xs_[CPT][V], gs_[CPT][V];
+{% end %}
 {{ CUNROLL }}
         for (int c = 0; c < CPT; c++) {
             const int ch = lane + c * NJ_TPR;
@@ -90,6 +96,10 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% element() %}
                     s1 += g;
                     s2 += g * xh;
+{% if CACHE then %}
+                    xs_[c][k] = xh;
+                    gs_[c][k] = g;
+{% end %}
 {% if PGRAD then %}
                     pg[c][k] += dz * xh;
                     pb[c][k] += dz;
@@ -111,6 +121,11 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
             const int ch = lane + c * NJ_TPR;
             if (NCH % NJ_TPR == 0 || ch < NCH) {
                 const int j = ch * V;
+{% if CACHE then %}
+                float o_[V];
+#pragma unroll
+                for (int k = 0; k < V; k++) o_[k] = {{ bwd_dx_expr("gs_[c][k]", "xs_[c][k]", "m1", "m2") }};
+{% else %}
                 float xv_[V], dv_[V], o_[V];
                 nj_load_vec<V>(X, ox + j, xv_);
                 nj_load_vec<V>(DY, ody + j, dv_);
@@ -120,6 +135,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% element() %}
                     o_[k] = {{ bwd_dx_expr("g", "xh", "m1", "m2") }};
                 }
+{% end %}
                 nj_store_vec<V>(DX, odx + j, o_);
             }
         }
