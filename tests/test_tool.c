@@ -712,6 +712,40 @@ static void test_check_max_elements(void **state)
     nj_run_free(&r);
 }
 
+static int count_substr(const char *s, const char *sub)
+{
+    int n = 0;
+    for (const char *p = strstr(s, sub); p; p = strstr(p + 1, sub)) n++;
+    return n;
+}
+
+/* perf on the emulator (a dry run: CPU times): a line per pass with time, bytes and bandwidth; the
+ * batch a '*' takes, "fixed" otherwise; skipped problems listed; bad options are usage errors. */
+static void test_perf_emulator(void **state)
+{
+    (void)state;
+    char cache[512];
+    nj_path(cache, sizeof cache, "cache");
+    nj_run r = NJ_TOOL("emulator", "perf", "--cache", cache, "--iterations", "2", "--batch", "3",
+                       "rmsnorm f32 *x256 flags=scale", "layernorm f16 2x64 flags=scale,bias");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "GB/s"));
+    assert_int_equal(count_substr(r.out, " fwd "), 2);
+    assert_int_equal(count_substr(r.out, " bwd "), 2);
+    assert_non_null(strstr(r.out, "fwd      3"));
+    assert_non_null(strstr(r.out, "fwd  fixed"));
+    /* rmsnorm f32 3x256 forward moves x and y (4 bytes each) and gamma: 0.01 MB */
+    assert_non_null(strstr(r.out, "rmsnorm f32 *x256 flags=scale"));
+    nj_run_free(&r);
+    r = NJ_TOOL("emulator", "perf", "--cache", cache, "--max-elements", "100", "--passes", "fwd", "rmsnorm f32 *x256");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "skipped (65536 elements > --max-elements 100)"));
+    nj_run_free(&r);
+    r = NJ_TOOL("emulator", "perf", "--iterations", "0", "rmsnorm f32 *x256");
+    assert_int_equal(r.status, 2);
+    nj_run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -736,6 +770,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_check_emulator_forward_pass, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_check_emulator_pass, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_check_max_elements, nj_setup, nj_teardown),
+        cmocka_unit_test_setup_teardown(test_perf_emulator, nj_setup, nj_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

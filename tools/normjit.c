@@ -23,6 +23,7 @@ static const nj_tool_cmd nj_cmds[] = {
     {"cache", nj_cmd_cache, "list, verify, trim, export and import the kernel cache"},
     {"check", nj_cmd_check, "run problems on random data and compare with the double reference"},
     {"bench", nj_cmd_bench, "measure cold compile, warm load and hot lookup times"},
+    {"perf", nj_cmd_perf, "time the kernels of problems on the device: us per call, GB/s"},
 };
 
 static void nj_tool_main_help(FILE *f)

@@ -16,6 +16,7 @@ int nj_cmd_plan(int argc, char **argv);
 int nj_cmd_cache(int argc, char **argv);
 int nj_cmd_check(int argc, char **argv);
 int nj_cmd_bench(int argc, char **argv);
+int nj_cmd_perf(int argc, char **argv);
 
 /* "normjit: <what>: NJ_ERR_X: <nj_last_error() or the status string>" on stderr. */
 void nj_tool_error(nj_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
