@@ -315,13 +315,14 @@ char *nj_plan_text(const nj_plan_params *pp)
     if (!pp) return NULL;
     nj_buf b;
     nj_buf_init(&b);
-    nj_buf_printf(&b, "pass=%s family=%s template=%s block=%d vec=%d rows_per_block=%d split=%d regs_cache=%d "
-                      "variant=%s align=0x%x workspace=%llu+%llu*rows launches=%d",
+    nj_buf_printf(&b, "pass=%s family=%s template=%s block=%d vec=%d rows_per_block=%d split=%d regs_cache=%d ",
                   pp->pass == NJ_PASS_BACKWARD ? "bwd" : "fwd", plan_family_name(pp->family),
                   pp->template_name ? pp->template_name : "-", pp->block, pp->vec, pp->rows_per_block, pp->split,
-                  pp->regs_cache, pp->unaligned ? "unaligned" : "main", pp->align_opds,
-                  (unsigned long long)pp->workspace_fixed, (unsigned long long)pp->workspace_per_row, pp->nlaunch);
-    if (pp->chans) nj_buf_printf(&b, " chans=%d tile=%d", pp->chans, pp->tile);
+                  pp->regs_cache);
+    if (pp->chans) nj_buf_printf(&b, "chans=%d tile=%d ", pp->chans, pp->tile); /* channels-last family only */
+    nj_buf_printf(&b, "variant=%s align=0x%x workspace=%llu+%llu*rows launches=%d", pp->unaligned ? "unaligned" : "main",
+                  pp->align_opds, (unsigned long long)pp->workspace_fixed, (unsigned long long)pp->workspace_per_row,
+                  pp->nlaunch);
     for (int i = 0; i < pp->nlaunch && i < NJ_MAX_LAUNCHES; i++) {
         nj_buf_append(&b, " [", 2);
         plan_launch_text(&b, &pp->launch[i]);
