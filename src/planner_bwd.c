@@ -96,11 +96,15 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
 
 /* ROW family (bwd_row.cu): the ROW kind whose only feature axis, if any, is the row (LayerNorm and
  * RMSNorm over the last axes). Rows up to NJ_BWD_WARP_ROW get a warp each; longer ones a block sized for
- * about NJ_BWD_ELEMS elements a thread, whose column sums stay in registers across rows (so rows above
- * NJ_BWD_ROW_MAX, which would need more, go to the general family when there are params). */
+ * about NJ_BWD_ELEMS elements a thread, whose column sums stay in registers across rows up to
+ * NJ_BWD_ROW_MAX (beyond, they would need more: see NJ_BWD_ROW_LONG). */
 #define NJ_BWD_WARP_ROW 256
 #define NJ_BWD_ELEMS 8
 #define NJ_BWD_ROW_MAX 16384
+/* Longer rows with gamma/beta: the row kernel writes dx only and the column-tiled dgamma/dbeta
+ * launches (bwd_pgrad_col.cuh) re-read x and dy; from NJ_BWD_ROW_LONG on, the general family splits
+ * each row over blocks instead. */
+#define NJ_BWD_ROW_LONG (1 << 18)
 
 static bool bwd_row_ok(const nj_canon *c)
 {
@@ -109,7 +113,7 @@ static bool bwd_row_ok(const nj_canon *c)
     if (!in->reduce || in->stride[NJ_OPD_X] != 1 || in->stride[NJ_OPD_DY] != 1 || in->stride[NJ_OPD_DX] != 1)
         return false;
     if (c->param_size == 0) return true;
-    return c->reduce_size <= NJ_BWD_ROW_MAX && c->param_size == c->reduce_size && in->feature &&
+    return c->reduce_size < NJ_BWD_ROW_LONG && c->param_size == c->reduce_size && in->feature &&
            in->stride[NJ_OPD_PARAM] == 1;
 }
 
@@ -158,9 +162,10 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
         pp->rows_per_block = 1;
     }
     int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
-    if (c->param_size == 0) {
+    if (c->param_size == 0 || n > NJ_BWD_ROW_MAX) {
         nj_plan_add_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 1, 0, dev);
         pp->launch[0].row_div = pp->rows_per_block;
+        bwd_plan_pgrad(c, dev, pp); /* none without gamma/beta */
         return NJ_OK;
     }
     /* a fixed number of blocks (one partial row each): about half the threads an SM holds */

@@ -6,6 +6,8 @@
    per block to the workspace (slot = blockIdx.x; the grid is fixed by the plan: NSLOT blocks).
    Launch 2 (nj_bwd_row_pgrad): a block per 32 columns; warp w adds slots w, w + 8, ... and warp 0 adds
    the 8 warp sums in order. Fixed work split and fixed order everywhere: deterministic.
+   Rows above 16384 elements (too many column sums for registers) grid-stride over rows for dx only, and
+   dgamma/dbeta come from bwd_pgrad_col.cuh's column tiles.
    Vector width P.vec assumes aligned base pointers and batch strides: the launch checks them (the
    plan's align_opds, gamma and beta included: they are loaded a vector a chunk too) and runs the
    unaligned variant (P.vec = 1) otherwise. #}
@@ -16,7 +18,10 @@
 local kept, red = kept_axes(), reduced_axes()
 if #red ~= 1 or red[1] ~= P.rank then error("bwd_row needs one innermost reduced axis") end
 local F = P.flags
-local PGRAD = #P.launch >= 2
+-- PGRAD: the column sums of dgamma/dbeta ride along in registers (nj_bwd_row_pgrad adds the blocks');
+-- rows too long for that leave them to the column-tiled launches of bwd_pgrad_col.cuh
+local PGRAD = #P.launch >= 2 and P.launch[2].kernel == "nj_bwd_row_pgrad"
+local PCOL = #P.launch >= 2 and not PGRAD
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
@@ -229,4 +234,8 @@ NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
 {% end %}
     }
 }
+{% end %}
+{% if PCOL then %}
+{% PGRAD_LAUNCH = 2 %}
+{% include("bwd_pgrad_col.cuh") %}
 {% end %}

@@ -451,6 +451,16 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
     assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
     for (int i = 0; i < pp.nlaunch; i++) assert_null(strstr(pp.launch[i].kernel, "pgrad"));
+    /* rows past the register column sums (16384): row dx, column-tiled dgamma/dbeta */
+    static const int64_t mid[] = {2, 20480};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, mid, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_string_equal(pp.template_name, "bwd_row.cu");
+    assert_int_equal(pp.vec, 8);
+    assert_string_equal(pp.launch[0].kernel, "nj_bwd_row");
+    assert_string_equal(pp.launch[1].kernel, "nj_bwd_pgrad_col");
+    assert_int_equal(pp.workspace_per_row, 0);
     /* long rows: the dx walk is split over blocks (pieces of 2^15), the pieces' sums in the workspace
      * after the dgamma/dbeta launches' fixed region; dgamma's grid still ignores the batch */
     static const int64_t lng[] = {2, 1 << 20};
@@ -525,6 +535,7 @@ static void test_nvrtc_no_spills(void **state)
         skip();
     }
     static const int64_t ln[] = {64, 768}, ln_big[] = {8, 16384}, huge[] = {2, 1 << 20}, ln_odd[] = {8, 37}, img[] = {4, 32, 14, 14};
+    static const int64_t ln_long[] = {4, 20480}; /* row dx, column-tiled dgamma/dbeta */
     static const int64_t ncl[] = {4, 16, 100};
     static const variant vs[] = {{0, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
@@ -533,7 +544,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[11];
+            nj_problem_desc ps[12];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -546,6 +557,7 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 4, img, 0, f), NJ_OK);
             assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 3, ncl, 1, f), NJ_OK);
             assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, huge, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_long, 1, f), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];

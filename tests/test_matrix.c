@@ -110,6 +110,7 @@ static void test_layernorm(void **state)
         "layernorm %s 2x4096",      /* vectorized */
         "layernorm %s 2x12289",     /* long prime row: re-read pass */
         "layernorm %s 1x70001",     /* row above 2^16 */
+        "layernorm %s 3x20480",     /* backward: row dx, column-tiled dgamma/dbeta */
         "layernorm %s 2x262144",    /* split rows: 8 pieces a row, statistics combined in the workspace */
         "layernorm %s 66000x8",     /* rows above 2^16 */
         "layernorm %s 0x256",       /* zero-size batch */
