@@ -31,14 +31,25 @@
 
 static int64_t cl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* The activation operands of a pass: what the tiles read and write with vectors across channels. */
+/* The activation operands of a pass: what the tiles read and write with vectors across channels. The
+ * backward reads the forward's input sum (x): a residual changes nothing there. */
 static const nj_operand cl_fwd_opds[] = {NJ_OPD_X, NJ_OPD_Y};
 static const nj_operand cl_bwd_opds[] = {NJ_OPD_X, NJ_OPD_DY, NJ_OPD_DX};
 
-static void cl_opds(nj_pass pass, const nj_operand **opds, size_t *n)
+static const nj_operand cl_fwd_res_opds[] = {NJ_OPD_X, NJ_OPD_Y, NJ_OPD_RES};
+static const nj_operand cl_fwd_resout_opds[] = {NJ_OPD_X, NJ_OPD_Y, NJ_OPD_RES, NJ_OPD_RESOUT};
+
+static void cl_opds(const nj_canon *c, nj_pass pass, const nj_operand **opds, size_t *n)
 {
-    *opds = pass == NJ_PASS_BACKWARD ? cl_bwd_opds : cl_fwd_opds;
-    *n = pass == NJ_PASS_BACKWARD ? NJ_ARRAY_LEN(cl_bwd_opds) : NJ_ARRAY_LEN(cl_fwd_opds);
+    if (pass == NJ_PASS_BACKWARD) {
+        *opds = cl_bwd_opds, *n = NJ_ARRAY_LEN(cl_bwd_opds);
+    } else if (c->flags & NJ_FLAG_RESIDUAL_OUT) {
+        *opds = cl_fwd_resout_opds, *n = NJ_ARRAY_LEN(cl_fwd_resout_opds);
+    } else if (c->flags & NJ_FLAG_RESIDUAL) {
+        *opds = cl_fwd_res_opds, *n = NJ_ARRAY_LEN(cl_fwd_res_opds);
+    } else {
+        *opds = cl_fwd_opds, *n = NJ_ARRAY_LEN(cl_fwd_opds);
+    }
 }
 
 static bool cl_operand_dense(const nj_canon *c, nj_operand o)
@@ -53,7 +64,7 @@ static int32_t cl_vec(const nj_canon *c, nj_pass pass, int64_t channels)
 {
     const nj_operand *opds;
     size_t n;
-    cl_opds(pass, &opds, &n);
+    cl_opds(c, pass, &opds, &n);
     int32_t maxb = 1;
     for (size_t i = 0; i < n; i++) {
         int32_t b = (int32_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
@@ -71,8 +82,6 @@ static int32_t cl_vec(const nj_canon *c, nj_pass pass, int64_t channels)
 bool nj_plan_cl_ok(const nj_canon *c, nj_pass pass)
 {
     if (c->rank != 4 || !(c->flags & NJ_FLAG_CENTER)) return false;
-    /* the backward reads the forward's input sum (x): a residual changes nothing there */
-    if (pass == NJ_PASS_FORWARD && (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT))) return false;
     const nj_canon_axis *px = &c->axes[1], *gr = &c->axes[2], *ch = &c->axes[3];
     if (!px->reduce || gr->reduce || !ch->reduce) return false;
     /* without gamma/beta the canonical form marks no feature axis; with them, the channels are */
@@ -82,7 +91,7 @@ bool nj_plan_cl_ok(const nj_canon *c, nj_pass pass)
     if (channels > NJ_CL_MAX_CHANNELS || c->reduce_size >= INT32_MAX || px->extent >= INT32_MAX / 2) return false;
     const nj_operand *opds;
     size_t n;
-    cl_opds(pass, &opds, &n);
+    cl_opds(c, pass, &opds, &n);
     for (size_t i = 0; i < n; i++)
         if (!cl_operand_dense(c, opds[i])) return false;
     if (params && (!cl_operand_dense(c, NJ_OPD_PARAM) || px->stride[NJ_OPD_PARAM])) return false;
@@ -113,7 +122,7 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
     if (v > 1) {
         const nj_operand *opds;
         size_t n;
-        cl_opds(pass, &opds, &n);
+        cl_opds(c, pass, &opds, &n);
         for (size_t i = 0; i < n; i++) pp->align_opds |= 1u << opds[i];
         if (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) pp->align_opds |= 1u << NJ_OPD_PARAM;
     }

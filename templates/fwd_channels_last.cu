@@ -24,6 +24,27 @@ local LT = C // CH
 if CH < 1 or C % CH ~= 0 or CH % VV ~= 0 or B % 32 ~= 0 or LT * R > B or TP % R ~= 0 or S * TP < HW then
   error("fwd_channels_last: inconsistent plan") end
 local PSX, PSY = P.axes[2].stride.x, P.axes[2].stride.y
+local PSR = F.residual and P.axes[2].stride.res or 0
+local PSRO = F.resout and P.axes[2].stride.resout or 0
+-- x (+ the residual) of pixel p into dst[q .. q + VV - 1]
+local function load_x(dst, p)
+  local t = {string.format("nj_load_vec<%d>(X, ox + (nj_i64)%s * %d + c0 + q, &%s[q]);", VV, p, PSX, dst)}
+  if F.residual then
+    t[#t + 1] = string.format("{ float r_[%d]; nj_load_vec<%d>(RES, ores + (nj_i64)%s * %d + c0 + q, r_); " ..
+                              "for (int k = 0; k < %d; k++) %s[q + k] += r_[k]; }", VV, VV, p, PSR, VV, dst)
+  end
+  return table.concat(t, "\n                    ")
+end
+-- base offsets of the operands a kernel reads or writes, for tile `tile` of image k1
+local function tile_offsets(opds)
+  local names = {x = "ox", y = "oy", res = "ores", resout = "oresout"}
+  local t = {}
+  for _, o in ipairs(opds) do
+    t[#t + 1] = string.format("const nj_i64 %s = %s + (nj_i64)tile * NJ_TP * %d;", names[o], offset(o, {1}, "k"),
+                              P.axes[2].stride[o])
+  end
+  return table.concat(t, "\n        ")
+end
 local FB = P.launch[2].block
 %}
 {% fwd_typedefs() %}
@@ -67,19 +88,25 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
     __syncthreads();
 }
 
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
     NJ_SHARED(float, nj_gsum, {{ G }});
     NJ_SHARED(float, nj_gm2, {{ G }});
     const nj_tx *X = (const nj_tx *)A.x;
+{% if F.residual then %}
+    const nj_tres *RES = (const nj_tres *)A.res;
+{% end %}
+{% if F.resout then %}
+    nj_tresout *RESOUT = (nj_tresout *)A.res_out;
+{% end %}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
     const bool active = t < NJ_LT * NJ_R;
     for (nj_i64 w = blockIdx.x; w < A.rows * NJ_S; w += gridDim.x) {
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
-        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PSX }};
+        {{ tile_offsets({"x", F.residual and "res" or nil, F.resout and "resout" or nil}) }}
         float n = 0.0f, mean[NJ_CH], m2[NJ_CH];
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) mean[k] = m2[k] = 0.0f;
@@ -87,7 +114,12 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         for (int p = active ? r : npx; p < npx; p += NJ_R) {
             float v[NJ_CH];
 #pragma unroll
-            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(X, ox + (nj_i64)p * {{ PSX }} + c0 + q, &v[q]);
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+                {{ load_x("v", "p") }}
+{% if F.resout then %}
+                nj_store_vec<{{ VV }}>(RESOUT, oresout + (nj_i64)p * {{ PSRO }} + c0 + q, &v[q]);
+{% end %}
+            }
             n += 1.0f;
             const float inv = __fdividef(1.0f, n);
 #pragma unroll
@@ -159,7 +191,7 @@ NJ_KERNEL({{ P.launch[2].kernel }}, {{ FB }})
     }
 }
 
-NJ_KERNEL({{ P.launch[3].kernel }}, {{ B }})
+NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
 {
 {% fwd_pointers() %}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
@@ -185,8 +217,7 @@ NJ_KERNEL({{ P.launch[3].kernel }}, {{ B }})
             mk[k] = ST[2 * g];
             sk[k] = ST[2 * g + 1]{{ F.scale and " * sk[k]" or "" }};
         }
-        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PSX }};
-        const nj_i64 oy = {{ offset("y", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PSY }};
+        {{ tile_offsets({"x", "y", F.residual and "res" or nil}) }}
         /* rolled: one copy of the activation (an exp costs ~10 ms of NVRTC time a copy) */
 #pragma unroll 1
         for (int p = r; p < npx; p += NJ_R) {
@@ -200,7 +231,9 @@ NJ_KERNEL({{ P.launch[3].kernel }}, {{ B }})
 {% if VV > 1 then %}
             float o_[NJ_CH];
 #pragma unroll
-            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(X, ox + (nj_i64)p * {{ PSX }} + c0 + q, &o_[q]);
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+                {{ load_x("o_", "p") }}
+            }
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {
 {% affine("k", "k") %}
@@ -211,7 +244,7 @@ NJ_KERNEL({{ P.launch[3].kernel }}, {{ B }})
             /* a channel at a time (unaligned variant): no vector of values held across the activations */
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {
-                float o_[1] = {nj_load_f32(X, ox + (nj_i64)p * {{ PSX }} + c0 + k)};
+                float o_[1] = {nj_load_f32(X, ox + (nj_i64)p * {{ PSX }} + c0 + k){{ F.residual and (" + nj_load_f32(RES, ores + (nj_i64)p * " .. PSR .. " + c0 + k)") or "" }}};
 {% affine(0, "k") %}
                 nj_store_f32(Y, oy + (nj_i64)p * {{ PSY }} + c0 + k, o_[0]);
             }

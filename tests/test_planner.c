@@ -233,9 +233,9 @@ static void test_column_general(void **state)
     pp = plan_fwd(&c);
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
     assert_int_equal(pp.launch[0].row_mult, 8);
-    /* reduce axes 1 and 3 of [B, 6, 5, 7], with a residual (without one, the channels-last tiles:
+    /* reduce axes 1 and 3 of [B, 6, 5, 7] without centering (centered, the channels-last tiles:
      * test_channels_last) */
-    tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_RESIDUAL, NJ_ACT_NONE, 4);
+    tc_begin(&c, NJ_F32, NJ_F32, 0, NJ_ACT_NONE, 4);
     tc_axis(&c, 6, true, false);
     tc_axis(&c, 5, false, false);
     tc_axis(&c, 7, true, false);
@@ -413,9 +413,10 @@ static void test_presets(void **state)
     pp = plan_desc(&p, &c);
     assert_int_equal(pp.family, NJ_FAMILY_ROW);
     assert_int_equal(pp.vec, 2);
-    /* GroupNorm NHWC with a residual: the general family (channels-last tiles take the plain form:
-     * test_channels_last); BatchNorm both layouts, InstanceNorm channels-last */
-    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, aff | NJ_FLAG_RESIDUAL), NJ_OK);
+    /* GroupNorm NHWC (the channels-last tiles: test_channels_last) without centering: the general
+     * family; BatchNorm both layouts, InstanceNorm channels-last */
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, aff), NJ_OK);
+    p.flags &= ~(uint32_t)NJ_FLAG_CENTER;
     pp = plan_desc(&p, &c);
     assert_int_not_equal(c.kind, NJ_KIND_ROW);
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
@@ -505,6 +506,14 @@ static void test_channels_last(void **state)
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    /* a fused residual (and its sum written out) takes the tiles too, checked for alignment */
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_BF16, 4, unet, 32, 1, aff | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT),
+                     NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y | 1u << NJ_OPD_RES | 1u << NJ_OPD_RESOUT |
+                                        1u << NJ_OPD_PARAM);
     /* without gamma/beta the canonical form marks no feature axis: still the channels-last tiles */
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, 0), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
