@@ -21,6 +21,10 @@ local HW, G, CG = P.axes[2].extent, P.axes[3].extent, P.axes[4].extent
 local C = G * CG
 local CH, VV, R, B, S, TP = P.chans, P.vec, P.rows_per_block, P.block, P.split, P.tile
 local LT = C // CH
+-- The pixel loops: a block of ~512 threads with 60-90 registers holds one block an SM, so each thread
+-- keeps two vector loads in flight (unroll 2); the unaligned variant, a rare path, stays rolled (one
+-- copy of the activation: an exp costs ~10 ms of NVRTC time a copy).
+PIXEL_UNROLL = VV > 1 and "#pragma unroll 2" or "#pragma unroll 1"
 if CH < 1 or C % CH ~= 0 or CH % VV ~= 0 or B % 32 ~= 0 or LT * R > B or TP % R ~= 0 or S * TP < HW then
   error("bwd_channels_last: inconsistent plan") end
 local PARAMS = F.scale or F.bias
@@ -106,7 +110,7 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
         float a1[NJ_CH], a2[NJ_CH]{{ PARAMS and ", p1[NJ_CH], p2[NJ_CH]" or "" }};
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) a1[k] = a2[k] = {{ PARAMS and "p1[k] = p2[k] = " or "" }}0.0f;
-#pragma unroll 1
+{{ PIXEL_UNROLL }}
         for (int p = active ? r : npx; p < npx; p += NJ_R) {
             float xv_[NJ_CH], dv_[NJ_CH];
 #pragma unroll
@@ -201,7 +205,7 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
             m1k[k] = MS[2 * ((c0 + k) / NJ_CG)];
             m2k[k] = MS[2 * ((c0 + k) / NJ_CG) + 1];
         }
-#pragma unroll 1
+{{ PIXEL_UNROLL }}
         for (int p = r; p < npx; p += NJ_R) {
 {% if VV > 1 then %}
             float xv_[NJ_CH], dv_[NJ_CH], o_[NJ_CH];

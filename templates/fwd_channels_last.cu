@@ -21,6 +21,10 @@ local HW, G, CG = P.axes[2].extent, P.axes[3].extent, P.axes[4].extent
 local C = G * CG
 local CH, VV, R, B, S, TP = P.chans, P.vec, P.rows_per_block, P.block, P.split, P.tile
 local LT = C // CH
+-- The pixel loops: a block of ~512 threads with 60-90 registers holds one block an SM, so each thread
+-- keeps two vector loads in flight (unroll 2); the unaligned variant, a rare path, stays rolled (one
+-- copy of the activation: an exp costs ~10 ms of NVRTC time a copy).
+PIXEL_UNROLL = VV > 1 and "#pragma unroll 2" or "#pragma unroll 1"
 if CH < 1 or C % CH ~= 0 or CH % VV ~= 0 or B % 32 ~= 0 or LT * R > B or TP % R ~= 0 or S * TP < HW then
   error("fwd_channels_last: inconsistent plan") end
 local PSX, PSY = P.axes[2].stride.x, P.axes[2].stride.y
@@ -110,7 +114,7 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
         float n = 0.0f, mean[NJ_CH], m2[NJ_CH];
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) mean[k] = m2[k] = 0.0f;
-#pragma unroll 1
+{{ PIXEL_UNROLL }}
         for (int p = active ? r : npx; p < npx; p += NJ_R) {
             float v[NJ_CH];
 #pragma unroll
@@ -218,8 +222,7 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
             sk[k] = ST[2 * g + 1]{{ F.scale and " * sk[k]" or "" }};
         }
         {{ tile_offsets({"x", "y", F.residual and "res" or nil}) }}
-        /* rolled: one copy of the activation (an exp costs ~10 ms of NVRTC time a copy) */
-#pragma unroll 1
+{{ PIXEL_UNROLL }}
         for (int p = r; p < npx; p += NJ_R) {
 {% local function affine(o, k) %}
                 float u = (o_[{{ o }}] - mk[{{ k }}]) * sk[{{ k }}];
