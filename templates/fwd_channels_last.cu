@@ -92,7 +92,9 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
     __syncthreads();
 }
 
-NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
+/* plain launch bounds: at most 64 registers on sm_80 leave room for two ~512-thread blocks an SM (no
+ * spills: it holds two Welford values a channel, not the normalize's constants and activation) */
+NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
@@ -195,6 +197,7 @@ NJ_KERNEL({{ P.launch[2].kernel }}, {{ FB }})
     }
 }
 
+/* NJ_KERNEL_REGS: the per-channel constants and the activation spilled at sm_80's default 64 registers */
 NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
 {
 {% fwd_pointers() %}
