@@ -1,5 +1,5 @@
-/* Forward planner of the CHANNELS_LAST family (fwd_channels_last.cu): GroupNorm over channels-last
- * images, the diffusion UNet's and Flux's layer. Its canonical form is
+/* Planner of the CHANNELS_LAST family (fwd_channels_last.cu, bwd_channels_last.cu): GroupNorm over
+ * channels-last images, the diffusion UNet's layer, with or without a fused residual. Its canonical form is
  *   [batch | HW pixels: reduced | G groups: kept, feature | C/G channels: reduced, feature, stride 1],
  * the C = G * C/G channels of a pixel contiguous. The general family walks such a group with scalar
  * loads 2 bytes out of every C/G * 2 used, a block per (image, group): 32 blocks for a batch-1 image.
@@ -35,7 +35,6 @@ static int64_t cl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * backward reads the forward's input sum (x): a residual changes nothing there. */
 static const nj_operand cl_fwd_opds[] = {NJ_OPD_X, NJ_OPD_Y};
 static const nj_operand cl_bwd_opds[] = {NJ_OPD_X, NJ_OPD_DY, NJ_OPD_DX};
-
 static const nj_operand cl_fwd_res_opds[] = {NJ_OPD_X, NJ_OPD_Y, NJ_OPD_RES};
 static const nj_operand cl_fwd_resout_opds[] = {NJ_OPD_X, NJ_OPD_Y, NJ_OPD_RES, NJ_OPD_RESOUT};
 

@@ -13,20 +13,10 @@
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
+{% include("cl_lib.cuh") %}
 {%
 local F = P.flags
-if P.rank ~= 4 or not P.axes[2].reduce or P.axes[3].reduce or not P.axes[4].reduce or not F.center then
-  error("bwd_channels_last: needs centered [batch, pixels, groups, channels]") end
-local HW, G, CG = P.axes[2].extent, P.axes[3].extent, P.axes[4].extent
-local C = G * CG
-local CH, VV, R, B, S, TP = P.chans, P.vec, P.rows_per_block, P.block, P.split, P.tile
-local LT = C // CH
--- The pixel loops: a block of ~512 threads with 60-90 registers holds one block an SM, so each thread
--- keeps two vector loads in flight (unroll 2); the unaligned variant, a rare path, stays rolled (one
--- copy of the activation: an exp costs ~10 ms of NVRTC time a copy).
-PIXEL_UNROLL = VV > 1 and "#pragma unroll 2" or "#pragma unroll 1"
-if CH < 1 or C % CH ~= 0 or CH % VV ~= 0 or B % 32 ~= 0 or LT * R > B or TP % R ~= 0 or S * TP < HW then
-  error("bwd_channels_last: inconsistent plan") end
+cl_setup("bwd_channels_last")
 local PARAMS = F.scale or F.bias
 local BETA_USED = F.bias and P.act ~= "none"
 local PS = {x = P.axes[2].stride.x, dy = P.axes[2].stride.dy, dx = P.axes[2].stride.dx}
@@ -34,22 +24,10 @@ local FB = P.launch[2].block
 %}
 {{ bwd_typedefs() }}
 
-#define NJ_N {{ P.reduce_size }}LL
-#define NJ_HW {{ HW }}
-#define NJ_G {{ G }}
-#define NJ_CG {{ CG }}
-#define NJ_C {{ C }}
-#define NJ_CH {{ CH }}
-#define NJ_LT {{ LT }}
-#define NJ_R {{ R }}
-#define NJ_TP {{ TP }}
-#define NJ_S {{ S }}
+{% cl_defines() %}
 #define NJ_WS_MEANS (NJ_S * 2 * NJ_G) /* workspace floats of an image before the group means */
 #define NJ_WS_CHANS (NJ_WS_MEANS + 2 * NJ_G) /* ... before the per-channel partials */
 #define NJ_WS_IMAGE (NJ_WS_CHANS{{ PARAMS and " + NJ_S * 2 * NJ_C" or "" }})
-
-/* Pixels of tile `tile` (the last one may be short). */
-NJ_DEVICE int nj_cl_tile_pixels(int tile) { return min(NJ_TP, NJ_HW - tile * NJ_TP); }
 
 /* part[R][C] -> chan[C]: per channel over the pixel rows, in order. Barriers on both sides: callers
  * rewrite part and read chan at once. Called, not inlined: the part kernel sums four times. */

@@ -13,20 +13,10 @@
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
+{% include("cl_lib.cuh") %}
 {%
 local F = P.flags
-if P.rank ~= 4 or not P.axes[2].reduce or P.axes[3].reduce or not P.axes[4].reduce then
-  error("fwd_channels_last: needs [batch, pixels, groups, channels]") end
-local HW, G, CG = P.axes[2].extent, P.axes[3].extent, P.axes[4].extent
-local C = G * CG
-local CH, VV, R, B, S, TP = P.chans, P.vec, P.rows_per_block, P.block, P.split, P.tile
-local LT = C // CH
--- The pixel loops: a block of ~512 threads with 60-90 registers holds one block an SM, so each thread
--- keeps two vector loads in flight (unroll 2); the unaligned variant, a rare path, stays rolled (one
--- copy of the activation: an exp costs ~10 ms of NVRTC time a copy).
-PIXEL_UNROLL = VV > 1 and "#pragma unroll 2" or "#pragma unroll 1"
-if CH < 1 or C % CH ~= 0 or CH % VV ~= 0 or B % 32 ~= 0 or LT * R > B or TP % R ~= 0 or S * TP < HW then
-  error("fwd_channels_last: inconsistent plan") end
+cl_setup("fwd_channels_last")
 local PSX, PSY = P.axes[2].stride.x, P.axes[2].stride.y
 local PSR = F.residual and P.axes[2].stride.res or 0
 local PSRO = F.resout and P.axes[2].stride.resout or 0
@@ -53,20 +43,9 @@ local FB = P.launch[2].block
 %}
 {% fwd_typedefs() %}
 
-#define NJ_N {{ P.reduce_size }}LL
-#define NJ_HW {{ HW }}
-#define NJ_G {{ G }}
-#define NJ_CG {{ CG }}
-#define NJ_C {{ C }}
-#define NJ_CH {{ CH }}
-#define NJ_LT {{ LT }}
-#define NJ_R {{ R }}
-#define NJ_TP {{ TP }}
-#define NJ_S {{ S }}
+{% cl_defines() %}
 #define NJ_WS_IMAGE ((NJ_S + 1) * 2 * NJ_G) /* workspace floats per image */
 
-/* Pixels of tile `tile` (the last one may be short). */
-NJ_DEVICE int nj_cl_tile_pixels(int tile) { return min(NJ_TP, NJ_HW - tile * NJ_TP); }
 
 /* part[R][C] (one value per pixel row and channel) -> out[G]: per channel over the rows, then per group
  * over its channels, in a fixed order. Starts and ends with a barrier, so callers reuse part and read

@@ -65,46 +65,8 @@ NJ_KERNEL({{ name }}, {{ B }})
         {{ split_index("st", kept, "k") }}
 {% fwd_offsets(kept, "k") %}
 {% if mode == "norm" then %}
-        /* the statistic from its pieces' (sum, m2): warp 0, a fixed order */
-        __syncthreads(); /* nj_scratch: the previous piece's readers are done */
-        if (threadIdx.x < 32) {
-            const float *WS = (const float *)A.workspace + st * (2 * NJ_SPLIT);
-            float s = 0.0f;
-#pragma unroll 1
-            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) s += WS[2 * q];
-{% if F.center then %}
-            const float mean = nj_warp_sum(s) * (1.0f / (float)NJ_N);
-            float m2 = 0.0f;
-#pragma unroll 1
-            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
-                const nj_i64 plo = q * NJ_PIECE, phi = plo + NJ_PIECE < NJ_N ? plo + NJ_PIECE : NJ_N;
-                if (phi > plo) {
-                    const float nq = (float)(phi - plo);
-                    const float d = __fdividef(WS[2 * q], nq) - mean;
-                    m2 += WS[2 * q + 1] + nq * d * d;
-                }
-            }
-            const float var = nj_warp_sum(m2) * (1.0f / (float)NJ_N);
-{% else %}
-            const float mean = 0.0f;
-            const float var = nj_warp_sum(s) * (1.0f / (float)NJ_N);
-{% end %}
-            if (threadIdx.x == 0) {
-                nj_scratch[0] = mean;
-                nj_scratch[1] = rsqrtf(var + A.eps); /* IEEE sqrt + divide: slow-path subroutines */
-{% if F.stats then %}
-                if (piece == 0) {
-                    const nj_i64 os = {{ offset("stats", kept, "k") }};
-{% if F.center then %}
-                    A.mean[os] = mean;
-{% end %}
-                    A.rstd[os] = nj_scratch[1];
-                }
-{% end %}
-            }
-        }
-        __syncthreads();
-        const float mean = nj_scratch[0], rstd = nj_scratch[1];
+        /* the statistic from its pieces' (nj_fwd_general_part) */
+{% fwd_split_stats("(const float *)A.workspace + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept) %}
 {% else %}
 {% if F.center then %}
         nj_welford w = nj_welford_init();

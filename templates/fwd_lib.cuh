@@ -44,3 +44,48 @@ typedef {{ P.ctype.param }} nj_tparam;
         const nj_i64 op = {{ offset("param", axes, prefix) }};
 {% end %}
 {% end %}
+{# Split walks (fwd_row.cu, fwd_general.cu): the statistic from its pieces' (sum, m2), warp 0 adding them
+   in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels), shared with the block
+   through scratch[0..1]; piece 0 writes the saved statistics. ws: the statistic's partials; plen, total:
+   a piece's and the walk's length in units of `unit` elements. Leaves mean and rstd in scope. #}
+{% function fwd_split_stats(ws, plen, total, unit, scratch, kept) %}
+        __syncthreads(); /* {{ scratch }}: the previous piece's readers are done */
+        if (threadIdx.x < 32) {
+            const float *WS = {{ ws }};
+            float s = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) s += WS[2 * q];
+{% if P.flags.center then %}
+            const float mean = nj_warp_sum(s) * (1.0f / (float)NJ_N);
+            float m2 = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
+                const nj_i64 plo = q * {{ plen }}, phi = plo + {{ plen }} < {{ total }} ? plo + {{ plen }} : {{ total }};
+                if (phi > plo) {
+                    const float nq = (float)((phi - plo) * {{ unit }});
+                    const float d = __fdividef(WS[2 * q], nq) - mean;
+                    m2 += WS[2 * q + 1] + nq * d * d;
+                }
+            }
+            const float var = nj_warp_sum(m2) * (1.0f / (float)NJ_N);
+{% else %}
+            const float mean = 0.0f;
+            const float var = nj_warp_sum(s) * (1.0f / (float)NJ_N);
+{% end %}
+            if (threadIdx.x == 0) {
+                {{ scratch }}[0] = mean;
+                {{ scratch }}[1] = rsqrtf(var + A.eps); /* IEEE sqrt + divide: slow-path subroutines */
+{% if P.flags.stats then %}
+                if (piece == 0) {
+                    const nj_i64 os = {{ offset("stats", kept, "k") }};
+{% if P.flags.center then %}
+                    A.mean[os] = mean;
+{% end %}
+                    A.rstd[os] = {{ scratch }}[1];
+                }
+{% end %}
+            }
+        }
+        __syncthreads();
+        const float mean = {{ scratch }}[0], rstd = {{ scratch }}[1];
+{% end %}

@@ -121,46 +121,8 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% end %}
 {% end %}
 {% if mode == "norm" then %}
-        /* the row's statistics from its pieces' (nj_fwd_row_part): warp 0, a fixed order */
-        __syncthreads(); /* scratch: the previous piece's readers are done */
-        if (threadIdx.x < 32) {
-            const float *WS = (const float *)A.workspace + row * (2 * NJ_SPLIT);
-            float s = 0.0f;
-#pragma unroll 1
-            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) s += WS[2 * q];
-{% if F.center then %}
-            const float mean = nj_warp_sum(s) * (1.0f / (float)NJ_N);
-            float m2 = 0.0f;
-#pragma unroll 1
-            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
-                const nj_i64 lo = q * CPS, hi = lo + CPS < NCH ? lo + CPS : NCH;
-                if (hi > lo) {
-                    const float nq = (float)((hi - lo) * V);
-                    const float d = __fdividef(WS[2 * q], nq) - mean;
-                    m2 += WS[2 * q + 1] + nq * d * d;
-                }
-            }
-            const float var = nj_warp_sum(m2) * (1.0f / (float)NJ_N);
-{% else %}
-            const float mean = 0.0f;
-            const float var = nj_warp_sum(s) * (1.0f / (float)NJ_N);
-{% end %}
-            if (threadIdx.x == 0) {
-                scratch[0] = mean;
-                scratch[1] = rsqrtf(var + A.eps); /* IEEE sqrt + divide: slow-path subroutines */
-{% if F.stats then %}
-                if (piece == 0) {
-                    const nj_i64 os = {{ offset("stats", kept, "k") }};
-{% if F.center then %}
-                    A.mean[os] = mean;
-{% end %}
-                    A.rstd[os] = scratch[1];
-                }
-{% end %}
-            }
-        }
-        __syncthreads();
-        const float mean = scratch[0], rstd = scratch[1];
+        /* the row's statistics from its pieces' (nj_fwd_row_part) */
+{% fwd_split_stats("(const float *)A.workspace + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept) %}
 {% elseif cache then %}
         constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
         float v[CPT][V];

@@ -1,0 +1,36 @@
+{# Pieces the channels-last templates share (fwd_channels_last.cu, bwd_channels_last.cu; planner:
+   src/planner_cl.c). Included after lib_index.cuh. cl_setup() checks the canonical form and the plan
+   and sets the tiling globals; cl_defines() renders them with the tile helpers. #}
+{%
+-- HW pixels, G groups of CG channels (C in all); a thread owns CH channels loaded VV at a time, of the
+-- pixels R apart in an image tile of TP pixels (S tiles an image); blocks of B threads, LT a pixel row.
+function cl_setup(name)
+  if P.rank ~= 4 or not P.axes[2].reduce or P.axes[3].reduce or not P.axes[4].reduce or not P.flags.center then
+    error(name .. ": needs centered [batch, pixels, groups, channels]") end
+  HW, G, CG = P.axes[2].extent, P.axes[3].extent, P.axes[4].extent
+  C = G * CG
+  CH, VV, R, B, S, TP = P.chans, P.vec, P.rows_per_block, P.block, P.split, P.tile
+  LT = C // CH
+  if CH < 1 or C % CH ~= 0 or CH % VV ~= 0 or B % 32 ~= 0 or LT * R > B or TP % R ~= 0 or S * TP < HW then
+    error(name .. ": inconsistent plan") end
+  -- The pixel loops: a block of ~512 threads with 60-100 registers holds one block an SM, so each thread
+  -- keeps two vector loads in flight (unroll 2); the unaligned variant, a rare path, stays rolled (one
+  -- copy of the activation: an exp costs ~10 ms of NVRTC time a copy).
+  PIXEL_UNROLL = VV > 1 and "#pragma unroll 2" or "#pragma unroll 1"
+end
+%}
+{% function cl_defines() %}
+#define NJ_N {{ P.reduce_size }}LL
+#define NJ_HW {{ HW }}
+#define NJ_G {{ G }}
+#define NJ_CG {{ CG }}
+#define NJ_C {{ C }}
+#define NJ_CH {{ CH }}
+#define NJ_LT {{ LT }}
+#define NJ_R {{ R }}
+#define NJ_TP {{ TP }}
+#define NJ_S {{ S }}
+
+/* Pixels of tile `tile` (the last one may be short). */
+NJ_DEVICE int nj_cl_tile_pixels(int tile) { return min(NJ_TP, NJ_HW - tile * NJ_TP); }
+{% end %}
