@@ -153,6 +153,19 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
     return m;
 }
 
+/* A split walk (pp->block set): NJ_SPLIT_PIECE-long pieces of each statistic, a block each, `part`
+ * writing each piece's (sum, m2) to the workspace, `main` combining a statistic's pieces in order and
+ * normalizing its piece. */
+static void plan_split(const nj_canon *c, const char *part, const char *main_kernel, const nj_device_props *dev,
+                       nj_plan_params *pp)
+{
+    int64_t pieces = plan_ceil_div(c->reduce_size, NJ_SPLIT_PIECE);
+    pp->split = (int32_t)(pieces < NJ_SPLIT_MAX ? pieces : NJ_SPLIT_MAX);
+    nj_plan_add_launch(pp, part, pp->block, c->kept_inner * pp->split, 1, 0, dev);
+    nj_plan_add_launch(pp, main_kernel, pp->block, c->kept_inner * pp->split, 1, 0, dev);
+    pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
+}
+
 static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
@@ -185,13 +198,8 @@ static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     }
     if (vec > 1) pp->align_opds = plan_fwd_row_align(c);
     if (pp->regs_cache == 0 && n >= NJ_SPLIT_MIN) {
-        /* split rows: per-piece statistics into the workspace, then each piece combines its row's and
-         * normalizes itself (x is read twice, as a streamed row is anyway) */
-        int64_t pieces = plan_ceil_div(n, NJ_SPLIT_PIECE);
-        pp->split = (int32_t)(pieces < NJ_SPLIT_MAX ? pieces : NJ_SPLIT_MAX);
-        nj_plan_add_launch(pp, "nj_fwd_row_part", pp->block, c->kept_inner * pp->split, 1, 0, dev);
-        nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner * pp->split, 1, 0, dev);
-        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
+        /* x is read twice, as a streamed row is anyway */
+        plan_split(c, "nj_fwd_row_part", "nj_fwd_row", dev, pp);
         return NJ_OK;
     }
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0, dev);
@@ -209,12 +217,8 @@ static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev,
     int64_t n = c->reduce_size;
     pp->block = nj_plan_walk_block(n);
     if (n >= NJ_SPLIT_MIN) {
-        /* long walks (BatchNorm over N x H x W: a block per channel left most SMs idle) split as rows do */
-        int64_t pieces = plan_ceil_div(n, NJ_SPLIT_PIECE);
-        pp->split = (int32_t)(pieces < NJ_SPLIT_MAX ? pieces : NJ_SPLIT_MAX);
-        nj_plan_add_launch(pp, "nj_fwd_general_part", pp->block, c->kept_inner * pp->split, 1, 0, dev);
-        nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner * pp->split, 1, 0, dev);
-        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
+        /* BatchNorm over N x H x W: a block per channel left most SMs idle */
+        plan_split(c, "nj_fwd_general_part", "nj_fwd_general", dev, pp);
         return NJ_OK;
     }
     nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, 0, dev);
