@@ -734,6 +734,7 @@ static void test_perf_emulator(void **state)
     assert_int_equal(count_substr(r.out, " bwd "), 2);
     assert_non_null(strstr(r.out, "fwd      3"));
     assert_non_null(strstr(r.out, "fwd  fixed"));
+    assert_non_null(strstr(r.out, "  row\n")); /* the plan's family, a column of its own */
     /* rmsnorm f32 3x256 forward moves x and y (4 bytes each) and gamma: 0.01 MB */
     assert_non_null(strstr(r.out, "rmsnorm f32 *x256 flags=scale"));
     nj_run_free(&r);

@@ -23,7 +23,8 @@ static void nj_perf_help(FILE *f)
             "\n"
             "Times the forward and backward kernels of each problem on random inputs: two warm-up calls, then\n"
             "--iterations calls back to back and one synchronize. Prints per pass the time per call, the bytes\n"
-            "the pass moves at least (inputs read once, outputs written once) and that over the time (GB/s).\n"
+            "the pass moves at least (inputs read once, outputs written once), that over the time (GB/s) and\n"
+            "the kernel family the planner chose.\n"
             "A '*' batch takes --batch, or by default the smallest batch with at least 2^24 elements (enough\n"
             "data to measure bandwidth rather than launch latency; 2^16 on the emulator, a dry run).\n"
             "\n"
@@ -268,6 +269,21 @@ static nj_status nj_perf_problem(const char *text, long batch, int64_t target, n
     return b > 1 ? nj_problem_from_text(text, b, p) : NJ_OK;
 }
 
+/* The family of a pass from the plan's description ("pass=fwd family=row ..."), into buf. */
+static const char *nj_perf_family(const nj_plan *plan, nj_pass pass, char *buf, size_t cap)
+{
+    char text[8192];
+    size_t len = 0;
+    snprintf(buf, cap, "?");
+    if (nj_plan_describe(plan, text, sizeof text, &len) != NJ_OK) return buf;
+    const char *p = strstr(text, pass == NJ_PASS_FORWARD ? "pass=fwd family=" : "pass=bwd family=");
+    if (!p) return buf;
+    p += strlen("pass=fwd family=");
+    size_t n = strcspn(p, " \n");
+    snprintf(buf, cap, "%.*s", (int)(n < cap - 1 ? n : cap - 1), p);
+    return buf;
+}
+
 /* The batch column: the '*' extent used, or "fixed". */
 static const char *nj_perf_batch(long batch)
 {
@@ -305,8 +321,10 @@ static int nj_perf_one(nj_context *ctx, const char *text, const nj_perf_args *a,
         s = nj_perf_time(&r, (nj_pass)pass, a->iterations, &sec);
         if (s != NJ_OK) break;
         double bytes = r.bytes[pass == NJ_PASS_BACKWARD];
-        printf("%-58.58s %-3s %6s %10.2f %10.2f %9.1f\n", text, pass == NJ_PASS_FORWARD ? "fwd" : "bwd",
-               nj_perf_batch(batch), sec * 1e6, bytes / 1e6, bytes / sec / 1e9);
+        char fam[32];
+        printf("%-58.58s %-3s %6s %10.2f %10.2f %9.1f  %s\n", text, pass == NJ_PASS_FORWARD ? "fwd" : "bwd",
+               nj_perf_batch(batch), sec * 1e6, bytes / 1e6, bytes / sec / 1e9,
+               nj_perf_family(r.plan, (nj_pass)pass, fam, sizeof fam));
     }
     nj_perf_free(&r);
     if (s != NJ_OK) {
@@ -357,7 +375,7 @@ int nj_cmd_perf(int argc, char **argv)
         int64_t target = emu ? (int64_t)1 << 16 : (int64_t)1 << 24; /* the emulator: a dry run */
         printf("backend %s, %ld timed calls a pass%s\n", nj_tool_backend_name(nj_context_backend(ctx)), a.iterations,
                emu ? " (emulator: CPU times)" : "");
-        printf("%-58s %-3s %6s %10s %10s %9s\n", "problem", "", "batch", "us/call", "MB moved", "GB/s");
+        printf("%-58s %-3s %6s %10s %10s %9s  %s\n", "problem", "", "batch", "us/call", "MB moved", "GB/s", "family");
         int failed = 0;
         for (int i = 0; i < n; i++) failed += nj_perf_one(ctx, texts[i], &a, max_el, target);
         rc = failed ? NJ_EXIT_FAIL : NJ_EXIT_OK;
