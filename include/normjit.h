@@ -243,7 +243,7 @@ NJ_API nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t
 /* Describes the plan (family, block, vector width, launches, signatures) in text. Same buffer rules as
  * nj_problem_to_text. */
 NJ_API nj_status nj_plan_describe(const nj_plan *plan, char *buf, size_t cap, size_t *len);
-/* Bytes of device workspace a pass needs (0 for most plans). */
+/* Bytes of device workspace a pass needs (0 when none); pass it 16-byte aligned (cudaMalloc's are). */
 NJ_API size_t nj_plan_workspace_size(const nj_plan *plan, nj_pass pass);
 
 /* Arguments: device pointers (host pointers under the emulator) laid out as the descriptor says.

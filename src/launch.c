@@ -50,6 +50,8 @@ static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream)
     /* A zero batch leaves only fixed-grid launches (e.g. zeroing dgamma/dbeta, the sum over nothing). */
     size_t ws = (size_t)(ks->params.workspace_fixed + (uint64_t)plan->rows * ks->params.workspace_per_row);
     NJ_RETURN_IF(ws && !ka->workspace, NJ_ERR_NULL_POINTER, "this plan needs %zu bytes of workspace", ws);
+    NJ_RETURN_IF(ws && !nj_addr_fits(ka->workspace, 16), NJ_ERR_BAD_ARGUMENT,
+                 "the workspace must be 16-byte aligned (got %p)", ka->workspace);
     nj_backend *b = plan->ctx->backend;
     for (int32_t i = 0; i < ks->params.nlaunch; i++) {
         const nj_launch *l = &ks->params.launch[i];

@@ -262,7 +262,11 @@ static void test_channels_last_variants(void **state)
     nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .y = y};
     assert_int_equal(nj_forward(plan, &a), NJ_ERR_NULL_POINTER);
     assert_non_null(strstr(nj_last_error(), "workspace"));
-    free(x), free(y);
+    char *work = malloc(nj_plan_workspace_size(plan, NJ_PASS_FORWARD) + 16);
+    a.workspace = work + 4; /* a misaligned workspace is refused, not launched */
+    assert_int_equal(nj_forward(plan, &a), NJ_ERR_BAD_ARGUMENT);
+    assert_non_null(strstr(nj_last_error(), "16-byte aligned"));
+    free(work), free(x), free(y);
     nj_context_destroy(ctx);
 }
 
