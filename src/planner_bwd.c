@@ -59,8 +59,20 @@ static void bwd_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_pla
         plan_pgrad_col(c, dev, pp);
     } else if (c->param_size > 0) {
         /* the walk per feature element is batch-dependent (run-time): a mid-size block covers both */
-        int32_t pb = 256;
-        nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, bwd_pgrad_grid(c, dev, pb), dev);
+        int32_t pb = 256, sms = dev->sm_count > 0 ? dev->sm_count : 132;
+        /* Few feature elements (BatchNorm's channels: 64 blocks for a 132-SM GPU): each walk is cut into
+         * NJ_S pieces, a block each (about 4 blocks of 256 an SM in all), whose sums the second launch
+         * adds in piece order per feature element. */
+        int64_t split = (4 * (int64_t)sms + c->param_size - 1) / c->param_size;
+        if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
+        if (split <= 1) {
+            nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, bwd_pgrad_grid(c, dev, pb), dev);
+            return;
+        }
+        int64_t cap = (int64_t)sms * (2048 / pb) * 2, blocks = c->param_size * split;
+        nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(blocks < cap ? blocks : cap), dev);
+        nj_plan_add_launch(pp, "nj_bwd_pgrad_sum", 256, 1, 1, (int32_t)((c->param_size + 255) / 256), dev);
+        pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }
 }
 

@@ -1,7 +1,8 @@
 {# dgamma/dbeta for any canonical problem: a block per feature element (grid-stride over param_size)
    walks the non-feature index space (batch axis outermost) in a fixed order, recomputing xhat from x,
    mean and rstd, and reduces dz*xhat and dz with a fixed block tree. Included by the bwd_ templates
-   when the plan's second launch is nj_bwd_pgrad. #}
+   when the plan's dgamma/dbeta launch is nj_bwd_pgrad. With few feature elements each walk is split
+   (SP pieces, the partials summed in order by nj_bwd_pgrad_sum). #}
 {%
 local F = P.flags
 local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
@@ -21,6 +22,10 @@ for _, a in ipairs(feat) do if not P.axes[a].reduce then fkept[#fkept + 1] = a e
 local nkept = {1}
 for _, a in ipairs(nf_in) do if not P.axes[a].reduce then nkept[#nkept + 1] = a end end
 if nonfeat_inner >= 2147483647 or P.param_size >= 2147483647 then error("bwd_pgrad: 32-bit walk indices") end
+-- split walks (few feature elements): NJ_PS pieces of each walk, a block each, partial sums into the
+-- workspace ([piece][feature] pairs), added in piece order by the launch after this one
+local SP = #P.launch >= PG + 1 and P.workspace_fixed // (P.param_size * 8) or 1
+local NF = nonfeat_inner
 %}
 
 /* The walk of one feature element: batch index n1 (run-time extent) outside, r over the other
@@ -30,21 +35,35 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
     NJ_SHARED(float, nj_pscratch, {{ 2 * (PB // 32) }});
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
 {{ bwd_pointers() }}
-{% if F.scale then %}
+{% if F.scale and SP == 1 then %}
     nj_tparam *DGAMMA = (nj_tparam *)A.dgamma;
 {% end %}
-{% if F.bias then %}
+{% if F.bias and SP == 1 then %}
     nj_tparam *DBETA = (nj_tparam *)A.dbeta;
 {% end %}
+{% if SP > 1 then %}
+    const nj_i64 total = A.rows * {{ NF }}LL, plen = (total + {{ SP }} - 1) / {{ SP }};
+    for (nj_i64 w = blockIdx.x; w < {{ P.param_size * SP }}LL; w += gridDim.x) {
+        const unsigned fi = (unsigned)(w / {{ SP }}), piece = (unsigned)(w % {{ SP }});
+{% else %}
     for (unsigned fi = blockIdx.x; fi < {{ P.param_size }}u; fi += gridDim.x) {
+{% end %}
         {{ split_index("fi", feat, "f", "unsigned") }}
         const nj_i64 op = {{ offset("param", feat, "f") }};
         const nj_i64 fx = {{ offset("x", feat, "f") }}, fdy = {{ offset("dy", feat, "f") }};
         const nj_i64 fs = {{ offset("stats", fkept, "f") }};
         float s1 = 0.0f, s2 = 0.0f;
+{% if SP > 1 then %}
+        const nj_i64 lo = piece * plen, hi = lo + plen < total ? lo + plen : total;
+        nj_i64 l = lo + threadIdx.x;
+        nj_i64 n1 = l / {{ NF }}LL;
+        unsigned r = (unsigned)(l % {{ NF }}LL);
+        while (l < hi) {
+{% else %}
         nj_i64 n1 = threadIdx.x / {{ nonfeat_inner }}u;
         unsigned r = threadIdx.x % {{ nonfeat_inner }}u;
         while (n1 < A.rows) {
+{% end %}
             {{ split_index("r", nf_in, "n", "unsigned") }}
             const nj_i64 os = fs + {{ offset("stats", nkept, "n") }};
             const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
@@ -53,6 +72,9 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
                "op", "            ", true) }}
             s1 += dz * xh;
             s2 += dz;
+{% if SP > 1 then %}
+            l += {{ PB }};
+{% end %}
             r += {{ PB % nonfeat_inner }}u;
             n1 += {{ PB // nonfeat_inner }};
             if (r >= {{ nonfeat_inner }}u) {
@@ -61,6 +83,39 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
             }
         }
         nj_block_sum2<{{ PB // 32 }}>(s1, s2, nj_pscratch);
+{% if SP > 1 then %}
+        if (threadIdx.x == 0) {
+            float *WS = (float *)A.workspace + ((nj_i64)piece * {{ P.param_size }} + fi) * 2;
+            WS[0] = s1;
+            WS[1] = s2;
+        }
+        (void)op;
+    }
+}
+
+/* dgamma/dbeta: a feature element's pieces added in order */
+NJ_KERNEL({{ P.launch[PG + 1].kernel }}, {{ P.launch[PG + 1].block }})
+{
+    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
+    const float *WS = (const float *)A.workspace;
+    for (unsigned fi = blockIdx.x * blockDim.x + threadIdx.x; fi < {{ P.param_size }}u; fi += gridDim.x * blockDim.x) {
+        {{ split_index("fi", feat, "f", "unsigned") }}
+        const nj_i64 op = {{ offset("param", feat, "f") }};
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll 1
+        for (int q = 0; q < {{ SP }}; q++) {
+            s1 += WS[((nj_i64)q * {{ P.param_size }} + fi) * 2];
+            s2 += WS[((nj_i64)q * {{ P.param_size }} + fi) * 2 + 1];
+        }
+{% if F.scale then %}
+        if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, op, s1);
+{% end %}
+{% if F.bias then %}
+        if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, op, s2);
+{% end %}
+    }
+}
+{% else %}
         if (threadIdx.x == 0) {
 {% if F.scale then %}
             if (DGAMMA) nj_store_f32(DGAMMA, op, s1);
@@ -71,3 +126,4 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
         }
     }
 }
+{% end %}

@@ -476,6 +476,21 @@ static void test_plan_shape(void **state)
     nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1, g1);
     nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1 << 20, g2);
     assert_int_equal(g1[0], g2[0]);
+    /* BatchNorm NCHW: 64 channels (blocks) would leave SMs idle: each channel's dgamma/dbeta walk is
+     * split too, its pieces summed in order by a last launch with a fixed grid */
+    static const int64_t bn[] = {256, 64, 56, 56};
+    assert_int_equal(nj_preset_batchnorm(&p, NJ_F32, 4, bn, 0, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(pp.nlaunch, 4);
+    assert_string_equal(pp.launch[2].kernel, "nj_bwd_pgrad");
+    assert_string_equal(pp.launch[3].kernel, "nj_bwd_pgrad_sum");
+    uint64_t pieces = pp.workspace_fixed / (64 * 2 * sizeof(float));
+    assert_true(pieces >= 2 && pieces * 64 >= (uint64_t)(4 * (s->dev.sm_count > 0 ? s->dev.sm_count : 132)));
+    assert_int_equal(pp.workspace_fixed, pieces * 64 * 2 * sizeof(float));
+    nj_launch_grid(&pp.launch[3], 1, g1);
+    nj_launch_grid(&pp.launch[3], 1 << 20, g2);
+    assert_int_equal(g1[0], g2[0]);
     assert_int_equal(nj_plan_backward(NULL, &s->dev, &pp), NJ_ERR_NULL_POINTER);
 }
 
