@@ -214,36 +214,7 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
 }
 {% if PARAMS then %}
 
-NJ_KERNEL({{ P.launch[4].kernel }}, {{ P.launch[4].block }})
-{
-    NJ_SHARED(float, nj_red, {{ 2 * P.launch[4].block }});
-    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
-    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, col = blockIdx.x * 32 + lane;
-    const float *WS = (const float *)A.workspace;
-    float a = 0.0f, b = 0.0f;
-    if (col < NJ_C) {
-#pragma unroll 1
-        for (nj_i64 i = wp; i < A.rows * NJ_S; i += {{ P.launch[4].block // 32 }}) {
-            const float *pt = WS + (i / NJ_S) * NJ_WS_IMAGE + NJ_WS_CHANS + ((i % NJ_S) * NJ_C + col) * 2;
-            a += pt[0];
-            b += pt[1];
-        }
-    }
-    nj_red[threadIdx.x] = a;
-    nj_red[{{ P.launch[4].block }} + threadIdx.x] = b;
-    __syncthreads();
-    if (wp == 0 && col < NJ_C) {
-#pragma unroll 1
-        for (int v = 1; v < {{ P.launch[4].block // 32 }}; v++) {
-            a += nj_red[v * 32 + lane];
-            b += nj_red[{{ P.launch[4].block }} + v * 32 + lane];
-        }
-{% if F.scale then %}
-        if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, col, a);
-{% end %}
-{% if F.bias then %}
-        if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, col, b);
-{% end %}
-    }
-}
+{% bwd_column_sums(P.launch[4].kernel, P.launch[4].block, "NJ_C", "A.rows * NJ_S",
+                   "WS[(i / NJ_S) * NJ_WS_IMAGE + NJ_WS_CHANS + ((i % NJ_S) * NJ_C + col) * 2]",
+                   "WS[(i / NJ_S) * NJ_WS_IMAGE + NJ_WS_CHANS + ((i % NJ_S) * NJ_C + col) * 2 + 1]") %}
 {% end %}

@@ -59,3 +59,38 @@ function bwd_dx_expr(g, xh, m1, m2)
   return string.format("rstd * (%s - %s * %s)", g, xh, m2)
 end
 %}
+{# dgamma/dbeta from partial rows (bwd_row.cu's slots, bwd_channels_last.cu's tiles): a block per 32
+   columns (ncols in all), warp w adding partials w, w + NW, ... below `nparts` and warp 0 the NW warp
+   sums, in that order: deterministic. part_a, part_b: C expressions of the partials of index i (nj_i64)
+   at column col. Needs nj_tparam and a fixed grid of ceil(ncols / 32) blocks. #}
+{% function bwd_column_sums(name, block, ncols, nparts, part_a, part_b) %}
+NJ_KERNEL({{ name }}, {{ block }})
+{
+    NJ_SHARED(float, nj_red, {{ 2 * block }});
+    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, col = blockIdx.x * 32 + lane;
+    const float *WS = (const float *)A.workspace;
+    float a = 0.0f, b = 0.0f;
+    if (col < {{ ncols }}) {
+        for (nj_i64 i = wp; i < {{ nparts }}; i += {{ block // 32 }}) {
+            a += {{ part_a }};
+            b += {{ part_b }};
+        }
+    }
+    nj_red[threadIdx.x] = a;
+    nj_red[{{ block }} + threadIdx.x] = b;
+    __syncthreads();
+    if (wp == 0 && col < {{ ncols }}) {
+        for (int v = 1; v < {{ block // 32 }}; v++) {
+            a += nj_red[v * 32 + lane];
+            b += nj_red[{{ block }} + v * 32 + lane];
+        }
+{% if P.flags.scale then %}
+        if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, col, a);
+{% end %}
+{% if P.flags.bias then %}
+        if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, col, b);
+{% end %}
+    }
+}
+{% end %}

@@ -204,36 +204,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% if PGRAD then %}
 {% local PB = P.launch[2].block %}
 
-NJ_KERNEL({{ P.launch[2].kernel }}, {{ PB }})
-{
-    NJ_SHARED(float, nj_red, {{ 2 * PB }});
-    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int col = blockIdx.x * 32 + lane;
-    const float *WS = (const float *)A.workspace;
-    float a = 0.0f, b = 0.0f;
-    if (col < NJ_N) {
-        for (int s = w; s < NJ_NSLOT; s += {{ PB // 32 }}) {
-            a += WS[(nj_i64)s * NJ_N + col];
-            b += WS[(nj_i64)(NJ_NSLOT + s) * NJ_N + col];
-        }
-    }
-    nj_red[threadIdx.x] = a;
-    nj_red[{{ PB }} + threadIdx.x] = b;
-    __syncthreads();
-    if (w == 0 && col < NJ_N) {
-        for (int v = 1; v < {{ PB // 32 }}; v++) {
-            a += nj_red[v * 32 + lane];
-            b += nj_red[{{ PB }} + v * 32 + lane];
-        }
-{% if F.scale then %}
-        if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, col, a);
-{% end %}
-{% if F.bias then %}
-        if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, col, b);
-{% end %}
-    }
-}
+{% bwd_column_sums(P.launch[2].kernel, PB, "NJ_N", "NJ_NSLOT", "WS[i * NJ_N + col]", "WS[(NJ_NSLOT + i) * NJ_N + col]") %}
 {% end %}
 {% if PCOL then %}
 {% PGRAD_LAUNCH = 2 %}
