@@ -20,7 +20,6 @@
  * The tiling is a function of the problem alone: the same work split and rounding on every run. */
 #include "planner.h"
 
-#include <stdio.h>
 
 #define NJ_CL_THREADS 512    /* threads of a block, at most */
 #define NJ_CL_TILE 16384     /* elements a tile aims at: ~80 tiles for a 320-channel 64x64 UNet image */

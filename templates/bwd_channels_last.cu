@@ -67,6 +67,13 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
             rk[k] = A.rstd[os];
         }
 {% end %}
+{% local function load_xdy() %}
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+                nj_load_vec<{{ VV }}>(X, ox + (nj_i64)p * {{ PS.x }} + c0 + q, &xv_[q]);
+                nj_load_vec<{{ VV }}>(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + q, &dv_[q]);
+            }
+{% end %}
 {% local function element(xe, de, k, ind) %}
 {{ ind }}const float mean = mk[{{ k }}], rstd = rk[{{ k }}];
 {{ bwd_element(xe, de, {g = "gk[" .. k .. "]", b = "bk[" .. k .. "]"}, ind) }}
@@ -91,11 +98,7 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 {{ PIXEL_UNROLL }}
         for (int p = active ? r : npx; p < npx; p += NJ_R) {
             float xv_[NJ_CH], dv_[NJ_CH];
-#pragma unroll
-            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
-                nj_load_vec<{{ VV }}>(X, ox + (nj_i64)p * {{ PS.x }} + c0 + q, &xv_[q]);
-                nj_load_vec<{{ VV }}>(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + q, &dv_[q]);
-            }
+{% load_xdy() %}
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {
 {% element("xv_[k]", "dv_[k]", "k", "                ") %}
@@ -143,12 +146,7 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 /* A warp per (image, group), lanes over the tiles; every warp takes part in the shuffles. */
 NJ_KERNEL({{ P.launch[2].kernel }}, {{ FB }})
 {
-    const int lane = threadIdx.x & 31;
-    for (nj_i64 it = (nj_i64)blockIdx.x * {{ FB // 32 }} + (threadIdx.x >> 5); it < A.rows * NJ_G;
-         it += (nj_i64)gridDim.x * {{ FB // 32 }}) {
-        const nj_i64 k1 = it / NJ_G;
-        const int g = (int)(it % NJ_G);
-        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE;
+{% cl_group_items(FB) %}
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll 1
         for (int j = lane; j < NJ_S; j += 32) {
@@ -187,11 +185,7 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
         for (int p = r; p < npx; p += NJ_R) {
 {% if VV > 1 then %}
             float xv_[NJ_CH], dv_[NJ_CH], o_[NJ_CH];
-#pragma unroll
-            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
-                nj_load_vec<{{ VV }}>(X, ox + (nj_i64)p * {{ PS.x }} + c0 + q, &xv_[q]);
-                nj_load_vec<{{ VV }}>(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + q, &dv_[q]);
-            }
+{% load_xdy() %}
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {
 {% element("xv_[k]", "dv_[k]", "k", "                ") %}

@@ -140,12 +140,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 /* A warp per (image, group), lanes over the tiles; every warp takes part in the shuffles. */
 NJ_KERNEL({{ P.launch[2].kernel }}, {{ FB }})
 {
-    const int lane = threadIdx.x & 31;
-    for (nj_i64 it = (nj_i64)blockIdx.x * {{ FB // 32 }} + (threadIdx.x >> 5); it < A.rows * NJ_G;
-         it += (nj_i64)gridDim.x * {{ FB // 32 }}) {
-        const nj_i64 k1 = it / NJ_G;
-        const int g = (int)(it % NJ_G);
-        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE;
+{% cl_group_items(FB) %}
         float n = 0.0f, s = 0.0f;
 #pragma unroll 1
         for (int j = lane; j < NJ_S; j += 32) {
