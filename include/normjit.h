@@ -198,7 +198,9 @@ enum nj_context_flags {
     NJ_CTX_NO_COMPILE = 1u << 0,      /* never compile: a cache miss is NJ_ERR_NOT_CACHED (request paths) */
     NJ_CTX_NO_DISK_CACHE = 1u << 1,   /* keep compiled kernels in memory only */
     NJ_CTX_EMU_SHUFFLE = 1u << 2,     /* emulator: shuffle thread order between barriers */
-    NJ_CTX_EMU_POISON = 1u << 3       /* emulator: poison shared memory before each launch */
+    NJ_CTX_EMU_POISON = 1u << 3,      /* emulator: poison shared memory before each launch */
+    NJ_CTX_EMU_SMALL_GRID = 1u << 4   /* emulator: grids at most 7 blocks wide (more go along y), which checks
+                                         the kernels' block numbering of grids past 2^31 - 1 blocks */
 };
 
 typedef struct nj_context_options {

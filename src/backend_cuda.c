@@ -343,6 +343,7 @@ static nj_status nj_cuda_props(CUdevice dev, nj_device_props *p)
     NJ_TRY(nj_cuda_attr(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &p->max_threads_per_block));
     NJ_TRY(nj_cuda_attr(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &p->max_shared_per_block));
     NJ_TRY(nj_cuda_attr(dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, &p->regs_per_sm));
+    NJ_TRY(nj_cuda_attr(dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, &p->max_grid_x));
     return NJ_OK;
 }
 

@@ -511,13 +511,15 @@ static const nj_backend_ops emu_ops = {
 
 /* Properties of the architecture the emulator stands in for (the planner sizes blocks and shared memory
  * from them). Clusters are not emulated, so the default is sm_80. */
-static void emu_props(int32_t arch, nj_device_props *p)
+static void emu_props(int32_t arch, uint32_t flags, nj_device_props *p)
 {
+    memset(p, 0, sizeof *p);
     p->arch = arch > 0 ? arch : 80;
     p->sm_count = p->arch >= 90 ? 132 : 108;
     p->max_threads_per_block = 1024;
     p->max_shared_per_block = p->arch >= 90 ? 232448 : p->arch >= 80 ? 166912 : 65536;
     p->regs_per_sm = 65536;
+    p->max_grid_x = (flags & NJ_CTX_EMU_SMALL_GRID) ? 7 : 0x7fffffff;
 }
 
 /* $CXX when set (it may carry arguments, e.g. "ccache g++"); else the first of c++, g++, clang++ that runs. */
@@ -551,7 +553,7 @@ nj_status nj_backend_emu_create(const nj_backend_config *cfg, nj_backend **out)
     emu_backend *e = calloc(1, sizeof *e);
     NJ_RETURN_IF(!e, NJ_ERR_OUT_OF_MEMORY, "emulator backend");
     e->base.ops = &emu_ops;
-    emu_props(cfg ? cfg->arch : 0, &e->base.props);
+    emu_props(cfg ? cfg->arch : 0, cfg ? cfg->flags : 0, &e->base.props);
     e->flags = cfg ? cfg->flags : 0;
     e->seed = cfg ? cfg->seed : 0;
     const char *extra = getenv("NORMJIT_EMU_CXXFLAGS");

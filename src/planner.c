@@ -120,7 +120,7 @@ static int32_t plan_row_vec(const nj_canon *c)
 static int32_t plan_round32(int64_t n) { return (int32_t)(plan_ceil_div(n, 32) * 32); }
 
 void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult, int64_t row_div,
-                        int32_t grid_x, const nj_device_props *dev)
+                        int32_t grid_x)
 {
     nj_launch *l = &pp->launch[pp->nlaunch++];
     memset(l, 0, sizeof *l);
@@ -131,10 +131,6 @@ void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, i
     l->grid_y = l->grid_z = 1;
     l->row_mult = row_mult;
     l->row_div = row_div;
-    /* enough blocks for two full waves of resident blocks; more rows loop inside the kernel */
-    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
-    int64_t per_sm = 2048 / block > 0 ? 2048 / block : 1;
-    l->grid_x_cap = grid_x > 0 ? 0 : (int64_t)sms * per_sm * 2;
 }
 
 /* One warp for tiny walks (a block's worth of idle threads per statistic would cost occupancy), up to
@@ -161,8 +157,8 @@ static void plan_split(const nj_canon *c, const char *part, const char *main_ker
 {
     int64_t pieces = plan_ceil_div(c->reduce_size, NJ_SPLIT_PIECE);
     pp->split = (int32_t)(pieces < NJ_SPLIT_MAX ? pieces : NJ_SPLIT_MAX);
-    nj_plan_add_launch(pp, part, pp->block, c->kept_inner * pp->split, 1, 0, dev);
-    nj_plan_add_launch(pp, main_kernel, pp->block, c->kept_inner * pp->split, 1, 0, dev);
+    nj_plan_add_launch(pp, part, pp->block, c->kept_inner * pp->split, 1, 0);
+    nj_plan_add_launch(pp, main_kernel, pp->block, c->kept_inner * pp->split, 1, 0);
     pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
 }
 
@@ -202,7 +198,7 @@ static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_
         plan_split(c, "nj_fwd_row_part", "nj_fwd_row", dev, pp);
         return NJ_OK;
     }
-    nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0, dev);
+    nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
     return NJ_OK;
 }
 
@@ -221,7 +217,7 @@ static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev,
         plan_split(c, "nj_fwd_general_part", "nj_fwd_general", dev, pp);
         return NJ_OK;
     }
-    nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, 0, dev);
+    nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, 0);
     return NJ_OK;
 }
 
@@ -237,7 +233,7 @@ static nj_status plan_fwd_column(const nj_canon *c, const nj_device_props *dev, 
     pp->rows_per_block = 1;
     pp->split = 1;
     pp->block = 256;
-    nj_plan_add_launch(pp, "nj_fwd_column", pp->block, c->kept_inner / ec * plan_ceil_div(ec, 32), 1, 0, dev);
+    nj_plan_add_launch(pp, "nj_fwd_column", pp->block, c->kept_inner / ec * plan_ceil_div(ec, 32), 1, 0);
     return NJ_OK;
 }
 
@@ -278,21 +274,31 @@ nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const n
     return NJ_OK;
 }
 
-void nj_launch_grid(const nj_launch *l, int64_t rows, uint32_t grid[3])
+#define NJ_GRID_X_MAX 0x7fffffffLL
+#define NJ_GRID_Y_MAX 65535LL
+
+nj_status nj_launch_grid(const nj_launch *l, int64_t rows, int32_t max_x, uint32_t grid[3])
 {
-    int64_t gx = l->grid_x;
-    if (gx <= 0) {
-        int64_t div = l->row_div > 0 ? l->row_div : 1;
-        int64_t mult = l->row_mult > 0 ? l->row_mult : 1;
-        int64_t need = rows <= 0 ? 0 : (rows > INT64_MAX / mult ? INT64_MAX : rows * mult);
-        gx = need / div + (need % div != 0);
-        if (l->grid_x_cap > 0 && gx > l->grid_x_cap) gx = l->grid_x_cap;
-        if (gx > 0x7fffffff) gx = 0x7fffffff;
-        if (gx < 1) gx = 1; /* an empty batch still launches (no row runs), never a zero grid */
+    if (l->grid_x > 0) {
+        grid[0] = (uint32_t)l->grid_x;
+        grid[1] = (uint32_t)(l->grid_y > 0 ? l->grid_y : 1);
+        grid[2] = (uint32_t)(l->grid_z > 0 ? l->grid_z : 1);
+        return NJ_OK;
     }
-    grid[0] = (uint32_t)gx;
-    grid[1] = (uint32_t)(l->grid_y > 0 ? l->grid_y : 1);
-    grid[2] = (uint32_t)(l->grid_z > 0 ? l->grid_z : 1);
+    int64_t div = l->row_div > 0 ? l->row_div : 1;
+    int64_t mult = l->row_mult > 0 ? l->row_mult : 1;
+    NJ_RETURN_IF(rows > INT64_MAX / mult, NJ_ERR_OVERFLOW, "%s: %lld rows x %lld blocks overflow", l->kernel,
+                 (long long)rows, (long long)mult);
+    int64_t need = rows <= 0 ? 0 : rows * mult;
+    int64_t n = need / div + (need % div != 0);
+    if (n < 1) n = 1; /* an empty batch still launches (every block skips), never a zero grid */
+    int64_t wide = max_x > 0 ? max_x : NJ_GRID_X_MAX;
+    int64_t gy = (n + wide - 1) / wide;
+    NJ_RETURN_IF(gy > NJ_GRID_Y_MAX, NJ_ERR_OVERFLOW, "%s: %lld blocks exceed a CUDA grid", l->kernel, (long long)n);
+    grid[0] = (uint32_t)((n + gy - 1) / gy);
+    grid[1] = (uint32_t)gy;
+    grid[2] = 1;
+    return NJ_OK;
 }
 
 static const char *plan_family_name(int32_t f)
@@ -309,9 +315,8 @@ static const char *plan_family_name(int32_t f)
 
 static void plan_launch_text(nj_buf *b, const nj_launch *l)
 {
-    nj_buf_printf(b, "%s %d %d %d %d %d %d %lld %lld %lld %u", l->kernel, l->block[0], l->block[1], l->block[2],
-                  l->grid_x, l->grid_y, l->grid_z, (long long)l->row_mult, (long long)l->row_div,
-                  (long long)l->grid_x_cap, l->shmem);
+    nj_buf_printf(b, "%s %d %d %d %d %d %d %lld %lld %u", l->kernel, l->block[0], l->block[1], l->block[2],
+                  l->grid_x, l->grid_y, l->grid_z, (long long)l->row_mult, (long long)l->row_div, l->shmem);
 }
 
 char *nj_plan_text(const nj_plan_params *pp)
@@ -370,20 +375,20 @@ nj_status nj_launches_from_text(const char *text, nj_plan_params *pp)
     for (int i = 0; i < n; i++) {
         nj_launch *l = &ls[i];
         char name[64];
-        long long rm, rd, cap;
+        long long rm, rd;
         unsigned shmem;
         int k = 0;
-        int got = sscanf(p, "%63s %d %d %d %d %d %d %lld %lld %lld %u%n", name, &l->block[0], &l->block[1],
-                         &l->block[2], &l->grid_x, &l->grid_y, &l->grid_z, &rm, &rd, &cap, &shmem, &k);
-        NJ_RETURN_IF(got != 11 || k == 0 || p[k] != '\n', NJ_ERR_PARSE, "launches: bad launch line %d", i + 1);
+        int got = sscanf(p, "%63s %d %d %d %d %d %d %lld %lld %u%n", name, &l->block[0], &l->block[1],
+                         &l->block[2], &l->grid_x, &l->grid_y, &l->grid_z, &rm, &rd, &shmem, &k);
+        NJ_RETURN_IF(got != 10 || k == 0 || p[k] != '\n', NJ_ERR_PARSE, "launches: bad launch line %d", i + 1);
         NJ_RETURN_IF(!plan_kernel_name_ok(name) || strlen(name) >= sizeof l->kernel, NJ_ERR_PARSE,
                      "launches: bad kernel name on line %d", i + 1);
         for (int d = 0; d < 3; d++)
             NJ_RETURN_IF(l->block[d] < 1 || l->block[d] > 1024, NJ_ERR_PARSE, "launches: bad block on line %d", i + 1);
-        NJ_RETURN_IF(l->grid_x < 0 || l->grid_y < 0 || l->grid_z < 0 || rm < 0 || rd < 0 || cap < 0, NJ_ERR_PARSE,
+        NJ_RETURN_IF(l->grid_x < 0 || l->grid_y < 0 || l->grid_z < 0 || rm < 0 || rd < 0, NJ_ERR_PARSE,
                      "launches: negative grid on line %d", i + 1);
         memcpy(l->kernel, name, strlen(name) + 1); /* length checked above */
-        l->row_mult = rm, l->row_div = rd, l->grid_x_cap = cap, l->shmem = shmem;
+        l->row_mult = rm, l->row_div = rd, l->shmem = shmem;
         p += k + 1;
     }
     NJ_RETURN_IF(*p != '\0', NJ_ERR_PARSE, "launches: trailing text");

@@ -13,6 +13,7 @@ typedef struct nj_device_props {
     int32_t max_threads_per_block;
     int32_t max_shared_per_block; /* bytes, opt-in maximum */
     int32_t regs_per_sm;
+    int32_t max_grid_x;         /* blocks along grid x; 0 = CUDA's 2^31 - 1 (launch layout only, not planning) */
 } nj_device_props;
 
 /* Fills conservative properties for an architecture (compile-only targets, emulator). */
@@ -28,12 +29,13 @@ typedef enum nj_family {
 
 #define NJ_MAX_LAUNCHES 4
 
-/* grid.x = grid_x ? grid_x : min(ceil(rows * row_mult / row_div), grid_x_cap) ; grid.y, grid.z fixed. */
+/* grid_x > 0: the grid is (grid_x, grid_y, grid_z). Else ceil(rows * row_mult / row_div) blocks, a block per
+ * work item (the kernels have no grid-stride loop), laid out by nj_launch_grid. */
 typedef struct nj_launch {
     char kernel[48];    /* extern "C" name in the rendered source */
     int32_t block[3];
     int32_t grid_x, grid_y, grid_z;
-    int64_t row_mult, row_div, grid_x_cap;
+    int64_t row_mult, row_div;
     uint32_t shmem;     /* dynamic shared memory bytes */
 } nj_launch;
 
@@ -75,15 +77,17 @@ NJ_HIDDEN bool nj_plan_cl_ok(const nj_canon *c, nj_pass pass);
 NJ_HIDDEN nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
 NJ_HIDDEN nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
 
-/* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) capped at
- * two waves of resident blocks (kernels loop over the rest). Shared by the forward and backward planners. */
+/* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) blocks.
+ * Shared by the forward and backward planners. */
 NJ_HIDDEN void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult,
-                                  int64_t row_div, int32_t grid_x, const nj_device_props *dev);
+                                  int64_t row_div, int32_t grid_x);
 /* Threads of a block that walks n elements of one statistic. */
 NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
 
-/* Grid of a launch for `rows` batch rows. */
-NJ_HIDDEN void nj_launch_grid(const nj_launch *l, int64_t rows, uint32_t grid[3]);
+/* Grid of a launch for `rows` batch rows: (n, 1, 1) for n blocks up to max_x (0: 2^31 - 1), else (x, y, 1)
+ * with x * y >= n (the kernels number blocks with nj_block_item and skip those past n). NJ_ERR_OVERFLOW
+ * past 65535 rows of blocks, which no device's memory can fill at CUDA's width. */
+NJ_HIDDEN nj_status nj_launch_grid(const nj_launch *l, int64_t rows, int32_t max_x, uint32_t grid[3]);
 
 /* One-line text of the plan parameters (goes into the signature and `normjit plan`). Caller frees. */
 NJ_HIDDEN char *nj_plan_text(const nj_plan_params *pp);

@@ -44,10 +44,10 @@ static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_pla
     if (split < 1) split = 1;
     if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
     int64_t blocks = tiles * split;
-    nj_plan_add_launch(pp, "nj_bwd_pgrad_col", 256, 1, 1, (int32_t)(blocks < want * 4 ? blocks : want * 4), dev);
+    nj_plan_add_launch(pp, "nj_bwd_pgrad_col", 256, 1, 1, (int32_t)(blocks < want * 4 ? blocks : want * 4));
     if (split > 1) {
         int64_t g = (c->param_size + 255) / 256;
-        nj_plan_add_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, 1, (int32_t)(g < want ? g : want), dev);
+        nj_plan_add_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, 1, (int32_t)(g < want ? g : want));
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }
 }
@@ -66,12 +66,12 @@ static void bwd_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_pla
         int64_t split = (4 * (int64_t)sms + c->param_size - 1) / c->param_size;
         if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
         if (split <= 1) {
-            nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, bwd_pgrad_grid(c, dev, pb), dev);
+            nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, bwd_pgrad_grid(c, dev, pb));
             return;
         }
         int64_t cap = (int64_t)sms * (2048 / pb) * 2, blocks = c->param_size * split;
-        nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(blocks < cap ? blocks : cap), dev);
-        nj_plan_add_launch(pp, "nj_bwd_pgrad_sum", 256, 1, 1, (int32_t)((c->param_size + 255) / 256), dev);
+        nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(blocks < cap ? blocks : cap));
+        nj_plan_add_launch(pp, "nj_bwd_pgrad_sum", 256, 1, 1, (int32_t)((c->param_size + 255) / 256));
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }
 }
@@ -96,11 +96,11 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
     if (c->reduce_size >= NJ_BWD_SPLIT_MIN) {
         int64_t pieces = (c->reduce_size + NJ_BWD_SPLIT_PIECE - 1) / NJ_BWD_SPLIT_PIECE;
         pp->split = (int32_t)(pieces < NJ_BWD_SPLIT_MAX ? pieces : NJ_BWD_SPLIT_MAX);
-        nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0, dev);
-        nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner * pp->split, 1, 0, dev);
+        nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0);
+        nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner * pp->split, 1, 0);
         pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
     } else {
-        nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0, dev);
+        nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0);
     }
     bwd_plan_pgrad(c, dev, pp);
     return NJ_OK;
@@ -175,7 +175,7 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     }
     int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
     if (c->param_size == 0 || n > NJ_BWD_ROW_MAX) {
-        nj_plan_add_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 1, 0, dev);
+        nj_plan_add_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 1, 0);
         pp->launch[0].row_div = pp->rows_per_block;
         bwd_plan_pgrad(c, dev, pp); /* none without gamma/beta */
         return NJ_OK;
@@ -184,8 +184,8 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     /* 512-thread blocks of long rows hold ~100 registers a thread: one block an SM */
     int32_t per_sm = pp->block >= 512 ? 1 : 1024 / pp->block;
     int32_t nslot = sms * per_sm;
-    nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot, dev);
-    nj_plan_add_launch(pp, "nj_bwd_row_pgrad", 256, 1, 1, (int32_t)((n + 31) / 32), dev);
+    nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot);
+    nj_plan_add_launch(pp, "nj_bwd_row_pgrad", 256, 1, 1, (int32_t)((n + 31) / 32));
     pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
     return NJ_OK;
 }
@@ -201,7 +201,7 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     pp->rows_per_block = 1;
     pp->split = 1;
     pp->block = 256;
-    nj_plan_add_launch(pp, "nj_bwd_column", pp->block, c->kept_inner / ec * ((ec + 31) / 32), 1, 0, dev);
+    nj_plan_add_launch(pp, "nj_bwd_column", pp->block, c->kept_inner / ec * ((ec + 31) / 32), 1, 0);
     bwd_plan_pgrad(c, dev, pp);
     return NJ_OK;
 }

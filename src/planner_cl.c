@@ -132,9 +132,9 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
     cl_tiling(c, NJ_PASS_FORWARD, pp);
     pp->template_name = "fwd_channels_last.cu";
     int64_t groups = c->axes[2].extent;
-    nj_plan_add_launch(pp, "nj_fwd_cl_stats", pp->block, pp->split, 1, 0, dev);
-    nj_plan_add_launch(pp, "nj_fwd_cl_final", NJ_CL_FINAL_BLOCK, groups, NJ_CL_FINAL_BLOCK / 32, 0, dev);
-    nj_plan_add_launch(pp, "nj_fwd_cl_norm", pp->block, pp->split, 1, 0, dev);
+    nj_plan_add_launch(pp, "nj_fwd_cl_stats", pp->block, pp->split, 1, 0);
+    nj_plan_add_launch(pp, "nj_fwd_cl_final", NJ_CL_FINAL_BLOCK, groups, NJ_CL_FINAL_BLOCK / 32, 0);
+    nj_plan_add_launch(pp, "nj_fwd_cl_norm", pp->block, pp->split, 1, 0);
     /* per image: each tile's (sum, m2) per group, then the image's (mean, rstd) per group */
     pp->workspace_per_row = (uint64_t)(pp->split + 1) * (uint64_t)groups * 2u * sizeof(float);
     return NJ_OK;
@@ -147,15 +147,15 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
     pp->template_name = "bwd_channels_last.cu";
     int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent;
     bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
-    nj_plan_add_launch(pp, "nj_bwd_cl_part", pp->block, pp->split, 1, 0, dev);
-    nj_plan_add_launch(pp, "nj_bwd_cl_final", NJ_CL_FINAL_BLOCK, groups, NJ_CL_FINAL_BLOCK / 32, 0, dev);
-    nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, pp->split, 1, 0, dev);
+    nj_plan_add_launch(pp, "nj_bwd_cl_part", pp->block, pp->split, 1, 0);
+    nj_plan_add_launch(pp, "nj_bwd_cl_final", NJ_CL_FINAL_BLOCK, groups, NJ_CL_FINAL_BLOCK / 32, 0);
+    nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, pp->split, 1, 0);
     /* per image: each tile's two sums per group, the image's two means per group, and with gamma/beta
      * each tile's (sum dz * xhat, sum dz) per channel */
     uint64_t per_image = (uint64_t)(pp->split + 1) * (uint64_t)groups * 2u;
     if (params) {
         per_image += (uint64_t)pp->split * (uint64_t)channels * 2u;
-        nj_plan_add_launch(pp, "nj_bwd_cl_pgrad", NJ_CL_PGRAD_BLOCK, 1, 1, (int32_t)cl_ceil_div(channels, 32), dev);
+        nj_plan_add_launch(pp, "nj_bwd_cl_pgrad", NJ_CL_PGRAD_BLOCK, 1, 1, (int32_t)cl_ceil_div(channels, 32));
     }
     pp->workspace_per_row = per_image * sizeof(float);
     return NJ_OK;

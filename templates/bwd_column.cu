@@ -35,7 +35,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ P.kept_inner // EC }}LL * NJ_NT;
 {{ bwd_pointers() }}
-    for (nj_i64 task = blockIdx.x; task < ntask; task += gridDim.x) {
+    {{ block_item("task", "ntask") }}
         const nj_i64 o = task / NJ_NT;
         const nj_i64 k{{ cax }} = (task % NJ_NT) * 32 + tx;
         const bool col_ok = k{{ cax }} < {{ EC }};
@@ -83,7 +83,6 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
                 nj_store_f32(DX, odx + {{ offset("dx", red, "r") }}, {{ bwd_dx_expr("g", "xh", "m1", "m2") }});
             }
         }
-        __syncthreads(); /* nj_part and nj_m are rewritten by the next task */
     }
 }
 {% PGRAD_LAUNCH = 2 %}

@@ -1,5 +1,5 @@
 {# Backward, any canonical problem (the fallback for every kind, and the only family for GENERAL).
-   Launch 1 (nj_bwd_dx): a block per statistic (kept index), grid-stride over A.rows * kept_inner. The
+   Launch 1 (nj_bwd_dx): a block per statistic (kept index) of the A.rows * kept_inner. The
    threads walk the reduction twice: first the two block sums of g = dz*gamma and g*xhat, then dx.
    Launch 2 (only with scale or bias): bwd_pgrad.cuh, a block per feature element (grid-stride over
    param_size) walks the non-feature index space (batch axis outermost) in a fixed order, recomputing
@@ -43,11 +43,11 @@ NJ_KERNEL({{ name }}, {{ B }})
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
 {{ bwd_pointers() }}
 {% if SPLIT > 1 then %}
-    for (nj_i64 wi = blockIdx.x; wi < nstat * NJ_SPLIT; wi += gridDim.x) {
+    {{ block_item("wi", "nstat * NJ_SPLIT") }}
         const nj_i64 st = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
 {% else %}
-    for (nj_i64 st = blockIdx.x; st < nstat; st += gridDim.x) {
+    {{ block_item("st", "nstat") }}
 {% end %}
         {{ split_index("st", kept, "k") }}
         const nj_i64 ox = {{ offset("x", kept, "k") }};

@@ -1,12 +1,12 @@
 {# Backward, ROW kind whose only feature axis (if any) is the row itself (LayerNorm, RMSNorm over the
-   last axes). Launch 1 (nj_bwd_row): a warp (rows_per_block > 1) or a block per row, grid-stride over
-   A.rows * kept_inner rows. A thread owns the same columns (chunks of V at lane, lane + TPR, ...) in
+   last axes). Launch 1 (nj_bwd_row): a warp (rows_per_block > 1) or a block per row of the
+   A.rows * kept_inner rows, the plan's NSLOT blocks striding over them. A thread owns the same columns (chunks of V at lane, lane + TPR, ...) in
    every row it visits, so it keeps its columns' sums of dz*xhat and dz in registers across rows; the
    warps of a block then add theirs in warp order in shared memory, and the block writes one partial row
    per block to the workspace (slot = blockIdx.x; the grid is fixed by the plan: NSLOT blocks).
    Launch 2 (nj_bwd_row_pgrad): a block per 32 columns; warp w adds slots w, w + 8, ... and warp 0 adds
    the 8 warp sums in order. Fixed work split and fixed order everywhere: deterministic.
-   Rows above 16384 elements (too many column sums for registers) grid-stride over rows for dx only, and
+   Rows above 16384 elements (too many column sums for registers) get a block per row for dx only, and
    dgamma/dbeta come from bwd_pgrad_col.cuh's column tiles.
    Vector width P.vec assumes aligned base pointers and batch strides: the launch checks them (the
    plan's align_opds, gamma and beta included: they are loaded a vector a chunk too) and runs the
@@ -74,8 +74,13 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 #pragma unroll
         for (int k = 0; k < V; k++) pg[c][k] = pb[c][k] = 0.0f;
 {% end %}
+{% if PGRAD then %}
+    /* the plan's NSLOT blocks stride over the rows, each summing its rows' dgamma/dbeta terms */
     for (nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR; row < nrows;
          row += (nj_i64)gridDim.x * NJ_RPB) {
+{% else %}
+    {{ block_item("row", "nrows", "NJ_RPB", "threadIdx.x / NJ_TPR") }}
+{% end %}
         {{ split_index("row", kept, "k") }}
         const nj_i64 ox = {{ offset("x", kept, "k") }};
         const nj_i64 ody = {{ offset("dy", kept, "k") }};

@@ -1,6 +1,6 @@
 {# Forward, CHANNELS_LAST family (src/planner_cl.c): GroupNorm over channels-last images. Canonical
    axes [batch | HW pixels: reduced | G groups: kept | C/G channels: reduced, stride 1]. An image is cut
-   into S tiles of TP pixels; work item = (image, tile), grid-stride. Thread t < LT * R owns the CH
+   into S tiles of TP pixels; a block per (image, tile). Thread t < LT * R owns the CH
    channels c0 .. c0 + CH - 1 (c0 = (t % LT) * CH) of pixels t / LT, + R, ... of the tile, loaded
    P.vec at a time (CH in the main kernels, 1 in the unaligned variant). Threads past LT * R (the block
    rounded to whole warps) only join the reductions.
@@ -88,7 +88,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% end %}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
     const bool active = t < NJ_LT * NJ_R;
-    for (nj_i64 w = blockIdx.x; w < A.rows * NJ_S; w += gridDim.x) {
+    {{ block_item("w", "A.rows * NJ_S") }}
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
         {{ tile_offsets({"x", F.residual and "res" or nil, F.resout and "resout" or nil}) }}
@@ -177,7 +177,7 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
 {% fwd_pointers() %}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
     if (t >= NJ_LT * NJ_R) return; /* no barrier below */
-    for (nj_i64 w = blockIdx.x; w < A.rows * NJ_S; w += gridDim.x) {
+    {{ block_item("w", "A.rows * NJ_S") }}
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
         const float *ST = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_S * (2 * NJ_G);

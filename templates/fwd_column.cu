@@ -47,7 +47,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ P.kept_inner // EC }}LL * NJ_NT;
 {% fwd_pointers() %}
-    for (nj_i64 task = blockIdx.x; task < ntask; task += gridDim.x) {
+    {{ block_item("task", "ntask") }}
         const nj_i64 o = task / NJ_NT;
         const nj_i64 k{{ cax }} = (task % NJ_NT) * 32 + tx;
         const bool col_ok = k{{ cax }} < NJ_EC;
@@ -124,6 +124,5 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
                 nj_store_f32(Y, oy + {{ offset("y", red, "r") }}, nj_act_{{ P.act }}(u));
             }
         }
-        __syncthreads(); /* nj_part and nj_stat are rewritten by the next task */
     }
 }

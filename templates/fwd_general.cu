@@ -1,5 +1,5 @@
 {# Forward, any canonical problem (COLUMN and GENERAL kinds; also a correct fallback for ROW).
-   One block per statistic (kept index), grid-stride over the A.rows * kept_inner statistics. The
+   One block per statistic (kept index) of the A.rows * kept_inner statistics. The
    threads walk the reduction index space, decomposed over the reduced axes with the extents and
    strides baked in: Welford (or a sum of squares under RMS), a block reduction, then a second walk
    that re-reads x and writes y. gamma/beta offsets come from the PARAM strides of every axis.
@@ -56,11 +56,11 @@ NJ_KERNEL({{ name }}, {{ B }})
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
 {% fwd_pointers() %}
 {% if SPLIT > 1 then %}
-    for (nj_i64 wi = blockIdx.x; wi < nstat * NJ_SPLIT; wi += gridDim.x) {
+    {{ block_item("wi", "nstat * NJ_SPLIT") }}
         const nj_i64 st = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
 {% else %}
-    for (nj_i64 st = blockIdx.x; st < nstat; st += gridDim.x) {
+    {{ block_item("st", "nstat") }}
 {% end %}
         {{ split_index("st", kept, "k") }}
 {% fwd_offsets(kept, "k") %}

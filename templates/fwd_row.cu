@@ -2,7 +2,7 @@
    and x has stride 1 on the innermost one: the ROW kind, and also e.g. GroupNorm NCHW, whose (C/G, HW)
    reduction keeps two axes because only C/G is a feature. An element's offset within its row is
    decomposed over the reduced axes (extents and strides baked in; a plain j when contiguous).
-   A block (rows_per_block == 1) or a warp (rows_per_block == block / 32) per row, grid-stride over the
+   A block (rows_per_block == 1) or a warp (rows_per_block == block / 32) per row of the
    rows = A.rows * kept_inner. With regs_cache > 0 the row stays in registers (x read once, two-pass
    statistics from registers); otherwise Welford over the row and a second pass that re-reads x.
    Vector width P.vec assumes base pointers and batch strides that are multiples of vec elements: the
@@ -93,12 +93,11 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% fwd_pointers() %}
 {% if SPLIT > 1 then %}
     constexpr nj_i64 CPS = (NCH + NJ_SPLIT - 1) / NJ_SPLIT; /* chunks a piece */
-    for (nj_i64 wi = blockIdx.x; wi < nrows * NJ_SPLIT; wi += gridDim.x) {
+    {{ block_item("wi", "nrows * NJ_SPLIT") }}
         const nj_i64 row = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 ch_lo = piece * CPS, ch_hi = ch_lo + CPS < NCH ? ch_lo + CPS : NCH;
 {% else %}
-    for (nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR; row < nrows;
-         row += (nj_i64)gridDim.x * NJ_RPB) {
+    {{ block_item("row", "nrows", "NJ_RPB", "threadIdx.x / NJ_TPR") }}
 {% end %}
         {{ split_index("row", kept, "k") }}
 {% fwd_offsets(kept, "k") %}

@@ -274,6 +274,9 @@ template <int N, typename T> NJ_DEVICE void nj_store_vec(T *p, nj_i64 i, const f
     nj_vec_io<N, T>::store(p, i, in);
 }
 
+/* The block's linear number: launches with more than 2^31 - 1 blocks use grid.y too (nj_launch_grid). */
+NJ_DEVICE nj_i64 nj_block_item() { return (nj_i64)blockIdx.y * gridDim.x + blockIdx.x; }
+
 /* ---- reductions: every lane of the warp (and every thread of the block) takes part ---- */
 #define NJ_FULL_MASK 0xffffffffu
 

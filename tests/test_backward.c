@@ -42,6 +42,7 @@ static int group_setup(void **state)
     nj_backend_config cfg = {0, 0, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 11};
     nj_backend_config cfg2 = cfg;
     cfg2.seed = 12345;
+    cfg2.flags |= NJ_CTX_EMU_SMALL_GRID; /* the second run: blocks numbered over 2-D grids, surplus ones skip */
     if (nj_backend_emu_create(&cfg, &s.emu) != NJ_OK || nj_backend_emu_create(&cfg2, &s.emu2) != NJ_OK) {
         fprintf(stderr, "backward: no emulator: %s\n", nj_last_error());
         return -1;
@@ -158,7 +159,7 @@ static void bwd_launch(bwd_state *s, bwd_kernels *k, const nj_refh *r, const flo
     nj_canon_batch(&k->c, &a.rows, a.bstride);
     for (int i = 0; i < k->pp.nlaunch; i++) {
         uint32_t grid[3];
-        nj_launch_grid(&k->pp.launch[i], a.rows, grid);
+        assert_int_equal(nj_launch_grid(&k->pp.launch[i], a.rows, b->props.max_grid_x, grid), NJ_OK);
         nj_status st = b->ops->launch(b, k->fn[i], grid, k->pp.launch[i].block, k->pp.launch[i].shmem,
                                            NULL, &a, sizeof a);
         if (st != NJ_OK) fail_msg("launch %s: %s", k->pp.launch[i].kernel, nj_last_error());
@@ -214,7 +215,8 @@ static void check_problem_at(bwd_state *s, const char *label, nj_problem_desc p,
         free(plan);
     }
     assert_int_equal(bad, 0);
-    /* determinism: the second run (another thread order) gives the same bytes, guard byte included */
+    /* determinism: the second run (another thread order, another grid layout) gives the same bytes, guard
+     * byte included */
     assert_memory_equal(o[0].dx, o[1].dx, o[0].dx_bytes + 1);
     if (dg) assert_memory_equal(o[0].dgamma, o[1].dgamma, o[0].p_bytes + 1);
     if (db) assert_memory_equal(o[0].dbeta, o[1].dbeta, o[0].p_bytes + 1);
@@ -443,8 +445,8 @@ static void test_plan_shape(void **state)
     /* the launch writing dgamma has a grid that does not depend on the batch */
     const nj_launch *last = &pp.launch[pp.nlaunch - 1];
     uint32_t g1[3], g2[3];
-    nj_launch_grid(last, 1, g1);
-    nj_launch_grid(last, 1 << 20, g2);
+    assert_int_equal(nj_launch_grid(last, 1, 0, g1), NJ_OK);
+    assert_int_equal(nj_launch_grid(last, 1 << 20, 0, g2), NJ_OK);
     assert_int_equal(g1[0], g2[0]);
     /* without scale/bias there is nothing to reduce over the batch */
     assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, a, 1, 0), NJ_OK);
@@ -473,8 +475,8 @@ static void test_plan_shape(void **state)
     assert_int_equal(pp.launch[0].row_mult, 32);
     assert_non_null(strstr(pp.launch[2].kernel, "pgrad"));
     assert_int_equal(pp.workspace_per_row, 32 * 2 * sizeof(float));
-    nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1, g1);
-    nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1 << 20, g2);
+    assert_int_equal(nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1, 0, g1), NJ_OK);
+    assert_int_equal(nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1 << 20, 0, g2), NJ_OK);
     assert_int_equal(g1[0], g2[0]);
     /* BatchNorm NCHW: 64 channels (blocks) would leave SMs idle: each channel's dgamma/dbeta walk is
      * split too, its pieces summed in order by a last launch with a fixed grid */
@@ -488,8 +490,8 @@ static void test_plan_shape(void **state)
     uint64_t pieces = pp.workspace_fixed / (64 * 2 * sizeof(float));
     assert_true(pieces >= 2 && pieces * 64 >= (uint64_t)(4 * (s->dev.sm_count > 0 ? s->dev.sm_count : 132)));
     assert_int_equal(pp.workspace_fixed, pieces * 64 * 2 * sizeof(float));
-    nj_launch_grid(&pp.launch[3], 1, g1);
-    nj_launch_grid(&pp.launch[3], 1 << 20, g2);
+    assert_int_equal(nj_launch_grid(&pp.launch[3], 1, 0, g1), NJ_OK);
+    assert_int_equal(nj_launch_grid(&pp.launch[3], 1 << 20, 0, g2), NJ_OK);
     assert_int_equal(g1[0], g2[0]);
     assert_int_equal(nj_plan_backward(NULL, &s->dev, &pp), NJ_ERR_NULL_POINTER);
 }

@@ -213,7 +213,7 @@ static void test_put_get_roundtrip(void **state)
     assert_int_equal(k.misses, 2);
     assert_int_equal(k.stores, 1);
     assert_int_equal(k.corrupt, 0);
-    /* Layout and modes: <root>/v1/<2 hex>/<hash>.cubin, files 0600, dirs 0700. */
+    /* Layout and modes: <root>/v<format>/<2 hex>/<hash>.cubin, files 0600, dirs 0700. */
     char path[PATH_MAX], dir[PATH_MAX];
     struct stat st;
     entry_path(f->root, sig, EXT, path);

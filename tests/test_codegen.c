@@ -336,8 +336,8 @@ static void dump_source(const char *name, const char *src, const nj_canon *c, co
     fclose(f);
     snprintf(path, sizeof path, "%s/%s.txt", dir, name);
     if (!(f = fopen(path, "w"))) return;
-    uint32_t grid[3];
-    nj_launch_grid(&pp->launch[0], c->axes[0].extent, grid);
+    uint32_t grid[3] = {0, 0, 0};
+    (void)nj_launch_grid(&pp->launch[0], c->axes[0].extent, 0, grid);
     fprintf(f, "%d %u %d %s %d %u\n", c->rank, c->flags, c->act, pp->launch[0].kernel, pp->block, grid[0]);
     for (int o = 0; o < NJ_OPD_COUNT; o++) fprintf(f, "%d ", c->dtype[o]);
     fprintf(f, "\n");

@@ -301,18 +301,34 @@ static void test_launch_grid(void **state)
     tc_row(&c, NJ_F32, 768, NJ_FLAG_CENTER);
     nj_plan_params pp = plan_fwd(&c);
     uint32_t g[3];
-    nj_launch_grid(&pp.launch[0], 1001, g);
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 1001, 0, g), NJ_OK);
     assert_int_equal(g[0], 251); /* ceil(1001 rows / 4 rows per block) */
     assert_int_equal(g[1], 1);
     assert_int_equal(g[2], 1);
-    nj_launch_grid(&pp.launch[0], 10000000, g);
-    assert_int_equal(g[0], (uint32_t)pp.launch[0].grid_x_cap);
-    assert_true(g[0] >= 132);
-    nj_launch_grid(&pp.launch[0], 0, g);
+    /* a block per item however many: no cap, no grid-stride loop in the kernels */
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 10000000, 0, g), NJ_OK);
+    assert_int_equal(g[0], 2500000);
+    assert_int_equal(g[1], 1);
+    /* past 2^31 - 1 blocks the grid goes 2-D: x * y covers every block, x within CUDA's limit */
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 4LL * 3000000000LL + 1, 0, g), NJ_OK);
+    assert_int_equal(g[1], 2);
+    assert_int_equal(g[0], 1500000001u);
+    assert_int_equal(g[2], 1);
+    /* a narrow device limit (the emulator's NJ_CTX_EMU_SMALL_GRID): 251 blocks over rows of at most 7 */
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 1001, 7, g), NJ_OK);
+    assert_int_equal(g[1], 36);
+    assert_int_equal(g[0], 7);
+    assert_true((uint64_t)g[0] * g[1] >= 251);
+    /* more blocks than any grid holds, and rows * blocks-per-row past 64 bits: NJ_ERR_OVERFLOW */
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 4LL * 0x7fffffffLL * 65536, 0, g), NJ_ERR_OVERFLOW);
+    nj_launch big = pp.launch[0];
+    big.row_mult = 1LL << 40;
+    assert_int_equal(nj_launch_grid(&big, 1LL << 30, 0, g), NJ_ERR_OVERFLOW);
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 0, 0, g), NJ_OK);
     assert_int_equal(g[0], 1);
     nj_launch fixed = pp.launch[0];
     fixed.grid_x = 7, fixed.grid_y = 3;
-    nj_launch_grid(&fixed, 1000, g);
+    assert_int_equal(nj_launch_grid(&fixed, 1000, 0, g), NJ_OK);
     assert_int_equal(g[0], 7);
     assert_int_equal(g[1], 3);
 }
@@ -328,7 +344,7 @@ static void test_launches_round_trip(void **state)
         snprintf(l->kernel, sizeof l->kernel, "nj_kernel_%d", i);
         l->block[0] = 128 * (i + 1), l->block[1] = 1 + i, l->block[2] = 1;
         l->grid_x = i, l->grid_y = 2, l->grid_z = 1 + i;
-        l->row_mult = 1000 + i, l->row_div = 4, l->grid_x_cap = 1LL << 40, l->shmem = 4096u * i;
+        l->row_mult = (1LL << 40) + i, l->row_div = 4, l->shmem = 4096u * i;
     }
     char *t = nj_launches_to_text(&pp);
     assert_non_null(t);
@@ -351,19 +367,19 @@ static void test_launches_parse_fail(void **state)
         "",
         "launches 5\n",
         "launches 1\n",
-        "launches 1\nk 128 1 1 0 1 1 1 1 0\n",          /* a field short */
-        "launches 1\nk 128 1 1 0 1 1 1 1 0 0 9\n",      /* a field too many */
-        "launches 1\nk-x 128 1 1 0 1 1 1 1 0 0\n",      /* bad name */
-        "launches 1\nk 0 1 1 0 1 1 1 1 0 0\n",          /* zero block */
-        "launches 1\nk 128 1 1 -1 1 1 1 1 0 0\n",       /* negative grid */
-        "launches 1\nk 128 1 1 0 1 1 1 1 0 0\nextra\n", /* trailing text */
+        "launches 1\nk 128 1 1 0 1 1 1 1\n",          /* a field short */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0 9\n",      /* a field too many (the grid cap of format 1) */
+        "launches 1\nk-x 128 1 1 0 1 1 1 1 0\n",      /* bad name */
+        "launches 1\nk 0 1 1 0 1 1 1 1 0\n",          /* zero block */
+        "launches 1\nk 128 1 1 -1 1 1 1 1 0\n",       /* negative grid */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0\nextra\n", /* trailing text */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         pp.nlaunch = 2;
         assert_int_equal(nj_launches_from_text(bad[i], &pp), NJ_ERR_PARSE);
         assert_int_equal(pp.nlaunch, 2); /* untouched on failure */
     }
-    assert_int_equal(nj_launches_from_text("launches 1\nk 128 1 1 0 1 1 1 1 0 0\n", &pp), NJ_OK);
+    assert_int_equal(nj_launches_from_text("launches 1\nk 128 1 1 0 1 1 1 1 0\n", &pp), NJ_OK);
     assert_int_equal(pp.nlaunch, 1);
 }
 

@@ -89,6 +89,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
     case 1: *v = 1024; return OK;     /* max threads per block */
     case 97: *v = 232448; return OK;  /* opt-in shared memory per block */
     case 82: *v = 65536; return OK;   /* registers per multiprocessor */
+    case 5: *v = 2147483647; return OK; /* max grid x */
     default: return INVALID_VALUE;
     }
 }
