@@ -23,7 +23,10 @@
 #include <string.h>
 
 #define NJ_WARP_ROW_MAX 1024     /* rows up to this length get a warp each */
-#define NJ_ROW_ELEMS_TARGET 16   /* elements per thread a block-per-row plan aims for */
+/* Elements per thread a block-per-row plan aims for: 8 (one 16-byte vector of a 16-bit row, 256 threads
+ * for 2048, 1024 for 8192, as Triton-generated kernels run them). 16 halved the threads and doubled each
+ * thread's unrolled code: NVRTC took 3 to 6 ms more a kernel (the LLM manifest's median, 8% of it). */
+#define NJ_ROW_ELEMS_TARGET 8
 /* Rows of at least NJ_SPLIT_MIN elements are cut into pieces of about NJ_SPLIT_PIECE, a block each (at
  * most NJ_SPLIT_MAX a row): a block per row would leave most SMs idle for the few long rows of e.g.
  * nv_norms' 10 x 10^7 LayerNorm, and the batch is only known at launch, so the cut depends on the row. */

@@ -51,6 +51,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         const float rstd = col_ok ? A.rstd[os] : 0.0f;
         float s1 = 0.0f, s2 = 0.0f;
         if (col_ok) {
+{{ walk_unroll() }}
             for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
                 {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
@@ -76,6 +77,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% end %}
         const float m2 = nj_m[32 + tx];
         if (col_ok) {
+{{ walk_unroll() }}
             for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
                 {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",

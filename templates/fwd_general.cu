@@ -73,6 +73,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% else %}
         float s = 0.0f;
 {% end %}
+{{ walk_unroll() }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
 {% load_x("v") %}
 {% if F.resout then %}
@@ -118,6 +119,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         }
 {% end %}
 {% end %}
+{{ walk_unroll() }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
 {% load_x("v") %}
             float u = (v - mean) * rstd;

@@ -78,11 +78,9 @@ local HI = SPLIT > 1 and "ch_hi" or "NCH"
 {# mode: nil (statistics and normalization), "part" (split rows: a piece's partial statistics) or
    "norm" (split rows: the row's statistics from the pieces', then normalization) #}
 {% local function row_body(name, V, cache, mode) %}
-{# Streaming loops: the unaligned variant is a rare path that only has to be right, so rolled loops
-   (they compile fastest); the main kernel unrolls twice, two vector loads in flight per thread (about
-   64 KB a full SM, enough to cover memory latency), where NVVM's default of 4 cost 20 ms of compile. #}
+{# Streaming loops: walk_unroll() (lib_index.cuh). #}
 {% local compact = P.unaligned %}
-{% local stream_unroll = compact and "#pragma unroll 1\n        " or "#pragma unroll 2\n        " %}
+{% local stream_unroll = walk_unroll() .. "\n        " %}
 /* One thread's share of the row: chunks of V elements at chunk index lane, lane + TPR, ... */
 NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratch)
 {

@@ -113,14 +113,14 @@ static void test_row_long(void **state)
 {
     (void)state;
     nj_canon c;
-    tc_row(&c, NJ_F32, 8192, NJ_FLAG_CENTER | NJ_FLAG_SCALE);
+    tc_row(&c, NJ_F32, 8192, NJ_FLAG_CENTER | NJ_FLAG_SCALE); /* 8 elements a thread */
     nj_plan_params pp = plan_fwd(&c);
     assert_int_equal(pp.rows_per_block, 1);
-    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.block, 1024);
     assert_int_equal(pp.vec, 4);
-    assert_int_equal(pp.regs_cache, 16);
+    assert_int_equal(pp.regs_cache, 8);
     assert_int_equal(pp.launch[0].row_div, 1);
-    tc_row(&c, NJ_F32, 16384, NJ_FLAG_CENTER);
+    tc_row(&c, NJ_F32, 16384, NJ_FLAG_CENTER); /* the block is full: 16 a thread */
     pp = plan_fwd(&c);
     assert_int_equal(pp.block, 1024);
     assert_int_equal(pp.regs_cache, 16);
