@@ -13,14 +13,6 @@
 #include <string.h>
 
 
-/* Blocks of the parameter-gradient launch: one per feature element, at most two waves. */
-static int32_t bwd_pgrad_grid(const nj_canon *c, const nj_device_props *dev, int32_t block)
-{
-    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
-    int64_t cap = (int64_t)sms * (2048 / block) * 2;
-    return (int32_t)(c->param_size < cap ? c->param_size : cap);
-}
-
 /* Column-tiled dgamma/dbeta (bwd_pgrad_col.cuh) when the innermost axis is a feature axis of stride 1 in
  * x and dy with at least NJ_BWD_COL_MIN columns: a block per 32 columns walks the non-feature space
  * with coalesced reads, split NJ_S ways (fixed by the plan) so that few columns still fill the GPU. */
@@ -43,11 +35,11 @@ static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_pla
     int64_t split = want / tiles;
     if (split < 1) split = 1;
     if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
-    int64_t blocks = tiles * split;
-    nj_plan_add_launch(pp, "nj_bwd_pgrad_col", 256, 1, 1, (int32_t)(blocks < want * 4 ? blocks : want * 4));
+    /* a block per (tile, piece), a thread per column of the sums: fixed grids that cover every item (the
+     * kernels have no grid-stride loop); tiles * split <= max(tiles, want) < 2^31 as param_size is */
+    nj_plan_add_launch(pp, "nj_bwd_pgrad_col", 256, 1, 1, (int32_t)(tiles * split));
     if (split > 1) {
-        int64_t g = (c->param_size + 255) / 256;
-        nj_plan_add_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, 1, (int32_t)(g < want ? g : want));
+        nj_plan_add_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, 1, (int32_t)((c->param_size + 255) / 256));
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }
 }
@@ -65,12 +57,12 @@ static void bwd_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_pla
          * adds in piece order per feature element. */
         int64_t split = (4 * (int64_t)sms + c->param_size - 1) / c->param_size;
         if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
+        /* a block per (feature element, piece): split > 1 only below 4 * sms elements */
         if (split <= 1) {
-            nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, bwd_pgrad_grid(c, dev, pb));
+            nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)c->param_size);
             return;
         }
-        int64_t cap = (int64_t)sms * (2048 / pb) * 2, blocks = c->param_size * split;
-        nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(blocks < cap ? blocks : cap));
+        nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(c->param_size * split));
         nj_plan_add_launch(pp, "nj_bwd_pgrad_sum", 256, 1, 1, (int32_t)((c->param_size + 255) / 256));
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }

@@ -51,7 +51,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         const float rstd = col_ok ? A.rstd[os] : 0.0f;
         float s1 = 0.0f, s2 = 0.0f;
         if (col_ok) {
-{{ walk_unroll() }}
+{{ walk_unroll(2) }}
             for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
                 {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
@@ -64,6 +64,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         nj_part[{{ B }} + threadIdx.x] = s2;
         __syncthreads();
         if (ty == 0) {
+#pragma unroll 1
             for (int k = 1; k < NJ_BY; k++) {
                 s1 += nj_part[k * 32 + tx];
                 s2 += nj_part[{{ B }} + k * 32 + tx];
@@ -77,7 +78,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% end %}
         const float m2 = nj_m[32 + tx];
         if (col_ok) {
-{{ walk_unroll() }}
+{{ walk_unroll(2) }}
             for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
                 {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",

@@ -78,7 +78,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         const float s1 = nj_scratch[0], s2 = nj_scratch[1];
 {% else %}
         float s1 = 0.0f, s2 = 0.0f;
-{{ walk_unroll() }}
+{{ walk_unroll(2) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
             {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
@@ -101,7 +101,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         const float m1 = s1 * (1.0f / (float)NJ_N);
 {% end %}
         const float m2 = s2 * (1.0f / (float)NJ_N);
-{{ walk_unroll() }}
+{{ walk_unroll(2) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
             {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",

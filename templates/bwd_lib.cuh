@@ -72,6 +72,7 @@ NJ_KERNEL({{ name }}, {{ block }})
     const float *WS = (const float *)A.workspace;
     float a = 0.0f, b = 0.0f;
     if (col < {{ ncols }}) {
+{{ walk_unroll(2) }}
         for (nj_i64 i = wp; i < {{ nparts }}; i += {{ block // 32 }}) {
             a += {{ part_a }};
             b += {{ part_b }};
@@ -81,6 +82,7 @@ NJ_KERNEL({{ name }}, {{ block }})
     nj_red[{{ block }} + threadIdx.x] = b;
     __syncthreads();
     if (wp == 0 && col < {{ ncols }}) {
+#pragma unroll 1
         for (int v = 1; v < {{ block // 32 }}; v++) {
             a += nj_red[v * 32 + lane];
             b += nj_red[{{ block }} + v * 32 + lane];

@@ -1,4 +1,4 @@
-{# dgamma/dbeta for any canonical problem: a block per feature element (grid-stride over param_size)
+{# dgamma/dbeta for any canonical problem: a block per feature element (the launch covers param_size)
    walks the non-feature index space (batch axis outermost) in a fixed order, recomputing xhat from x,
    mean and rstd, and reduces dz*xhat and dz with a fixed block tree. Included by the bwd_ templates
    when the plan's dgamma/dbeta launch is nj_bwd_pgrad. With few feature elements each walk is split
@@ -43,10 +43,11 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
 {% end %}
 {% if SP > 1 then %}
     const nj_i64 total = A.rows * {{ NF }}LL, plen = (total + {{ SP }} - 1) / {{ SP }};
-    for (nj_i64 w = blockIdx.x; w < {{ P.param_size * SP }}LL; w += gridDim.x) {
+    {{ block_item("w", P.param_size * SP .. "LL") }}
         const unsigned fi = (unsigned)(w / {{ SP }}), piece = (unsigned)(w % {{ SP }});
 {% else %}
-    for (unsigned fi = blockIdx.x; fi < {{ P.param_size }}u; fi += gridDim.x) {
+    {
+        const unsigned fi = blockIdx.x; /* the plan's grid: param_size blocks */
 {% end %}
         {{ split_index("fi", feat, "f", "unsigned") }}
         const nj_i64 op = {{ offset("param", feat, "f") }};
@@ -58,10 +59,12 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
         nj_i64 l = lo + threadIdx.x;
         nj_i64 n1 = l / {{ NF }}LL;
         unsigned r = (unsigned)(l % {{ NF }}LL);
+{{ walk_unroll(2) }}
         while (l < hi) {
 {% else %}
         nj_i64 n1 = threadIdx.x / {{ nonfeat_inner }}u;
         unsigned r = threadIdx.x % {{ nonfeat_inner }}u;
+{{ walk_unroll(2) }}
         while (n1 < A.rows) {
 {% end %}
             {{ split_index("r", nf_in, "n", "unsigned") }}
@@ -98,7 +101,9 @@ NJ_KERNEL({{ P.launch[PG + 1].kernel }}, {{ P.launch[PG + 1].block }})
 {
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
     const float *WS = (const float *)A.workspace;
-    for (unsigned fi = blockIdx.x * blockDim.x + threadIdx.x; fi < {{ P.param_size }}u; fi += gridDim.x * blockDim.x) {
+    {
+        const unsigned fi = blockIdx.x * blockDim.x + threadIdx.x; /* the plan's grid covers param_size */
+        if (fi >= {{ P.param_size }}u) return;
         {{ split_index("fi", feat, "f", "unsigned") }}
         const nj_i64 op = {{ offset("param", feat, "f") }};
         float s1 = 0.0f, s2 = 0.0f;

@@ -34,8 +34,8 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
 {{ bwd_pointers() }}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    const unsigned ntask = {{ PS // EC * NT }}u * NJ_S;
-    for (unsigned task = blockIdx.x; task < ntask; task += gridDim.x) {
+    {
+        const unsigned task = blockIdx.x; /* the plan's grid: a block per (tile, split) */
         const unsigned s = task % NJ_S, tile = task / NJ_S;
         const unsigned fo = tile / {{ NT }}u;
         (void)fo;
@@ -50,6 +50,7 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
             const unsigned i0 = s * {{ BY }}u + ty;
             nj_i64 n1 = i0 / {{ nonfeat_inner }}u;
             unsigned r = i0 % {{ nonfeat_inner }}u;
+{{ walk_unroll(2) }}
             while (n1 < A.rows) {
                 {{ split_index("r", nf_in, "n", "unsigned") }}
                 const nj_i64 os = fs + {{ offset("stats", nkept, "n") }};
@@ -71,6 +72,7 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
         nj_part[{{ PB }} + threadIdx.x] = s2;
         __syncthreads();
         if (ty == 0 && col_ok) {
+#pragma unroll 1
             for (int k = 1; k < {{ BY }}; k++) {
                 s1 += nj_part[k * 32 + tx];
                 s2 += nj_part[{{ PB }} + k * 32 + tx];
@@ -90,7 +92,6 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
 {% end %}
 {% end %}
         }
-        __syncthreads(); /* nj_part is rewritten by the next task */
     }
 }
 {% if S > 1 then %}
@@ -100,8 +101,11 @@ NJ_KERNEL({{ P.launch[PG + 1].kernel }}, {{ RB }})
 {
     if (!A.dgamma && !A.dbeta) return;
     const float *WS = (const float *)A.workspace;
-    for (unsigned fi = blockIdx.x * {{ RB }}u + threadIdx.x; fi < {{ PS }}u; fi += gridDim.x * {{ RB }}u) {
+    {
+        const unsigned fi = blockIdx.x * {{ RB }}u + threadIdx.x; /* the plan's grid covers PS */
+        if (fi >= {{ PS }}u) return;
         float a = 0.0f, b = 0.0f;
+#pragma unroll 1
         for (int s = 0; s < NJ_S; s++) {
             a += WS[(nj_i64)s * {{ PS }} + fi];
             b += WS[(nj_i64)(NJ_S + s) * {{ PS }} + fi];

@@ -155,6 +155,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     float *WS = (float *)A.workspace + (nj_i64)blockIdx.x * NJ_N;
 {% if RPB > 1 then %}
     /* the warps of the block add their columns in warp order (fixed), then the block writes its slot */
+#pragma unroll 1
     for (int w = 0; w < NJ_RPB; w++) {
         if ((int)threadIdx.x / NJ_TPR == w) {
 #pragma unroll
@@ -172,6 +173,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         }
         __syncthreads();
     }
+#pragma unroll 1
     for (int j = threadIdx.x; j < NJ_N; j += {{ B }}) {
         WS[j] = pshared[j];
         WS[(nj_i64)NJ_NSLOT * NJ_N + j] = pshared[NJ_N + j];

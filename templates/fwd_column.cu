@@ -59,7 +59,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         float s = 0.0f;
 {% end %}
         if (col_ok) {
-{{ walk_unroll() }}
+{{ walk_unroll(F.residual and 2 or 1) }}
             for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
 {% load_x("v") %}
 {% if F.resout then %}
@@ -110,7 +110,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         __syncthreads();
         const float mean = nj_stat[tx], rstd = nj_stat[32 + tx];
         if (col_ok) {
-{{ walk_unroll() }}
+{{ walk_unroll(F.residual and 2 or 1) }}
             for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
 {% load_x("v") %}
                 float u = (v - mean) * rstd;

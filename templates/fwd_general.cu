@@ -73,7 +73,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% else %}
         float s = 0.0f;
 {% end %}
-{{ walk_unroll() }}
+{{ walk_unroll(F.residual and 2 or 1) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
 {% load_x("v") %}
 {% if F.resout then %}
@@ -119,7 +119,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         }
 {% end %}
 {% end %}
-{{ walk_unroll() }}
+{{ walk_unroll(F.residual and 2 or 1) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
 {% load_x("v") %}
             float u = (v - mean) * rstd;

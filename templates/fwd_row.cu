@@ -80,7 +80,7 @@ local HI = SPLIT > 1 and "ch_hi" or "NCH"
 {% local function row_body(name, V, cache, mode) %}
 {# Streaming loops: walk_unroll() (lib_index.cuh). #}
 {% local compact = P.unaligned %}
-{% local stream_unroll = walk_unroll() .. "\n        " %}
+{% local stream_unroll = walk_unroll(F.residual and 2 or 1) .. "\n        " %}
 /* One thread's share of the row: chunks of V elements at chunk index lane, lane + TPR, ... */
 NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratch)
 {

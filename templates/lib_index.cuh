@@ -67,12 +67,14 @@ function block_item(var, count, per, sub)
   return string.format("{\n        const nj_i64 %s = %s;\n        if (%s >= %s) return;", var, first, var, count)
 end
 
--- The pragma before a streaming walk over global memory: unrolled twice, two loads in flight per thread
--- (with a full SM about 64 KB, enough to cover memory latency); NVVM's default of 4 cost 10 to 20 ms of
--- compile a kernel (fwd column: 70 -> 59 ms). The unaligned variants, rare paths that only have to be
--- right, keep their loops rolled (they compile fastest).
-function walk_unroll()
-  return P.unaligned and "#pragma unroll 1" or "#pragma unroll 2"
+-- The pragma before a walk over global memory that reads `streams` tensors an iteration (x, the
+-- residual, dy; default 1): unrolled until two of those loads are in flight per thread (about 64 KB with
+-- a full SM, enough to cover memory latency), and no further: NVVM's default unroll of 4 cost 10 to 30 ms
+-- of compile a kernel (fwd column: 70 -> 59 ms, bwd column and its dgamma walks: 110 -> 80). The
+-- unaligned variants, rare paths that only have to be right, keep their loops rolled.
+function walk_unroll(streams)
+  if P.unaligned or (streams or 1) >= 2 then return "#pragma unroll 1" end
+  return "#pragma unroll 2"
 end
 
 -- Reductions over the threads that share one row: a warp when rows_per_block > 1, else the block.
