@@ -23,6 +23,7 @@ nj_status nj_context_explain(nj_context *ctx, const nj_problem_desc *p, nj_pass 
     memset(out, 0, sizeof *out);
     nj_canon c;
     NJ_TRY(nj_canonicalize(p, &c));
+    nj_canon_for_pass(&c, pass, &c); /* as nj_kernels_for: the same signature and source */
     NJ_TRY(nj_plan_pass(&c, pass, &ctx->backend->props, &out->params));
     out->canon_text = nj_canon_text(&c);
     out->plan_text = nj_plan_text(&out->params);

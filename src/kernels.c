@@ -146,9 +146,12 @@ static nj_status nj_kernelset_wait(nj_context *ctx, nj_kernelset *ks)
     return nj_fail(ks->error, "%s", ks->error_detail ? ks->error_detail : "kernel build failed");
 }
 
-nj_status nj_kernels_for(nj_context *ctx, const nj_canon *c, nj_pass pass, nj_variant v, int load, nj_kernelset **out,
-                         int32_t *compiled)
+nj_status nj_kernels_for(nj_context *ctx, const nj_canon *full, nj_pass pass, nj_variant v, int load,
+                         nj_kernelset **out, int32_t *compiled)
 {
+    nj_canon view; /* what this pass's kernels depend on: the signature, plan and source come from it */
+    nj_canon_for_pass(full, pass, &view);
+    const nj_canon *c = &view;
     nj_plan_params pp;
     NJ_TRY(nj_plan_variant(c, pass, v, &ctx->backend->props, &pp));
     char *sig = nj_signature_text(ctx, c, &pp);

@@ -452,6 +452,27 @@ size_t nj_problem_key(const nj_problem_desc *p, void *out, size_t cap)
     return k.len;
 }
 
+static void drop_operand(nj_canon *c, int o)
+{
+    c->dtype[o] = NJ_DTYPE_NONE;
+    c->present &= ~(1u << o);
+    for (int i = 0; i < c->rank; i++) c->axes[i].stride[o] = 0;
+}
+
+void nj_canon_for_pass(const nj_canon *c, nj_pass pass, nj_canon *out)
+{
+    if (out != c) *out = *c;
+    if (pass == NJ_PASS_BACKWARD) {
+        out->flags &= ~(uint32_t)(NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT | NJ_FLAG_SAVE_STATS);
+        drop_operand(out, NJ_OPD_Y);
+        drop_operand(out, NJ_OPD_RES);
+        drop_operand(out, NJ_OPD_RESOUT);
+    } else {
+        drop_operand(out, NJ_OPD_DY);
+        drop_operand(out, NJ_OPD_DX);
+    }
+}
+
 /* ---- Canonical text ---- */
 
 static const char *kind_name(int32_t k)

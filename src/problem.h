@@ -64,6 +64,12 @@ typedef struct nj_canon {
 /* Validates p (see nj_problem_validate) and fills its canonical form. Pure function of the problem. */
 NJ_HIDDEN nj_status nj_canonicalize(const nj_problem_desc *p, nj_canon *out);
 
+/* The canonical form as one pass's kernels see it: the operands and flags the other pass alone uses are
+ * dropped (backward: y, residual, residual_out, saving statistics; forward: dy, dx), so that problems
+ * differing only there share the pass's kernels, signature included (an LLM block's backward is the
+ * same with and without the fused residual add). out may be c. */
+NJ_HIDDEN void nj_canon_for_pass(const nj_canon *c, nj_pass pass, nj_canon *out);
+
 /* Bytes that identify a canonical form with the batch extent and batch strides left out: equal
  * problems (up to batch) give equal bytes, whatever padding or axis order the caller used.
  * Writes at most cap bytes; returns the number of bytes of the key. */

@@ -443,6 +443,26 @@ static void test_backend_selection_fail(void **state)
     nj_context_destroy(NULL);
 }
 
+/* The backward of a block with the fused residual add is the backward without it: one compile. */
+static void test_backward_shared_across_forward_flags(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    nj_problem_desc plain, fused;
+    assert_int_equal(nj_problem_from_text("rmsnorm f32 *x96 flags=scale", 4, &plain), NJ_OK);
+    assert_int_equal(nj_problem_from_text("rmsnorm f32 *x96 flags=scale,residual,resout", 4, &fused), NJ_OK);
+    int32_t compiled = 0, cached = 0;
+    assert_int_equal(nj_context_warm(ctx, &plain, NJ_PASS_FORWARD | NJ_PASS_BACKWARD | NJ_WARM_MAIN, &compiled, &cached),
+                     NJ_OK);
+    assert_int_equal(compiled, 2);
+    compiled = cached = 0;
+    assert_int_equal(nj_context_warm(ctx, &fused, NJ_PASS_FORWARD | NJ_PASS_BACKWARD | NJ_WARM_MAIN, &compiled, &cached),
+                     NJ_OK);
+    assert_int_equal(compiled, 1); /* its forward */
+    assert_int_equal(cached, 1);   /* the plain problem's backward */
+    nj_context_destroy(ctx);
+}
+
 static void test_unsafe_root_falls_back_to_memory(void **state)
 {
     fixture *f = *state;
@@ -492,6 +512,7 @@ int main(void)
         cmocka_unit_test(test_backend_selection_fail),
         cmocka_unit_test_setup_teardown(test_unsafe_root_falls_back_to_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_manifest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backward_shared_across_forward_flags, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

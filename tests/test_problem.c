@@ -666,6 +666,44 @@ static void test_canon_text(void **state)
     free(tb);
 }
 
+/* Each pass sees only its operands: the backward of a block with the fused residual add (and saved
+ * statistics) is the backward without them; the forward ignores dy/dx. */
+static void test_canon_for_pass(void **state)
+{
+    (void)state;
+    nj_problem_desc plain, fused;
+    ok(nj_problem_from_text("rmsnorm bf16 *x2048 flags=scale", 4, &plain));
+    ok(nj_problem_from_text("rmsnorm bf16 *x2048 flags=scale,residual,resout,stats", 4, &fused));
+    nj_canon cp, cf, vp, vf;
+    ok(nj_canonicalize(&plain, &cp));
+    ok(nj_canonicalize(&fused, &cf));
+    nj_canon_for_pass(&cp, NJ_PASS_BACKWARD, &vp);
+    nj_canon_for_pass(&cf, NJ_PASS_BACKWARD, &vf);
+    char *a = nj_canon_text(&vp), *b = nj_canon_text(&vf);
+    assert_string_equal(a, b);
+    assert_string_equal(a, "kind=row dt=bf16/-/-/-/bf16/bf16/f32/f32 flags=scale act=none rs=2048 ki=1 ps=2048 "
+                           "axes=[*:k|2048:rf:1,0,0,0,1,1,1,0]");
+    free(a), free(b);
+    assert_int_equal(vf.present & (1u << NJ_OPD_Y | 1u << NJ_OPD_RES | 1u << NJ_OPD_RESOUT), 0);
+    assert_int_equal(vf.present & (1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX), 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX);
+    /* the forward keeps the residual operands apart, and loses dy/dx */
+    nj_canon_for_pass(&cp, NJ_PASS_FORWARD, &vp);
+    nj_canon_for_pass(&cf, NJ_PASS_FORWARD, &vf);
+    a = nj_canon_text(&vp), b = nj_canon_text(&vf);
+    assert_string_not_equal(a, b);
+    assert_string_equal(a, "kind=row dt=bf16/bf16/-/-/-/-/f32/f32 flags=scale act=none rs=2048 ki=1 ps=2048 "
+                           "axes=[*:k|2048:rf:1,1,0,0,0,0,1,0]");
+    free(a), free(b);
+    assert_int_equal(vf.dtype[NJ_OPD_RES], NJ_BF16);
+    assert_int_equal(vf.axes[1].stride[NJ_OPD_RESOUT], 1);
+    /* in place (out == c), and a view of a view is the view */
+    nj_canon twice = cf;
+    nj_canon_for_pass(&twice, NJ_PASS_BACKWARD, &twice);
+    nj_canon_for_pass(&twice, NJ_PASS_BACKWARD, &twice);
+    nj_canon_for_pass(&cf, NJ_PASS_BACKWARD, &vf);
+    assert_memory_equal(&twice, &vf, sizeof twice);
+}
+
 /* ---- text form ---- */
 
 static void round_trip(const nj_problem_desc *p, int64_t batch)
@@ -1059,6 +1097,7 @@ int main(void)
         cmocka_unit_test(test_canon_text),
         cmocka_unit_test(test_text_round_trip_all),
         cmocka_unit_test(test_text_operands_round_trip),
+        cmocka_unit_test(test_canon_for_pass),
         cmocka_unit_test(test_text_exact_print),
         cmocka_unit_test(test_text_short_forms),
         cmocka_unit_test(test_text_malformed_fail),
