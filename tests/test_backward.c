@@ -453,6 +453,19 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
     assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
     for (int i = 0; i < pp.nlaunch; i++) assert_null(strstr(pp.launch[i].kernel, "pgrad"));
+    /* a block of up to 1024 threads when each then owns one vector chunk (16-bit rows of 8192), else at
+     * most 512 (f32 rows of 8192: four chunks a thread) */
+    static const int64_t wide[] = {4, 8192};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, wide, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(pp.vec, 8);
+    assert_int_equal(pp.block, 1024);
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, wide, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.block, 512);
     /* rows past the register column sums (16384): row dx, column-tiled dgamma/dbeta */
     static const int64_t mid[] = {2, 20480};
     assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, mid, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
@@ -553,6 +566,7 @@ static void test_nvrtc_no_spills(void **state)
     }
     static const int64_t ln[] = {64, 768}, ln_big[] = {8, 16384}, huge[] = {2, 1 << 20}, ln_odd[] = {8, 37}, img[] = {4, 32, 14, 14};
     static const int64_t ln_long[] = {4, 20480}; /* row dx, column-tiled dgamma/dbeta */
+    static const int64_t ln_wide[] = {16, 8192}; /* 16-bit: 1024 threads of one vector chunk each */
     static const int64_t ncl[] = {4, 16, 100};
     static const variant vs[] = {{0, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
@@ -561,7 +575,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[12];
+            nj_problem_desc ps[13];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -575,6 +589,7 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 3, ncl, 1, f), NJ_OK);
             assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, huge, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_long, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_wide, 1, f), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];
