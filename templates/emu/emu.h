@@ -182,7 +182,8 @@ double fmin(double, double) noexcept; double tanh(double) noexcept; double erf(d
 }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-static inline float __expf(float x) { return expf(x); }
+/* as the GPU computes it: the product by log2(e) rounded to float, then 2^t (ex2.approx: ~2 ulp) */
+static inline float __expf(float x) { return exp2f(x * 1.44269504088896341f); }
 static inline float __logf(float x) { return logf(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
