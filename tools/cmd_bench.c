@@ -17,7 +17,9 @@ static void nj_bench_help(FILE *f)
             "\n"
             "Measures, over the problems of the manifests: the cold compile time per kernel (median, max) into a\n"
             "fresh temporary cache with the compile-only backend for sm_90, for the main kernels (what a first\n"
-            "call waits for) and apart for the unaligned variants (a first call with misaligned pointers, or\n"
+            "call waits for; with both passes, also the forward and the backward ones apart; a backward that\n"
+            "is another problem's too, e.g. the same with a fused residual add, is compiled and counted once)\n"
+            "and apart for the unaligned variants (a first call with misaligned pointers, or\n"
             "warmup, compiles those); the warm load of cached plans by a new context (median per problem); and\n"
             "the hot lookup of an already loaded plan (nj_plan_get on the same context, ns per call), which\n"
             "needs a backend that can load kernels: cuda, else the emulator.\n"
@@ -50,15 +52,19 @@ static int nj_bench_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void nj_bench_row(const char *what, double *v, int n, double unit, const char *uname)
+/* Median and max of v[0..n) (left as it is: a sorted copy). */
+static void nj_bench_row(const char *what, const double *v, int n, double unit, const char *uname)
 {
-    if (!n) {
+    double *s = n ? malloc((size_t)n * sizeof *s) : NULL;
+    if (!s) {
         printf("%-46s %6d %12s %12s\n", what, 0, "-", "-");
         return;
     }
-    qsort(v, (size_t)n, sizeof *v, nj_bench_cmp);
-    double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    printf("%-46s %6d %9.3f %-2s %9.3f %-2s\n", what, n, med * unit, uname, v[n - 1] * unit, uname);
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, nj_bench_cmp);
+    double med = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    printf("%-46s %6d %9.3f %-2s %9.3f %-2s\n", what, n, med * unit, uname, s[n - 1] * unit, uname);
+    free(s);
 }
 
 static int nj_bench_rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -83,9 +89,9 @@ static nj_status nj_bench_ctx(nj_backend_kind kind, int32_t arch, const char *di
 
 /* Cold: every kernel of one variant (NJ_WARM_MAIN: what a first call waits for; NJ_WARM_UNALIGNED: what
  * a first misaligned call waits for) compiled into the cache, one at a time. Seconds per kernel into
- * total/nvrtc. */
+ * total/nvrtc, and into bwd whether it was a backward pass's. */
 static int nj_bench_cold(const nj_bench_args *a, const char *dir, uint32_t variant, nj_problem_desc *pr, int np,
-                         double *total, double *nvrtc, int *nk)
+                         double *total, double *nvrtc, unsigned char *bwd, int *nk)
 {
     nj_context *ctx = NULL;
     nj_status s = nj_bench_ctx(NJ_BACKEND_COMPILE_ONLY, a->arch, dir, &ctx);
@@ -104,6 +110,7 @@ static int nj_bench_cold(const nj_bench_args *a, const char *dir, uint32_t varia
             else if (compiled) {
                 total[*nk] = t;
                 nvrtc[*nk] = nj_context_last_compile_ms() * 1e-3;
+                bwd[*nk] = pass == NJ_PASS_BACKWARD;
                 (*nk)++;
             }
         }
@@ -237,6 +244,17 @@ static nj_problem_desc *nj_bench_problems(const nj_bench_args *a, int *np)
     return pr;
 }
 
+/* The end-to-end times of one pass's kernels (total[i] where bwd[i] == want), median and max. */
+static void nj_bench_pass_row(const char *what, const double *total, const unsigned char *bwd, int n, int want)
+{
+    double *v = calloc((size_t)(n > 0 ? n : 1), sizeof *v);
+    int m = 0;
+    for (int i = 0; v && i < n; i++)
+        if (bwd[i] == want) v[m++] = total[i];
+    if (v) nj_bench_row(what, v, m, 1e3, "ms");
+    free(v);
+}
+
 int nj_cmd_bench(int argc, char **argv)
 {
     static char *defaults[] = {"manifests/llm.txt", "manifests/unet.txt", "manifests/convnext.txt",
@@ -263,17 +281,22 @@ int nj_cmd_bench(int argc, char **argv)
     size_t nv = (size_t)np * 2; /* kernels of one variant: at most a forward and a backward per problem */
     double *total = calloc(nv * 2, sizeof(double)), *nvrtc = calloc(nv * 2, sizeof(double));
     double *warm = calloc((size_t)np, sizeof(double));
+    unsigned char *bwd = calloc(nv * 2, 1);
     int nk = 0, nu = 0, nw = 0;
     rc = NJ_EXIT_FAIL;
     printf("normjit bench: %d problems, temporary cache %s\n", np, dir);
-    if (total && nvrtc && warm && nj_bench_cold(&a, dir, NJ_WARM_MAIN, pr, np, total, nvrtc, &nk) == 0 &&
-        nj_bench_cold(&a, dir, NJ_WARM_UNALIGNED, pr, np, total + nv, nvrtc + nv, &nu) == 0) {
+    if (total && nvrtc && warm && bwd && nj_bench_cold(&a, dir, NJ_WARM_MAIN, pr, np, total, nvrtc, bwd, &nk) == 0 &&
+        nj_bench_cold(&a, dir, NJ_WARM_UNALIGNED, pr, np, total + nv, nvrtc + nv, bwd + nv, &nu) == 0) {
         nj_bench_warm(&a, dir, pr, np, warm, &nw);
         printf("%-46s %6s %12s %12s\n", "figure", "n", "median", "max");
         char label[96];
         snprintf(label, sizeof label, "cold compile per kernel (sm_%d, end to end)", (int)a.arch);
         nj_bench_row(label, total, nk, 1e3, "ms");
         nj_bench_row("  of which NVRTC", nvrtc, nk, 1e3, "ms");
+        if ((a.passes & NJ_PASS_FORWARD) && (a.passes & NJ_PASS_BACKWARD)) {
+            nj_bench_pass_row("  forward kernels (end to end)", total, bwd, nk, 0);
+            nj_bench_pass_row("  backward kernels (end to end)", total, bwd, nk, 1);
+        }
         nj_bench_row("unaligned variants (first misaligned call)", total + nv, nu, 1e3, "ms");
         nj_bench_row("warm hit per problem (new context, warm)", warm, nw, 1e3, "ms");
         nj_bench_hot(&a, dir, pr, np);
@@ -284,6 +307,7 @@ int nj_cmd_bench(int argc, char **argv)
     free(total);
     free(nvrtc);
     free(warm);
+    free(bwd);
     free(pr);
     free(a.files);
     return rc;
