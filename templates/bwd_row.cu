@@ -3,7 +3,8 @@
    A.rows * kept_inner rows, the plan's NSLOT blocks striding over them. A thread owns the same columns
    (chunks of V at lane, lane + TPR, ...) in every row it visits, so it keeps its columns' sums of
    dz*xhat and dz in registers across rows; the warps of a block then add theirs in warp order in shared
-   memory, and the block writes one partial row per block to the workspace (slot = blockIdx.x; the grid is fixed by the plan: NSLOT blocks).
+   memory, and the block writes one partial row per block to the workspace (slot = blockIdx.x; the grid
+   is fixed by the plan: NSLOT blocks).
    Launch 2 (nj_bwd_row_pgrad): a block per 32 columns; warp w adds slots w, w + 8, ... and warp 0 adds
    the 8 warp sums in order. Fixed work split and fixed order everywhere: deterministic.
    Rows above 16384 elements (too many column sums for registers) get a block per row for dx only, and
