@@ -26,7 +26,8 @@ static void nj_check_help(FILE *f)
             "  --offset V          added to every x value (tests stability against a large mean; default 0)\n"
             "  --eps E             epsilon (default 1e-5)\n"
             "  --pass P            fwd, bwd or fwd,bwd (default fwd,bwd)\n"
-            "  --shuffle           emulator: shuffle thread order between barriers and poison shared memory\n"
+            "  --shuffle           emulator: shuffle thread order between barriers, poison shared memory, and\n"
+            "                      lay grids out 7 blocks wide (2-D, surplus blocks that must skip)\n"
             "                      (exposes races and reads of uninitialized shared memory)\n"
             "  --max-elements N    skip (and list as skipped) problems of more than N elements: the\n"
             "                      double-precision reference is single-threaded (default: no limit)\n"
@@ -88,7 +89,7 @@ static int nj_check_parse_args(int argc, char **argv, nj_check_args *a)
             if (r < 0) return nj_tool_usage_error("check", "--cache needs a directory");
             a->t.cache_dir = v;
         } else if (!strcmp(argv[i], "--shuffle")) {
-            a->t.ctx_flags |= NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON;
+            a->t.ctx_flags |= NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON | NJ_CTX_EMU_SMALL_GRID;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             return nj_tool_usage_error("check", "unknown option '%s'", argv[i]);
         } else {
