@@ -11,7 +11,7 @@
 
 #include "internal.h"
 
-#define NJ_CACHE_FORMAT 2 /* 2: launch lines lost the grid cap (the kernels stopped grid-striding) */
+#define NJ_CACHE_FORMAT 1
 
 typedef struct nj_cache nj_cache;
 

@@ -4,7 +4,7 @@
  *   P.pass            "fwd" | "bwd"
  *   P.kind            "row" | "column" | "general"
  *   P.family          "row" | "general" | "param_grad" | "column" | "channels_last"
- *   P.block, P.vec, P.rows_per_block, P.split, P.regs_cache, P.chans, P.tile   plan parameters
+ *   P.block, P.vec, P.rows_per_block, P.split, P.regs_cache, P.chans, P.tile, P.grid_loop   plan parameters
  *   P.unaligned       true for the unaligned variant (vec 1; the launch picked it for misaligned arguments)
  *   P.rank            number of canonical axes, batch axis included
  *   P.axes[1..rank]   {extent=, reduce=bool, feature=bool, runtime=bool,
@@ -166,6 +166,7 @@ nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_par
     env_int(L, "rows_per_block", pp->rows_per_block);
     env_int(L, "split", pp->split);
     env_int(L, "regs_cache", pp->regs_cache);
+    env_int(L, "grid_loop", pp->grid_loop);
     env_int(L, "chans", pp->chans);
     env_int(L, "tile", pp->tile);
     lua_pushboolean(L, pp->unaligned != 0);

@@ -136,6 +136,18 @@ void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, i
     l->row_div = row_div;
 }
 
+void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev)
+{
+    pp->grid_loop = elems < NJ_LOOP_ELEMS;
+    if (!pp->grid_loop) return;
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    for (int32_t i = 0; i < pp->nlaunch; i++) {
+        nj_launch *l = &pp->launch[i];
+        int64_t per_sm = 2048 / l->block[0] > 0 ? 2048 / l->block[0] : 1;
+        if (l->grid_x <= 0) l->grid_x_cap = (int64_t)sms * per_sm * 2;
+    }
+}
+
 /* One warp for tiny walks (a block's worth of idle threads per statistic would cost occupancy), up to
  * 512 threads for long ones. */
 int32_t nj_plan_walk_block(int64_t n) { return n >= 8192 ? 512 : n >= 1024 ? 256 : n > 64 ? 128 : 32; }
@@ -202,6 +214,7 @@ static nj_status plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_
         return NJ_OK;
     }
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
+    nj_plan_grid_loop(pp, (int64_t)pp->rows_per_block * n, dev);
     return NJ_OK;
 }
 
@@ -221,6 +234,7 @@ static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev,
         return NJ_OK;
     }
     nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, 0);
+    nj_plan_grid_loop(pp, n, dev);
     return NJ_OK;
 }
 
@@ -294,6 +308,7 @@ nj_status nj_launch_grid(const nj_launch *l, int64_t rows, int32_t max_x, uint32
                  (long long)rows, (long long)mult);
     int64_t need = rows <= 0 ? 0 : rows * mult;
     int64_t n = need / div + (need % div != 0);
+    if (l->grid_x_cap > 0 && n > l->grid_x_cap) n = l->grid_x_cap; /* the kernel loops over the rest */
     if (n < 1) n = 1; /* an empty batch still launches (every block skips), never a zero grid */
     int64_t wide = max_x > 0 ? max_x : NJ_GRID_X_MAX;
     int64_t gy = (n + wide - 1) / wide;
@@ -318,8 +333,9 @@ static const char *plan_family_name(int32_t f)
 
 static void plan_launch_text(nj_buf *b, const nj_launch *l)
 {
-    nj_buf_printf(b, "%s %d %d %d %d %d %d %lld %lld %u", l->kernel, l->block[0], l->block[1], l->block[2],
-                  l->grid_x, l->grid_y, l->grid_z, (long long)l->row_mult, (long long)l->row_div, l->shmem);
+    nj_buf_printf(b, "%s %d %d %d %d %d %d %lld %lld %lld %u", l->kernel, l->block[0], l->block[1], l->block[2],
+                  l->grid_x, l->grid_y, l->grid_z, (long long)l->row_mult, (long long)l->row_div,
+                  (long long)l->grid_x_cap, l->shmem);
 }
 
 char *nj_plan_text(const nj_plan_params *pp)
@@ -327,10 +343,11 @@ char *nj_plan_text(const nj_plan_params *pp)
     if (!pp) return NULL;
     nj_buf b;
     nj_buf_init(&b);
-    nj_buf_printf(&b, "pass=%s family=%s template=%s block=%d vec=%d rows_per_block=%d split=%d regs_cache=%d ",
+    nj_buf_printf(&b, "pass=%s family=%s template=%s block=%d vec=%d rows_per_block=%d split=%d regs_cache=%d "
+                  "loop=%d ",
                   pp->pass == NJ_PASS_BACKWARD ? "bwd" : "fwd", plan_family_name(pp->family),
                   pp->template_name ? pp->template_name : "-", pp->block, pp->vec, pp->rows_per_block, pp->split,
-                  pp->regs_cache);
+                  pp->regs_cache, pp->grid_loop);
     if (pp->chans) nj_buf_printf(&b, "chans=%d tile=%d ", pp->chans, pp->tile); /* channels-last family only */
     nj_buf_printf(&b, "variant=%s align=0x%x workspace=%llu+%llu*rows launches=%d", pp->unaligned ? "unaligned" : "main",
                   pp->align_opds, (unsigned long long)pp->workspace_fixed, (unsigned long long)pp->workspace_per_row,
@@ -378,20 +395,20 @@ nj_status nj_launches_from_text(const char *text, nj_plan_params *pp)
     for (int i = 0; i < n; i++) {
         nj_launch *l = &ls[i];
         char name[64];
-        long long rm, rd;
+        long long rm, rd, cap;
         unsigned shmem;
         int k = 0;
-        int got = sscanf(p, "%63s %d %d %d %d %d %d %lld %lld %u%n", name, &l->block[0], &l->block[1],
-                         &l->block[2], &l->grid_x, &l->grid_y, &l->grid_z, &rm, &rd, &shmem, &k);
-        NJ_RETURN_IF(got != 10 || k == 0 || p[k] != '\n', NJ_ERR_PARSE, "launches: bad launch line %d", i + 1);
+        int got = sscanf(p, "%63s %d %d %d %d %d %d %lld %lld %lld %u%n", name, &l->block[0], &l->block[1],
+                         &l->block[2], &l->grid_x, &l->grid_y, &l->grid_z, &rm, &rd, &cap, &shmem, &k);
+        NJ_RETURN_IF(got != 11 || k == 0 || p[k] != '\n', NJ_ERR_PARSE, "launches: bad launch line %d", i + 1);
         NJ_RETURN_IF(!plan_kernel_name_ok(name) || strlen(name) >= sizeof l->kernel, NJ_ERR_PARSE,
                      "launches: bad kernel name on line %d", i + 1);
         for (int d = 0; d < 3; d++)
             NJ_RETURN_IF(l->block[d] < 1 || l->block[d] > 1024, NJ_ERR_PARSE, "launches: bad block on line %d", i + 1);
-        NJ_RETURN_IF(l->grid_x < 0 || l->grid_y < 0 || l->grid_z < 0 || rm < 0 || rd < 0, NJ_ERR_PARSE,
+        NJ_RETURN_IF(l->grid_x < 0 || l->grid_y < 0 || l->grid_z < 0 || rm < 0 || rd < 0 || cap < 0 || cap > 0x7fffffff, NJ_ERR_PARSE,
                      "launches: negative grid on line %d", i + 1);
         memcpy(l->kernel, name, strlen(name) + 1); /* length checked above */
-        l->row_mult = rm, l->row_div = rd, l->shmem = shmem;
+        l->row_mult = rm, l->row_div = rd, l->grid_x_cap = cap, l->shmem = shmem;
         p += k + 1;
     }
     NJ_RETURN_IF(*p != '\0', NJ_ERR_PARSE, "launches: trailing text");

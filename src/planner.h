@@ -30,12 +30,13 @@ typedef enum nj_family {
 #define NJ_MAX_LAUNCHES 4
 
 /* grid_x > 0: the grid is (grid_x, grid_y, grid_z). Else ceil(rows * row_mult / row_div) blocks, a block per
- * work item (the kernels have no grid-stride loop), laid out by nj_launch_grid. */
+ * work item, at most grid_x_cap when that is set (the plan's grid_loop: the kernel loops over the items),
+ * laid out by nj_launch_grid. */
 typedef struct nj_launch {
     char kernel[48];    /* extern "C" name in the rendered source */
     int32_t block[3];
     int32_t grid_x, grid_y, grid_z;
-    int64_t row_mult, row_div;
+    int64_t row_mult, row_div, grid_x_cap;
     uint32_t shmem;     /* dynamic shared memory bytes */
 } nj_launch;
 
@@ -51,6 +52,10 @@ typedef struct nj_plan_params {
     int32_t chans;       /* channels-last family: channels a thread owns (loaded vec at a time); else 0 */
     int32_t tile;        /* channels-last family: pixels of an image tile (a block's work item); else 0 */
     int32_t unaligned;   /* 1: the variant for arguments the main plan's vector width does not fit */
+    int32_t grid_loop;   /* 1: a block's work item is tiny (a few hundred elements): the launches that scale
+                            with the batch get at most two waves of blocks, each looping over items, where
+                            a block an item would leave the GPU scheduling blocks rather than moving data.
+                            0: a block an item and no loop (it costs NVRTC 7-14 ms a kernel) */
     uint32_t align_opds; /* bits (1 << nj_operand): operands whose base address must be a multiple of vec
                             elements, and whose batch stride a multiple of vec (PARAM has none), for the
                             launch to use these kernels; else the unaligned variant runs */
@@ -81,6 +86,10 @@ NJ_HIDDEN nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device
  * Shared by the forward and backward planners. */
 NJ_HIDDEN void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult,
                                   int64_t row_div, int32_t grid_x);
+/* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then
+ * caps the grids of its launches that scale with the batch at two waves of resident blocks. */
+#define NJ_LOOP_ELEMS 2048
+NJ_HIDDEN void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev);
 /* Threads of a block that walks n elements of one statistic. */
 NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
 

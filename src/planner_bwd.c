@@ -93,6 +93,7 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
         pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
     } else {
         nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0);
+        nj_plan_grid_loop(pp, c->reduce_size, dev);
     }
     bwd_plan_pgrad(c, dev, pp);
     return NJ_OK;
@@ -174,6 +175,7 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     if (c->param_size == 0 || n > NJ_BWD_ROW_MAX) {
         nj_plan_add_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 1, 0);
         pp->launch[0].row_div = pp->rows_per_block;
+        nj_plan_grid_loop(pp, (int64_t)pp->rows_per_block * n, dev);
         bwd_plan_pgrad(c, dev, pp); /* none without gamma/beta */
         return NJ_OK;
     }

@@ -61,9 +61,14 @@ end
 -- Opens the scope of this block's work item `var` of `count` (C statements; the caller closes the
 -- brace): launches that scale with the batch have a block per item, or `per` items a block (one a warp,
 -- `sub` the warp's number), over a 2-D grid past 2^31 - 1 blocks (nj_launch_grid). Not a grid-stride
--- loop: a loop around the body cost NVVM and ptxas 7 to 14 ms a kernel and up to 30 registers.
+-- loop: a loop around the body cost NVVM and ptxas 7 to 14 ms a kernel and up to 30 registers. Except
+-- with P.grid_loop (tiny items, planner.h): the capped grid's blocks loop over the items.
 function block_item(var, count, per, sub)
   local first = per and string.format("nj_block_item() * %s + %s", per, sub) or "nj_block_item()"
+  if P.grid_loop == 1 then
+    local step = "(nj_i64)gridDim.x * gridDim.y" .. (per and (" * " .. per) or "")
+    return string.format("for (nj_i64 %s = %s; %s < %s; %s += %s) {", var, first, var, count, var, step)
+  end
   return string.format("{\n        const nj_i64 %s = %s;\n        if (%s >= %s) return;", var, first, var, count)
 end
 

@@ -326,6 +326,21 @@ static void test_launch_grid(void **state)
     assert_int_equal(nj_launch_grid(&big, 1LL << 30, 0, g), NJ_ERR_OVERFLOW);
     assert_int_equal(nj_launch_grid(&pp.launch[0], 0, 0, g), NJ_OK);
     assert_int_equal(g[0], 1);
+    /* tiny rows (10 elements, 4 a block): two waves of blocks loop over the rows */
+    tc_row(&c, NJ_F32, 10, NJ_FLAG_CENTER);
+    nj_plan_params tiny = plan_fwd(&c);
+    assert_int_equal(tiny.grid_loop, 1);
+    assert_true(tiny.launch[0].grid_x_cap >= 132 && tiny.launch[0].grid_x_cap <= 0x7fffffff);
+    assert_int_equal(nj_launch_grid(&tiny.launch[0], 10000000, 0, g), NJ_OK);
+    assert_int_equal(g[0], (uint32_t)tiny.launch[0].grid_x_cap);
+    assert_int_equal(g[1], 1);
+    assert_int_equal(nj_launch_grid(&tiny.launch[0], 10, 0, g), NJ_OK);
+    assert_int_equal(g[0], 3); /* fewer rows than the cap: a block per 4 rows */
+    char *text = nj_plan_text(&tiny); /* in the signature: the kernel's loop depends on it */
+    assert_non_null(text);
+    assert_non_null(strstr(text, " loop=1 "));
+    free(text);
+    assert_int_equal(pp.grid_loop, 0); /* 4 rows of 768 a block: 3072 elements */
     nj_launch fixed = pp.launch[0];
     fixed.grid_x = 7, fixed.grid_y = 3;
     assert_int_equal(nj_launch_grid(&fixed, 1000, 0, g), NJ_OK);
@@ -344,7 +359,7 @@ static void test_launches_round_trip(void **state)
         snprintf(l->kernel, sizeof l->kernel, "nj_kernel_%d", i);
         l->block[0] = 128 * (i + 1), l->block[1] = 1 + i, l->block[2] = 1;
         l->grid_x = i, l->grid_y = 2, l->grid_z = 1 + i;
-        l->row_mult = (1LL << 40) + i, l->row_div = 4, l->shmem = 4096u * i;
+        l->row_mult = (1LL << 40) + i, l->row_div = 4, l->grid_x_cap = 1000 * i, l->shmem = 4096u * i;
     }
     char *t = nj_launches_to_text(&pp);
     assert_non_null(t);
@@ -367,19 +382,20 @@ static void test_launches_parse_fail(void **state)
         "",
         "launches 5\n",
         "launches 1\n",
-        "launches 1\nk 128 1 1 0 1 1 1 1\n",          /* a field short */
-        "launches 1\nk 128 1 1 0 1 1 1 1 0 9\n",      /* a field too many (the grid cap of format 1) */
-        "launches 1\nk-x 128 1 1 0 1 1 1 1 0\n",      /* bad name */
-        "launches 1\nk 0 1 1 0 1 1 1 1 0\n",          /* zero block */
-        "launches 1\nk 128 1 1 -1 1 1 1 1 0\n",       /* negative grid */
-        "launches 1\nk 128 1 1 0 1 1 1 1 0\nextra\n", /* trailing text */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0\n",          /* a field short */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0 0 9\n",      /* a field too many */
+        "launches 1\nk-x 128 1 1 0 1 1 1 1 0 0\n",      /* bad name */
+        "launches 1\nk 0 1 1 0 1 1 1 1 0 0\n",          /* zero block */
+        "launches 1\nk 128 1 1 -1 1 1 1 1 0 0\n",       /* negative grid */
+        "launches 1\nk 128 1 1 0 1 1 1 1 -4 0\n",       /* negative cap */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0 0\nextra\n", /* trailing text */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         pp.nlaunch = 2;
         assert_int_equal(nj_launches_from_text(bad[i], &pp), NJ_ERR_PARSE);
         assert_int_equal(pp.nlaunch, 2); /* untouched on failure */
     }
-    assert_int_equal(nj_launches_from_text("launches 1\nk 128 1 1 0 1 1 1 1 0\n", &pp), NJ_OK);
+    assert_int_equal(nj_launches_from_text("launches 1\nk 128 1 1 0 1 1 1 1 0 0\n", &pp), NJ_OK);
     assert_int_equal(pp.nlaunch, 1);
 }
 
