@@ -20,7 +20,8 @@
  *   P.present         per operand: true when the problem uses it
  *   P.reduce_size     elements per statistic; P.kept_inner: kept elements per batch row (batch excluded)
  *   P.param_size      gamma elements (0 without scale/bias)
- *   P.launch[1..n]    {kernel=, block=} (block = threads in x)
+ *   P.launch[1..n]    {kernel=, block=, grid_x=} (block = threads in x; grid_x: the fixed grid, 0 when it
+ *                     follows the batch)
  *   P.workspace_per_row, P.workspace_fixed   bytes
  */
 #include "codegen_env.h"
@@ -142,6 +143,7 @@ static void env_launches(lua_State *L, const nj_plan_params *pp)
         lua_createtable(L, 0, 2);
         env_str(L, "kernel", pp->launch[i].kernel);
         env_int(L, "block", pp->launch[i].block[0]);
+        env_int(L, "grid_x", pp->launch[i].grid_x);
         lua_rawseti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "launch");

@@ -35,9 +35,11 @@ static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_pla
     int64_t split = want / tiles;
     if (split < 1) split = 1;
     if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
-    /* a block per (tile, piece), a thread per column of the sums: fixed grids that cover every item (the
-     * kernels have no grid-stride loop); tiles * split <= max(tiles, want) < 2^31 as param_size is */
-    nj_plan_add_launch(pp, "nj_bwd_pgrad_col", 256, 1, 1, (int32_t)(tiles * split));
+    /* a block per (tile, piece) up to four waves, a thread per column of the sums: fixed grids. Past four
+     * waves (many narrow tiles, e.g. 10 rows of 10^7 columns: walks of 10 x 32 elements) the blocks loop
+     * over the tiles (the kernel sees grid_x < its tasks); else no loop (it costs NVRTC 7-14 ms). */
+    int64_t tasks = tiles * split;
+    nj_plan_add_launch(pp, "nj_bwd_pgrad_col", 256, 1, 1, (int32_t)(tasks < want * 4 ? tasks : want * 4));
     if (split > 1) {
         nj_plan_add_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, 1, (int32_t)((c->param_size + 255) / 256));
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
@@ -57,9 +59,11 @@ static void bwd_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_pla
          * adds in piece order per feature element. */
         int64_t split = (4 * (int64_t)sms + c->param_size - 1) / c->param_size;
         if (split > NJ_BWD_MAX_SPLIT) split = NJ_BWD_MAX_SPLIT;
-        /* a block per (feature element, piece): split > 1 only below 4 * sms elements */
+        /* a block per (feature element, piece): split > 1 only below 4 * sms elements; past two waves of
+         * feature elements the blocks loop over them (the kernel sees grid_x < param_size) */
         if (split <= 1) {
-            nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)c->param_size);
+            int64_t cap = (int64_t)sms * (2048 / pb) * 2;
+            nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(c->param_size < cap ? c->param_size : cap));
             return;
         }
         nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(c->param_size * split));

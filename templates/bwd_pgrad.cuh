@@ -45,6 +45,8 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
     const nj_i64 total = A.rows * {{ NF }}LL, plen = (total + {{ SP }} - 1) / {{ SP }};
     {{ block_item("w", P.param_size * SP .. "LL") }}
         const unsigned fi = (unsigned)(w / {{ SP }}), piece = (unsigned)(w % {{ SP }});
+{% elseif P.launch[PG].grid_x < P.param_size then %}
+    for (unsigned fi = blockIdx.x; fi < {{ P.param_size }}u; fi += gridDim.x) { /* capped grid: loop */
 {% else %}
     {
         const unsigned fi = blockIdx.x; /* the plan's grid: param_size blocks */

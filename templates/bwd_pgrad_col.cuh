@@ -34,8 +34,13 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
 {{ bwd_pointers() }}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+{% local NTASK = PS // EC * NT * S %}
+{% if P.launch[PG].grid_x < NTASK then %}
+    for (unsigned task = blockIdx.x; task < {{ NTASK }}u; task += gridDim.x) { /* capped grid: loop */
+{% else %}
     {
         const unsigned task = blockIdx.x; /* the plan's grid: a block per (tile, split) */
+{% end %}
         const unsigned s = task % NJ_S, tile = task / NJ_S;
         const unsigned fo = tile / {{ NT }}u;
         (void)fo;
@@ -92,6 +97,9 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
 {% end %}
 {% end %}
         }
+{% if P.launch[PG].grid_x < NTASK then %}
+        __syncthreads(); /* nj_part is rewritten by the next task */
+{% end %}
     }
 }
 {% if S > 1 then %}
