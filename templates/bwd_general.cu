@@ -1,8 +1,8 @@
 {# Backward, any canonical problem (the fallback for every kind, and the only family for GENERAL).
    Launch 1 (nj_bwd_dx): a block per statistic (kept index) of the A.rows * kept_inner. The
    threads walk the reduction twice: first the two block sums of g = dz*gamma and g*xhat, then dx.
-   Launch 2 (only with scale or bias): bwd_pgrad.cuh, a block per feature element (grid-stride over
-   param_size) walks the non-feature index space (batch axis outermost) in a fixed order, recomputing
+   Launch 2 (only with scale or bias): bwd_pgrad.cuh, a block per feature element (looping over them
+   past two waves) walks the non-feature index space (batch axis outermost) in a fixed order, recomputing
    xhat from x, mean and rstd, and reduces dz*xhat and dz with a fixed block tree. When the innermost axis
    is a feature axis, bwd_pgrad_col.cuh's column-tiled kernels replace it (coalesced walks). Fixed work
    per thread and a fixed reduction order: the same bits on every run, no atomics.

@@ -1,4 +1,4 @@
-{# dgamma/dbeta for any canonical problem: a block per feature element (the launch covers param_size)
+{# dgamma/dbeta for any canonical problem: a block per feature element (looping over them past two waves)
    walks the non-feature index space (batch axis outermost) in a fixed order, recomputing xhat from x,
    mean and rstd, and reduces dz*xhat and dz with a fixed block tree. Included by the bwd_ templates
    when the plan's dgamma/dbeta launch is nj_bwd_pgrad. With few feature elements each walk is split
