@@ -67,7 +67,8 @@ nj_status nj_plan_describe(const nj_plan *plan, char *buf, size_t cap, size_t *l
                       ks ? ks->hash : "not loaded");
         free(text);
         for (int32_t i = 0; i < pp.nlaunch; i++) {
-            uint32_t g[3] = {0, 0, 0}; /* 0,0,0: no CUDA grid holds this many rows (launching fails with NJ_ERR_OVERFLOW) */
+            /* 0,0,0: no CUDA grid holds this many rows (launching fails with NJ_ERR_OVERFLOW) */
+            uint32_t g[3] = {0, 0, 0};
             (void)nj_launch_grid(&pp.launch[i], plan->rows, plan->ctx->backend->props.max_grid_x, g);
             nj_buf_printf(&b, "  launch %s grid %u,%u,%u block %d,%d,%d shmem %u\n", pp.launch[i].kernel, g[0], g[1],
                           g[2], pp.launch[i].block[0], pp.launch[i].block[1], pp.launch[i].block[2],

@@ -6,9 +6,9 @@
  *    when a thread's share fits (regs_cache), else the kernel streams x twice; rows of 2^18 elements and
  *    more are split over several blocks (split), their statistics combined through the workspace. The
  *    vector width is the widest of 8/4/2 that divides the row, keeps every access within 16 bytes and
- *    matches the layout of every operand (unit stride along the row, kept strides multiples of it). Base pointers and batch strides are run-time values: the plan names
- *    the operands that need them aligned (align_opds) and the launch runs the unaligned variant
- *    (nj_plan_variant) when they are not.
+ *    matches the layout of every operand (unit stride along the row, kept strides multiples of it). Base
+ *    pointers and batch strides are run-time values: the plan names the operands that need them aligned
+ *    (align_opds) and the launch runs the unaligned variant (nj_plan_variant) when they are not.
  *  - COLUMN kind with at least 16 contiguous kept columns -> fwd_column.cu: coalesced tiles of 32 columns.
  *  - GroupNorm over channels-last images -> fwd_channels_last.cu: pixel tiles, vectors across channels
  *    (planner_cl.c).
@@ -405,8 +405,8 @@ nj_status nj_launches_from_text(const char *text, nj_plan_params *pp)
                      "launches: bad kernel name on line %d", i + 1);
         for (int d = 0; d < 3; d++)
             NJ_RETURN_IF(l->block[d] < 1 || l->block[d] > 1024, NJ_ERR_PARSE, "launches: bad block on line %d", i + 1);
-        NJ_RETURN_IF(l->grid_x < 0 || l->grid_y < 0 || l->grid_z < 0 || rm < 0 || rd < 0 || cap < 0 || cap > 0x7fffffff, NJ_ERR_PARSE,
-                     "launches: negative grid on line %d", i + 1);
+        NJ_RETURN_IF(l->grid_x < 0 || l->grid_y < 0 || l->grid_z < 0 || rm < 0 || rd < 0 || cap < 0 || cap > 0x7fffffff,
+                     NJ_ERR_PARSE, "launches: negative grid or bad cap on line %d", i + 1);
         memcpy(l->kernel, name, strlen(name) + 1); /* length checked above */
         l->row_mult = rm, l->row_div = rd, l->grid_x_cap = cap, l->shmem = shmem;
         p += k + 1;

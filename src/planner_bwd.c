@@ -170,8 +170,8 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
          * ~10 ms less NVRTC); else at most 512: __launch_bounds__(512) leaves 128 registers a thread
          * for the column sums of several chunks (10000 f32 rows spilled at 1024). */
         int64_t one_chunk = (n / pp->vec + 31) / 32 * 32;
-        int64_t cap = one_chunk <= maxt ? maxt : 512;
-        if (cap > 1024) cap = 1024;
+        int64_t cap = one_chunk <= maxt ? 1024 : 512;
+        if (cap > maxt) cap = maxt;
         pp->block = (int32_t)(t < 64 ? 64 : t > cap ? cap : t);
         pp->rows_per_block = 1;
     }
