@@ -14,7 +14,8 @@
  *    (planner_cl.c).
  *  - everything else -> fwd_general.cu: a block per statistic walking the reduction (split over blocks
  *    from 2^18 elements, as rows are).
- * Everything here is a function of (canonical problem, pass, device props) and goes into nj_plan_text. */
+ * Launches whose grid follows the batch have a block (or warp) per work item and no loop, except where a
+ * block's item is tiny (nj_plan_grid_loop). Everything here is a function of (canonical problem, pass, device props) and goes into nj_plan_text. */
 #include "planner.h"
 #include "planner_bwd.h"
 
