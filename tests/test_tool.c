@@ -747,10 +747,46 @@ static void test_perf_emulator(void **state)
     nj_run_free(&r);
 }
 
+/* bench --dump writes each problem's main kernel sources, named by problem index and pass; --ab compiles
+ * two dumps alternately (here the same one twice: both medians present, the difference small). */
+static void test_bench_dump_and_ab(void **state)
+{
+    (void)state;
+    char man[512], dir[512], path[600];
+    nj_path(man, sizeof man, "ab.txt");
+    nj_write_file(man, "rmsnorm f32 *x256 flags=scale\nlayernorm f16 *x64 flags=scale,bias\n");
+    nj_path(dir, sizeof dir, "dump");
+    nj_run r = NJ_TOOL(NULL, "bench", "--dump", dir, "--passes", "fwd", "--manifest", man);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "2 kernel source(s) written"));
+    nj_run_free(&r);
+    struct stat st;
+    snprintf(path, sizeof path, "%s/001_fwd.cu", dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size > 1000);
+    snprintf(path, sizeof path, "%s/000_bwd.cu", dir);
+    assert_int_not_equal(stat(path, &st), 0); /* --passes fwd */
+    r = NJ_TOOL(NULL, "bench", "--ab", dir, dir, "--arch", "sm_80");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "2 kernel(s) in both folders, NVRTC for sm_80"));
+    assert_non_null(strstr(r.out, "A: NVRTC per kernel"));
+    assert_non_null(strstr(r.out, "B - A per kernel"));
+    nj_run_free(&r);
+    r = NJ_TOOL(NULL, "bench", "--ab", dir);
+    assert_int_equal(r.status, 2);
+    nj_run_free(&r);
+    snprintf(path, sizeof path, "%s/none", dir);
+    r = NJ_TOOL(NULL, "bench", "--ab", dir, path);
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "no kernel source named alike"));
+    nj_run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_help_every_subcommand, nj_setup, nj_teardown),
+        cmocka_unit_test_setup_teardown(test_bench_dump_and_ab, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_usage_errors_fail, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_warmup_missing_manifest_fail, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_warmup_malformed_line_fail, nj_setup, nj_teardown),

@@ -32,6 +32,12 @@ static void nj_bench_help(FILE *f)
             "  --hot-backend B     cuda | emulator for the load and lookup figures (default: cuda, else emulator)\n"
             "  --iterations N      lookups timed for the hot figure (default 1000000)\n"
             "  --keep              keep the temporary cache (its path is printed)\n"
+            "  --dump DIR          write the main kernels' sources instead (DIR/NNN_fwd.cu, NNN_bwd.cu: problem\n"
+            "                      NNN of the manifests), compiling nothing\n"
+            "  --ab DIR_A DIR_B    compile the like-named sources of two dumps alternately (A, B, A, ...) and\n"
+            "                      print both medians and the per-kernel difference: this machine's speed drifts\n"
+            "                      by ~10%% over hours, so compare two commits in one sitting\n"
+            "  --rounds N          --ab: best of N compiles of each source (default 1)\n"
             "  -h, --help          this text\n");
 }
 
@@ -44,28 +50,10 @@ typedef struct nj_bench_args {
     nj_backend_kind hot;
     long iterations;
     int keep;
+    const char *dump;      /* --dump DIR */
+    const char *ab[2];     /* --ab DIR_A DIR_B */
+    long rounds;           /* --rounds N (--ab) */
 } nj_bench_args;
-
-static int nj_bench_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median and max of v[0..n) (left as it is: a sorted copy). */
-static void nj_bench_row(const char *what, const double *v, int n, double unit, const char *uname)
-{
-    double *s = n ? malloc((size_t)n * sizeof *s) : NULL;
-    if (!s) {
-        printf("%-46s %6d %12s %12s\n", what, 0, "-", "-");
-        return;
-    }
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, nj_bench_cmp);
-    double med = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-    printf("%-46s %6d %9.3f %-2s %9.3f %-2s\n", what, n, med * unit, uname, s[n - 1] * unit, uname);
-    free(s);
-}
 
 static int nj_bench_rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -219,6 +207,16 @@ static int nj_bench_parse_args(int argc, char **argv, nj_bench_args *a)
                 return nj_tool_usage_error("bench", "--iterations takes a positive number");
         } else if (!strcmp(argv[i], "--keep")) {
             a->keep = 1;
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--dump", &v))) {
+            if (r < 0) return nj_tool_usage_error("bench", "--dump needs a folder");
+            a->dump = v;
+        } else if (!strcmp(argv[i], "--ab")) {
+            if (i + 2 >= argc) return nj_tool_usage_error("bench", "--ab needs two folders");
+            a->ab[0] = argv[++i];
+            a->ab[1] = argv[++i];
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--rounds", &v))) {
+            if (r < 0 || nj_tool_parse_int(v, 1, 100, &a->rounds))
+                return nj_tool_usage_error("bench", "--rounds takes 1 to 100");
         } else {
             return nj_tool_usage_error("bench", "unexpected argument '%s'", argv[i]);
         }
@@ -259,7 +257,7 @@ int nj_cmd_bench(int argc, char **argv)
 {
     static char *defaults[] = {"manifests/llm.txt", "manifests/unet.txt", "manifests/convnext.txt",
                                "manifests/seeds.txt"};
-    nj_bench_args a = {.arch = 90, .passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD, .iterations = 1000000};
+    nj_bench_args a = {.arch = 90, .passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD, .iterations = 1000000, .rounds = 1};
     a.files = calloc((size_t)argc + 4, sizeof(char *));
     if (!a.files) return NJ_EXIT_FAIL;
     int rc = nj_bench_parse_args(argc, argv, &a);
@@ -267,10 +265,21 @@ int nj_cmd_bench(int argc, char **argv)
         free(a.files);
         return rc < 0 ? NJ_EXIT_OK : rc;
     }
+    if (a.ab[0]) {
+        rc = nj_bench_ab(a.ab[0], a.ab[1], a.arch, (int)a.rounds);
+        free(a.files);
+        return rc;
+    }
     if (!a.nfiles)
         for (int i = 0; i < 4; i++) a.files[a.nfiles++] = defaults[i];
     int np = 0;
     nj_problem_desc *pr = nj_bench_problems(&a, &np);
+    if (a.dump) {
+        rc = pr && np ? nj_bench_dump(a.dump, pr, np, a.passes, a.arch) : NJ_EXIT_FAIL;
+        free(pr);
+        free(a.files);
+        return rc;
+    }
     char dir[] = "/tmp/normjit-bench-XXXXXX";
     if (!pr || !np || !mkdtemp(dir)) {
         fprintf(stderr, "normjit bench: %s\n", !np ? "no problems to measure" : "cannot create a temporary cache");

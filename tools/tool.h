@@ -18,6 +18,12 @@ int nj_cmd_check(int argc, char **argv);
 int nj_cmd_bench(int argc, char **argv);
 int nj_cmd_perf(int argc, char **argv);
 
+/* tools/bench_ab.c: a figure row (median and max of v[0..n), times unit, v left as it is); bench --dump
+ * (the main kernels' sources of the problems, one file each) and --ab (two dumps compiled alternately). */
+void nj_bench_row(const char *what, const double *v, int n, double unit, const char *uname);
+int nj_bench_dump(const char *dir, const nj_problem_desc *pr, int np, uint32_t passes, int32_t arch);
+int nj_bench_ab(const char *dir_a, const char *dir_b, int32_t arch, int rounds);
+
 /* "normjit: <what>: NJ_ERR_X: <nj_last_error() or the status string>" on stderr. */
 void nj_tool_error(nj_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "normjit <cmd>: <message>" plus a pointer to --help on stderr; returns NJ_EXIT_USAGE. */
