@@ -193,6 +193,17 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     return NJ_OK;
 }
 
+/* dgamma/dbeta fused into the column walk when the tile's columns are the only feature axis (channels-last
+ * InstanceNorm and BatchNorm): each thread adds dz*xhat and dz down its column in the walk that sums g
+ * and g*xhat anyway, the block's warps add theirs in order, and one partial row per outer index goes to
+ * the workspace; nj_bwd_column_pgrad adds them per column in order. A separate dgamma walk would read x
+ * and dy a second time and cost ~26 ms of NVRTC. */
+static bool bwd_column_fused(const nj_canon *c)
+{
+    const nj_canon_axis *in = &c->axes[c->rank - 1];
+    return c->param_size > 0 && in->feature && in->stride[NJ_OPD_PARAM] == 1 && c->param_size == in->extent;
+}
+
 /* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_BWD_COL_MIN neighbouring kept columns:
  * a block per tile of 32 columns, 8 warps walking the reduction (coalesced). */
 static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
@@ -205,6 +216,12 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     pp->split = 1;
     pp->block = 256;
     nj_plan_add_launch(pp, "nj_bwd_column", pp->block, c->kept_inner / ec * ((ec + 31) / 32), 1, 0);
+    if (bwd_column_fused(c)) {
+        /* a partial row (2 x ec floats) per outer index: kept_inner / ec of them per batch row */
+        nj_plan_add_launch(pp, "nj_bwd_column_pgrad", 256, 1, 1, (int32_t)((ec + 31) / 32));
+        pp->workspace_per_row = (uint64_t)c->kept_inner * 2u * sizeof(float);
+        return NJ_OK;
+    }
     bwd_plan_pgrad(c, dev, pp);
     return NJ_OK;
 }

@@ -344,6 +344,16 @@ static void test_instancenorm(void **state)
     static const int64_t a[] = {2, 6, 9, 7}, b[] = {2, 9, 7, 6};
     run_shape(*state, "instancenorm nchw", mk_instancenorm, a, 4, 0, 1);
     run_shape(*state, "instancenorm nhwc", mk_instancenorm, b, 4, 1, 5);
+    /* channels last with 16 channels or more: the column family, dgamma/dbeta summed in its walk (a tile
+     * of 32 columns and a short one; one partial row per image, added per channel in order) */
+    bwd_state *s = *state;
+    nj_problem_desc p;
+    assert_int_equal(nj_problem_from_text("instancenorm f32 nhwc 3x5x7x40 flags=scale,bias act=silu", 3, &p), NJ_OK);
+    check_problem(s, "instancenorm nhwc, 40 channels", p, 71, true, true);
+    assert_int_equal(nj_problem_from_text("instancenorm bf16 ndhwc 2x3x4x5x33 flags=scale,bias", 2, &p), NJ_OK);
+    check_problem(s, "instancenorm ndhwc, 33 channels", p, 72, true, true);
+    assert_int_equal(nj_problem_from_text("instancenorm f16 nhwc 2x5x7x40 flags=scale", 2, &p), NJ_OK);
+    check_problem(s, "instancenorm nhwc, 40 channels, scale only", p, 73, true, false);
 }
 
 static void test_batchnorm(void **state)
@@ -466,6 +476,16 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.vec, 4);
     assert_int_equal(pp.block, 512);
+    /* channels-last InstanceNorm: dgamma/dbeta in the column walk, a partial row (2 x C floats) an image */
+    assert_int_equal(nj_problem_from_text("instancenorm f32 nhwc *x5x7x40 flags=scale,bias", 1, &p), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
+    assert_int_equal(pp.nlaunch, 2);
+    assert_string_equal(pp.launch[1].kernel, "nj_bwd_column_pgrad");
+    assert_int_equal(pp.launch[1].grid_x, 2);
+    assert_int_equal(pp.workspace_per_row, 40 * 2 * sizeof(float));
+    assert_int_equal(pp.workspace_fixed, 0);
     /* rows past the register column sums (16384): row dx, column-tiled dgamma/dbeta */
     static const int64_t mid[] = {2, 20480};
     assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, mid, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);

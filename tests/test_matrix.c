@@ -134,8 +134,14 @@ static void test_instancenorm(void **state)
 {
     static const char *const bases[] = {"instancenorm %s nchw 2x6x9x7", "instancenorm %s nhwc 2x9x7x6",
                                         "instancenorm %s ncl 2x5x33", "instancenorm %s ndhwc 1x4x5x3x8",
-                                        "instancenorm %s nchw 3x2x1x1"};
+                                        "instancenorm %s nchw 3x2x1x1",
+                                        "instancenorm %s nhwc 3x5x7x40" /* column family, dgamma fused */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
+    matrix_state *m = *state;
+    int before = m->failed;
+    check_line(m, "instancenorm f32 ndhwc 2x3x4x5x33 flags=scale,bias,stats act=gelu_tanh", 0.0, 23);
+    check_line(m, "instancenorm bf16 nhwc 4x3x3x64 flags=scale,bias", 0.0, 24);
+    assert_int_equal(m->failed - before, 0);
 }
 
 static void test_groupnorm(void **state)
