@@ -209,7 +209,8 @@ typedef struct nj_context_options {
     int32_t arch;             /* target SM, e.g. 80 or 90; 0 = the device's (required for compile-only) */
     int32_t device;           /* CUDA device ordinal */
     uint32_t flags;           /* nj_context_flags */
-    int32_t max_parallel_compiles; /* 0 = number of cores */
+    int32_t max_parallel_compiles; /* cores NVRTC compiles use at once, process-wide (a source of several
+                                      kernels takes idle ones); 0 = number of cores */
     uint64_t cache_max_bytes; /* 0 = 1 GiB */
     const char *cache_dir;    /* NULL = NORMJIT_CACHE_DIR, $XDG_CACHE_HOME/normjit, ~/.cache/normjit; copied */
     uint64_t seed;            /* emulator shuffle seed */

@@ -15,8 +15,9 @@ typedef struct nj_backend_ops {
     const char *(*target)(nj_backend *b);
     /* Compiler id + version for the signature, e.g. "nvrtc-13.0", "g++-12.2.0". */
     const char *(*compiler)(nj_backend *b);
-    /* Source -> loadable binary (cubin/PTX or shared object bytes). */
-    nj_status (*compile)(nj_backend *b, const char *source, const char *name, nj_compile_result *out);
+    /* Source -> loadable binary (cubin/PTX or shared object bytes); kernels: how many it defines. */
+    nj_status (*compile)(nj_backend *b, const char *source, const char *name, int32_t kernels,
+                         nj_compile_result *out);
     /* Binary -> module handle. NJ_ERR_UNSUPPORTED for compile-only. */
     nj_status (*load)(nj_backend *b, const void *bin, size_t size, void **module);
     nj_status (*function)(nj_backend *b, void *module, const char *name, void **fn);

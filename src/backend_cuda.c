@@ -153,9 +153,10 @@ static nj_cuda_backend *nj_cb(nj_backend *b) { return (nj_cuda_backend *)b; }
 static const char *nj_cb_target(nj_backend *b) { return nj_cb(b)->target; }
 static const char *nj_cb_compiler(nj_backend *b) { return nj_cb(b)->compiler; }
 
-static nj_status nj_cb_compile(nj_backend *b, const char *source, const char *name, nj_compile_result *out)
+static nj_status nj_cb_compile(nj_backend *b, const char *source, const char *name, int32_t kernels,
+                               nj_compile_result *out)
 {
-    return nj_nvrtc_compile(source, name, b->props.arch, out);
+    return nj_nvrtc_compile(source, name, b->props.arch, kernels, out);
 }
 
 /* The compiler id goes into cache signatures; without NVRTC nothing can be compiled, but cached binaries

@@ -258,8 +258,10 @@ static nj_status compile_in(emu_backend *e, const char *dir, const char *name)
     return NJ_OK;
 }
 
-static nj_status emu_compile(nj_backend *b, const char *source, const char *name, nj_compile_result *out)
+static nj_status emu_compile(nj_backend *b, const char *source, const char *name, int32_t kernels,
+                             nj_compile_result *out)
 {
+    (void)kernels; /* one host compiler run, whatever the source holds */
     emu_backend *e = (emu_backend *)b;
     NJ_RETURN_IF(!source || !out, NJ_ERR_NULL_POINTER, "emulator compile: source and result are required");
     NJ_RETURN_IF(e->cxx_argc == 0, NJ_ERR_HOST_COMPILER, "no host C++ compiler configured (CXX is empty)");

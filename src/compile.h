@@ -33,14 +33,16 @@ NJ_HIDDEN nj_status nj_nvrtc_max_arch(int32_t *out);
 /* Compiles CUDA source for sm_<arch> into a cubin (PTX for compute_<max> when arch is above what NVRTC
  * supports; then nkernels is 0 since ptxas did not run). An arch below the newest NVRTC supports but not in its
  * list is NJ_ERR_UNSUPPORTED; arch <= 0 is NJ_ERR_BAD_ARGUMENT. Options: -default-device --std=c++17
- * -DNJ_CUDA=1 --ptxas-options=-v, -minimal when accepted, -lineinfo when NORMJIT_NVRTC_LINEINFO=1.
- * NVRTC is found through NORMJIT_LIBNVRTC (only that path when set), libnvrtc.so.13/.12/.so, then
- * $CUDA_HOME/lib64 (default: the build's CUDA_HOME). On NJ_ERR_COMPILE the NVRTC log is in nj_last_error().
- * Thread-safe; the number of compiles running at once is bounded by nj_nvrtc_set_parallelism (default: number
- * of cores). */
-NJ_HIDDEN nj_status nj_nvrtc_compile(const char *source, const char *name, int32_t arch, nj_compile_result *out);
+ * -DNJ_CUDA=1 --ptxas-options=-v, -minimal when accepted, -lineinfo when NORMJIT_NVRTC_LINEINFO=1, and for a
+ * source of several kernels (kernels > 1) --split-compile over the cores no other compile holds (up to one a
+ * kernel, at most 4). NVRTC is found through NORMJIT_LIBNVRTC (only that path when set),
+ * libnvrtc.so.13/.12/.so, then $CUDA_HOME/lib64 (default: the build's CUDA_HOME). On NJ_ERR_COMPILE the NVRTC
+ * log is in nj_last_error(). Thread-safe; the cores compiles use at once are bounded by
+ * nj_nvrtc_set_parallelism (default: number of cores). */
+NJ_HIDDEN nj_status nj_nvrtc_compile(const char *source, const char *name, int32_t arch, int32_t kernels,
+                                     nj_compile_result *out);
 NJ_HIDDEN void nj_nvrtc_set_parallelism(int32_t n);
-/* Most compiles seen running at once since the last reset (tests check the bound); reset sets it to the
+/* Most cores held by compiles at once since the last reset (tests check the bound); reset sets it to the
  * number running now. */
 NJ_HIDDEN int32_t nj_nvrtc_peak_parallelism(bool reset);
 /* Parses a ptxas -v log into per-kernel resources (exposed for tests). Returns the number stored (<= cap). */

@@ -60,7 +60,8 @@ static nj_status nj_kernels_compile(nj_context *ctx, const nj_canon *c, const ch
 {
     char *src = NULL;
     NJ_TRY(nj_codegen(c, &ks->params, &src));
-    nj_status s = ctx->backend->ops->compile(ctx->backend, src, ks->params.launch[0].kernel, res);
+    nj_status s = ctx->backend->ops->compile(ctx->backend, src, ks->params.launch[0].kernel,
+                                             nj_plan_kernel_count(&ks->params), res);
     free(src);
     if (s != NJ_OK) {
         atomic_fetch_add(&ctx->compile_failures, 1);

@@ -137,6 +137,17 @@ void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, i
     l->row_div = row_div;
 }
 
+int32_t nj_plan_kernel_count(const nj_plan_params *pp)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < pp->nlaunch; i++) {
+        int32_t j = 0;
+        while (j < i && strcmp(pp->launch[j].kernel, pp->launch[i].kernel) != 0) j++;
+        n += j == i;
+    }
+    return n;
+}
+
 void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev)
 {
     pp->grid_loop = elems < NJ_LOOP_ELEMS;

@@ -107,7 +107,7 @@ static void test_compile_only_compiles(void **state)
     assert_true(b->props.regs_per_sm >= 32768);
 
     nj_compile_result r;
-    assert_int_equal(b->ops->compile(b, k_src, "add.cu", &r), NJ_OK);
+    assert_int_equal(b->ops->compile(b, k_src, "add.cu", 1, &r), NJ_OK);
     assert_int_equal(r.bin.is_ptx, 0);
     assert_memory_equal(r.bin.data, "\x7f" "ELF", 4);
     assert_int_equal(r.nkernels, 1);
@@ -122,7 +122,7 @@ static void test_compile_only_refuses_to_run_fail(void **state)
     nj_backend *b = NULL;
     assert_int_equal(nj_backend_compile_only_create(&cfg, &b), NJ_OK);
     nj_compile_result r;
-    assert_int_equal(b->ops->compile(b, k_src, "add.cu", &r), NJ_OK);
+    assert_int_equal(b->ops->compile(b, k_src, "add.cu", 1, &r), NJ_OK);
     void *module = (void *)1, *fn = (void *)1, *mem = (void *)1;
     assert_int_equal(b->ops->load(b, r.bin.data, r.bin.size, &module), NJ_ERR_UNSUPPORTED);
     assert_non_null(strstr(nj_last_error(), "compile-only"));
@@ -150,7 +150,7 @@ static void test_compile_only_future_arch(void **state)
     assert_int_equal(nj_backend_compile_only_create(&cfg, &b), NJ_OK);
     assert_string_equal(b->ops->target(b), "sm_200");
     nj_compile_result r;
-    assert_int_equal(b->ops->compile(b, k_src, "add.cu", &r), NJ_OK);
+    assert_int_equal(b->ops->compile(b, k_src, "add.cu", 1, &r), NJ_OK);
     assert_int_equal(r.bin.is_ptx, 1);
     assert_non_null(strstr((const char *)r.bin.data, ".entry k_add"));
     nj_binary_free(&r.bin);
@@ -260,7 +260,7 @@ static int fake_module_checks(nj_backend *b, const fake_api *f)
 {
     nj_compile_result r;
     void *module = NULL, *fn = NULL;
-    CHILD_CHECK(b->ops->compile(b, k_src, "add.cu", &r) == NJ_OK && !r.bin.is_ptx, 30);
+    CHILD_CHECK(b->ops->compile(b, k_src, "add.cu", 1, &r) == NJ_OK && !r.bin.is_ptx, 30);
     CHILD_CHECK(b->ops->load(b, r.bin.data, r.bin.size, &module) == NJ_OK && module, 31);
     nj_binary_free(&r.bin); /* the driver copied it */
     CHILD_CHECK(b->ops->function(b, module, "k_nope", &fn) == NJ_ERR_CUDA, 32);

@@ -58,7 +58,7 @@ static built build(uint32_t flags, uint64_t seed, const char *src, const char *n
     assert_non_null(full);
     snprintf(full, n, "%s%s", KARGS, src);
     nj_compile_result r;
-    nj_status st = k.b->ops->compile(k.b, full, name, &r);
+    nj_status st = k.b->ops->compile(k.b, full, name, 1, &r);
     if (st != NJ_OK) fprintf(stderr, "compile failed: %s\n", nj_last_error());
     assert_int_equal(st, NJ_OK);
     free(full);
@@ -848,7 +848,7 @@ static void test_compile_error_fail(void **state)
     nj_backend *b = mk(0, 0);
     const char *src = KARGS "NJ_KERNEL(broken, 256) {\n    int x = undeclared_thing + 1;\n}\n";
     nj_compile_result r;
-    assert_int_equal(b->ops->compile(b, src, "broken_kernel", &r), NJ_ERR_HOST_COMPILER);
+    assert_int_equal(b->ops->compile(b, src, "broken_kernel", 1, &r), NJ_ERR_HOST_COMPILER);
     const char *msg = nj_last_error();
     print_message("%.200s\n", msg);
     assert_non_null(strstr(msg, "undeclared_thing"));
@@ -868,7 +868,7 @@ static void test_missing_compiler_fail(void **state)
     free(saved);
     assert_string_equal(b->ops->compiler(b), "none");
     nj_compile_result r;
-    assert_int_equal(b->ops->compile(b, KARGS "NJ_KERNEL(k, 32) {}\n", "k", &r), NJ_ERR_HOST_COMPILER);
+    assert_int_equal(b->ops->compile(b, KARGS "NJ_KERNEL(k, 32) {}\n", "k", 1, &r), NJ_ERR_HOST_COMPILER);
     assert_non_null(strstr(nj_last_error(), "/nonexistent/dir/c++"));
     b->ops->destroy(b);
 }

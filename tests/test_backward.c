@@ -83,7 +83,7 @@ static void bwd_build(bwd_state *s, const nj_problem_desc *p, bwd_kernels *k)
     if (st != NJ_OK) fail_msg("codegen: %s", nj_last_error());
     nj_compile_result r;
     memset(&r, 0, sizeof r);
-    st = s->emu->ops->compile(s->emu, k->src, k->pp.template_name, &r);
+    st = s->emu->ops->compile(s->emu, k->src, k->pp.template_name, nj_plan_kernel_count(&k->pp), &r);
     if (st != NJ_OK) fail_msg("emulator compile: %s\n%s", nj_last_error(), k->src);
     st = s->emu->ops->load(s->emu, r.bin.data, r.bin.size, &k->mod);
     nj_binary_free(&r.bin);
@@ -547,7 +547,7 @@ static void nvrtc_check(bwd_state *s, const char *label, const nj_problem_desc *
         if (nj_codegen(&c, &pp, &src) != NJ_OK) fail_msg("%s: codegen: %s", label, nj_last_error());
         nj_compile_result r;
         memset(&r, 0, sizeof r);
-        nj_status st = nj_nvrtc_compile(src, pp.template_name, arches[ai], &r);
+        nj_status st = nj_nvrtc_compile(src, pp.template_name, arches[ai], nj_plan_kernel_count(&pp), &r);
         if (st != NJ_OK) fail_msg("%s sm_%d: %s\n%s", label, arches[ai], nj_last_error(), src);
         assert_int_equal(r.bin.is_ptx, 0);
         assert_int_equal(r.nkernels, pp.nlaunch);

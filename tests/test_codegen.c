@@ -515,7 +515,7 @@ static void test_forward_compile_nvrtc(void **state)
             nj_compile_result r;
             memset(&r, 0, sizeof r);
             int32_t arch = archs[a % 2];
-            nj_status s = nj_nvrtc_compile(src, fwd[i].name, arch, &r);
+            nj_status s = nj_nvrtc_compile(src, fwd[i].name, arch, nj_plan_kernel_count(&pp), &r);
             if (s != NJ_OK) fail_msg("%s sm_%d: %s", fwd[i].name, arch, nj_last_error());
             assert_int_equal(r.nkernels, pp.nlaunch);
             for (int j = 0; j < r.nkernels; j++) {
@@ -566,7 +566,7 @@ static void test_random_problems(void **state)
         if (nvrtc && i % 20 == 0) {
             nj_compile_result r;
             memset(&r, 0, sizeof r);
-            if (nj_nvrtc_compile(src, name, 90, &r) != NJ_OK) fail_msg("%s: %s", name, nj_last_error());
+            if (nj_nvrtc_compile(src, name, 90, nj_plan_kernel_count(&pp), &r) != NJ_OK) fail_msg("%s: %s", name, nj_last_error());
             assert_int_equal(r.nkernels, 1);
             assert_int_equal(r.kernels[0].spill_stores + r.kernels[0].spill_loads, 0);
             nj_binary_free(&r.bin);

@@ -41,6 +41,22 @@ static const char k_spill[] =
     "    a.y[t] = acc;\n"
     "}\n";
 
+/* Two kernels in one program: compiled with --split-compile when a core is idle. */
+static const char k_pair[] =
+    "struct A { const float *x; float *y; long long n; float eps; int r; };\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) k_scale(const A a)\n"
+    "{\n"
+    "    long long i = (long long)blockIdx.x * 256 + threadIdx.x;\n"
+    "    if (i < a.n) a.y[i] = a.x[i] * a.eps;\n"
+    "}\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) k_sum(const A a)\n"
+    "{\n"
+    "    __shared__ float s[128];\n"
+    "    s[threadIdx.x] = threadIdx.x < a.n ? a.x[threadIdx.x] : 0.f;\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x == 0) { float t = 0.f; for (int j = 0; j < 128; j++) t += s[j]; a.y[0] = t; }\n"
+    "}\n";
+
 static const char k_syntax[] =
     "extern \"C\" __global__ void k_bad(float *y)\n"
     "{\n"
@@ -57,7 +73,7 @@ static const nj_kernel_resources *find_kernel(const nj_compile_result *r, const 
 static void check_cubin(int32_t arch)
 {
     nj_compile_result r;
-    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", arch, &r), NJ_OK);
+    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", arch, 1, &r), NJ_OK);
     assert_int_equal(r.bin.is_ptx, 0);
     assert_true(r.bin.size > 64);
     assert_memory_equal(r.bin.data, "\x7f" "ELF", 4);
@@ -97,7 +113,7 @@ static void test_ptx_fallback(void **state)
     int32_t maxa = 0;
     assert_int_equal(nj_nvrtc_max_arch(&maxa), NJ_OK);
     nj_compile_result r;
-    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 200, &r), NJ_OK);
+    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 200, 1, &r), NJ_OK);
     assert_int_equal(r.bin.is_ptx, 1);
     const char *ptx = r.bin.data;
     assert_int_equal(ptx[r.bin.size - 1], '\0');
@@ -113,19 +129,19 @@ static void test_ptx_fallback(void **state)
 static void test_bad_arch_fail(void **state)
 {
     nj_compile_result r;
-    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 0, &r), NJ_ERR_BAD_ARGUMENT);
-    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", -90, &r), NJ_ERR_BAD_ARGUMENT);
-    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 70, &r), NJ_ERR_UNSUPPORTED);
+    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 0, 1, &r), NJ_ERR_BAD_ARGUMENT);
+    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", -90, 1, &r), NJ_ERR_BAD_ARGUMENT);
+    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 70, 1, &r), NJ_ERR_UNSUPPORTED);
     assert_non_null(strstr(nj_last_error(), "sm_70"));
-    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 85, &r), NJ_ERR_UNSUPPORTED);
+    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 85, 1, &r), NJ_ERR_UNSUPPORTED);
     assert_null(r.bin.data);
-    assert_int_equal(nj_nvrtc_compile(NULL, "x.cu", 90, &r), NJ_ERR_NULL_POINTER);
+    assert_int_equal(nj_nvrtc_compile(NULL, "x.cu", 90, 1, &r), NJ_ERR_NULL_POINTER);
 }
 
 static void test_spill_report(void **state)
 {
     nj_compile_result r;
-    assert_int_equal(nj_nvrtc_compile(k_spill, "spill.cu", 90, &r), NJ_OK);
+    assert_int_equal(nj_nvrtc_compile(k_spill, "spill.cu", 90, 1, &r), NJ_OK);
     const nj_kernel_resources *k = find_kernel(&r, "k_spill");
     assert_non_null(k);
     assert_true(k->registers > 0 && k->registers <= 32); /* 65536 regs / (2 * 1024 threads) */
@@ -180,7 +196,7 @@ static void test_parse_log(void **state)
 static void test_syntax_error_fail(void **state)
 {
     nj_compile_result r;
-    assert_int_equal(nj_nvrtc_compile(k_syntax, "bad.cu", 90, &r), NJ_ERR_COMPILE);
+    assert_int_equal(nj_nvrtc_compile(k_syntax, "bad.cu", 90, 1, &r), NJ_ERR_COMPILE);
     const char *e = nj_last_error();
     assert_non_null(strstr(e, "bad.cu(3)"));
     assert_non_null(strstr(e, "undeclared_thing"));
@@ -198,7 +214,7 @@ static void test_long_log_truncated_fail(void **state)
     for (int i = 0; i < 300; i++) len += (size_t)snprintf(src + len, cap - len, "y[%d] = missing_%d;\n", i, i);
     snprintf(src + len, cap - len, "}\n");
     nj_compile_result r;
-    assert_int_equal(nj_nvrtc_compile(src, "many.cu", 90, &r), NJ_ERR_COMPILE);
+    assert_int_equal(nj_nvrtc_compile(src, "many.cu", 90, 1, &r), NJ_ERR_COMPILE);
     const char *e = nj_last_error();
     assert_non_null(strstr(e, "missing_0"));
     assert_non_null(strstr(e, "[log truncated]"));
@@ -212,9 +228,9 @@ static void test_lineinfo(void **state)
 {
     nj_compile_result plain, lined;
     unsetenv("NORMJIT_NVRTC_LINEINFO");
-    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 90, &plain), NJ_OK);
+    assert_int_equal(nj_nvrtc_compile(k_small, "small.cu", 90, 1, &plain), NJ_OK);
     setenv("NORMJIT_NVRTC_LINEINFO", "1", 1);
-    nj_status s = nj_nvrtc_compile(k_small, "small.cu", 90, &lined);
+    nj_status s = nj_nvrtc_compile(k_small, "small.cu", 90, 1, &lined);
     unsetenv("NORMJIT_NVRTC_LINEINFO");
     assert_int_equal(s, NJ_OK);
     assert_false(has_debug_line(&plain.bin));
@@ -228,14 +244,18 @@ typedef struct compile_job {
     pthread_t th;
     nj_status status;
     int32_t nkernels;
-    int ptx;
+    int ptx, pair;
 } compile_job;
 
+/* Odd jobs compile two kernels and may take idle cores for the second: the bound counts cores, not jobs. */
 static void *compile_thread(void *arg)
 {
     compile_job *j = arg;
     nj_compile_result r;
-    j->status = nj_nvrtc_compile(k_spill, "spill.cu", 90, &r); /* ~50 ms of ptxas: the threads overlap */
+    if (j->pair) /* ~50 ms of ptxas: the threads overlap */
+        j->status = nj_nvrtc_compile(k_pair, "pair.cu", 90, 4, &r);
+    else
+        j->status = nj_nvrtc_compile(k_spill, "spill.cu", 90, 1, &r);
     j->nkernels = r.nkernels;
     j->ptx = r.bin.is_ptx;
     nj_binary_free(&r.bin);
@@ -247,11 +267,14 @@ static void test_concurrent_bounded(void **state)
     nj_nvrtc_set_parallelism(3);
     nj_nvrtc_peak_parallelism(true);
     compile_job jobs[8];
-    for (int i = 0; i < 8; i++) assert_int_equal(pthread_create(&jobs[i].th, NULL, compile_thread, &jobs[i]), 0);
+    for (int i = 0; i < 8; i++) {
+        jobs[i].pair = i % 2;
+        assert_int_equal(pthread_create(&jobs[i].th, NULL, compile_thread, &jobs[i]), 0);
+    }
     for (int i = 0; i < 8; i++) assert_int_equal(pthread_join(jobs[i].th, NULL), 0);
     for (int i = 0; i < 8; i++) {
         assert_int_equal(jobs[i].status, NJ_OK);
-        assert_int_equal(jobs[i].nkernels, 1);
+        assert_int_equal(jobs[i].nkernels, 1 + jobs[i].pair);
         assert_int_equal(jobs[i].ptx, 0);
     }
     int32_t peak = nj_nvrtc_peak_parallelism(true);
@@ -260,12 +283,38 @@ static void test_concurrent_bounded(void **state)
     nj_nvrtc_set_parallelism(0); /* back to the default */
 }
 
+/* A program of two kernels alone: one core for it and one idle taken for the second kernel (the peak says
+ * how many were held), none when no core is idle; both kernels are reported either way. */
+static void check_pair(int32_t limit, int32_t want_peak)
+{
+    nj_nvrtc_set_parallelism(limit);
+    nj_nvrtc_peak_parallelism(true);
+    nj_compile_result r;
+    assert_int_equal(nj_nvrtc_compile(k_pair, "pair.cu", 90, 2, &r), NJ_OK);
+    assert_int_equal(nj_nvrtc_peak_parallelism(true), want_peak);
+    assert_int_equal(r.nkernels, 2);
+    const nj_kernel_resources *a = find_kernel(&r, "k_scale"), *b = find_kernel(&r, "k_sum");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(b->shared_bytes, 512);
+    assert_int_equal(a->spill_stores + b->spill_stores, 0);
+    assert_memory_equal(r.bin.data, "\x7f" "ELF", 4);
+    nj_binary_free(&r.bin);
+}
+
+static void test_split_kernels(void **state)
+{
+    check_pair(3, 2);
+    check_pair(1, 1);
+    nj_nvrtc_set_parallelism(0);
+}
+
 /* Child mode: NVRTC pointed at a path that does not exist. */
 static int child_nvrtc_missing(void)
 {
     nj_compile_result r;
     const char *v = NULL;
-    if (nj_nvrtc_compile(k_small, "small.cu", 90, &r) != NJ_ERR_NVRTC_MISSING) return 1;
+    if (nj_nvrtc_compile(k_small, "small.cu", 90, 1, &r) != NJ_ERR_NVRTC_MISSING) return 1;
     if (!strstr(nj_last_error(), "/nonexistent/libnvrtc.so.99")) return 2;
     if (nj_nvrtc_version_string(&v) != NJ_ERR_NVRTC_MISSING) return 3; /* stays missing, no crash */
     if (!strstr(nj_last_error(), "/nonexistent/libnvrtc.so.99")) return 4;
@@ -276,7 +325,7 @@ static int child_nvrtc_missing(void)
 static int child_nvrtc_not_nvrtc(void)
 {
     nj_compile_result r;
-    if (nj_nvrtc_compile(k_small, "small.cu", 90, &r) != NJ_ERR_NVRTC_MISSING) return 1;
+    if (nj_nvrtc_compile(k_small, "small.cu", 90, 1, &r) != NJ_ERR_NVRTC_MISSING) return 1;
     if (!strstr(nj_last_error(), "libc.so.6 is not a usable NVRTC: it lacks nvrtc")) return 2;
     return 0;
 }
@@ -311,37 +360,49 @@ static int remove_fake_nvrtc(void **state)
         }                                                                                       \
     } while (0)
 
-/* The fake rejects -minimal: the first compile retries without it on a fresh program, later ones never send it. */
+/* The fake rejects -minimal and --split-compile: the first compile that sends one retries without it on a
+ * fresh program, later ones never send it. */
 static int child_fake_nvrtc(void)
 {
-    void (*counts)(int *, int *, int *, int *) = NULL;
-    int c, d, m, k;
+    void (*counts)(int *, int *, int *, int *, int *) = NULL;
+    int c, d, m, k, sp;
     const char *v = NULL;
     int32_t maxa = 0;
     nj_compile_result r;
-    CHILD_CHECK(nj_nvrtc_version_string(&v) == NJ_OK && strcmp(v, "nvrtc-12.2") == 0, 1);
+    CHILD_CHECK(nj_nvrtc_version_string(&v) == NJ_OK && strcmp(v, "nvrtc-12.0") == 0, 1);
     CHILD_CHECK(nj_nvrtc_max_arch(&maxa) == NJ_OK && maxa == 90, 2);
     void *h = dlopen(getenv("NORMJIT_LIBNVRTC"), RTLD_NOW | RTLD_NOLOAD);
     CHILD_CHECK(h && (*(void **)&counts = dlsym(h, "fake_nvrtc_counts")), 3);
-    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 90, &r) == NJ_OK, 4);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 90, 1, &r) == NJ_OK, 4);
     CHILD_CHECK(r.bin.size == 16 && memcmp(r.bin.data, "\x7f" "ELF", 4) == 0 && !r.bin.is_ptx, 5);
     CHILD_CHECK(r.nkernels == 1 && strcmp(r.kernels[0].kernel, "k_small") == 0 && r.kernels[0].registers == 7, 6);
     nj_binary_free(&r.bin);
-    counts(&c, &d, &m, &k);
+    counts(&c, &d, &m, &k, &sp);
     CHILD_CHECK(c == 2 && d == 2 && m == 1 && k == 2, 7);
-    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 80, &r) == NJ_OK && r.bin.size == 16, 8);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 80, 1, &r) == NJ_OK && r.bin.size == 16, 8);
     nj_binary_free(&r.bin);
-    counts(&c, &d, &m, &k);
+    counts(&c, &d, &m, &k, &sp);
     CHILD_CHECK(c == 3 && d == 3 && m == 1 && k == 3, 9);
-    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 100, &r) == NJ_OK && r.bin.is_ptx, 10);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 100, 1, &r) == NJ_OK && r.bin.is_ptx, 10);
     CHILD_CHECK(strstr(r.bin.data, ".target") && r.nkernels == 0, 11);
     nj_binary_free(&r.bin);
-    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 86, &r) == NJ_ERR_UNSUPPORTED, 12);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 86, 1, &r) == NJ_ERR_UNSUPPORTED, 12);
     CHILD_CHECK(strstr(nj_last_error(), "supported: 75 80 90"), 13);
+    /* two kernels with idle cores: --split-compile is rejected once, then never sent again */
+    nj_nvrtc_set_parallelism(4);
+    counts(&c, &d, &m, &k, &sp);
+    CHILD_CHECK(sp == 0, 14);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 90, 2, &r) == NJ_OK && r.bin.size == 16, 15);
+    nj_binary_free(&r.bin);
+    CHILD_CHECK(nj_nvrtc_compile(k_small, "small.cu", 90, 2, &r) == NJ_OK && r.bin.size == 16, 16);
+    nj_binary_free(&r.bin);
+    int k0 = k;
+    counts(&c, &d, &m, &k, &sp);
+    CHILD_CHECK(sp == 1 && m == 1 && k == k0 + 3 && c == d, 17);
     return 0;
 }
 
-static void test_old_nvrtc_without_minimal(void **state)
+static void test_old_nvrtc_options(void **state)
 {
     assert_int_equal(nj_test_run_child("fake-nvrtc", "NORMJIT_LIBNVRTC", fake_nvrtc), 0);
 }
@@ -363,8 +424,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_long_log_truncated_fail),
         cmocka_unit_test(test_lineinfo),
         cmocka_unit_test(test_concurrent_bounded),
+        cmocka_unit_test(test_split_kernels),
         cmocka_unit_test(test_nvrtc_missing_fail),
-        cmocka_unit_test(test_old_nvrtc_without_minimal),
+        cmocka_unit_test(test_old_nvrtc_options),
     };
     return cmocka_run_group_tests(tests, build_fake_nvrtc, remove_fake_nvrtc);
 }

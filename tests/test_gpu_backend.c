@@ -98,7 +98,7 @@ static void *need_module(void **state)
     nj_backend *b = need_gpu(state);
     if (g->module) return g->module;
     nj_compile_result r;
-    assert_int_equal(b->ops->compile(b, k_src, "gpu_backend.cu", &r), NJ_OK);
+    assert_int_equal(b->ops->compile(b, k_src, "gpu_backend.cu", 1, &r), NJ_OK);
     nj_status s = b->ops->load(b, r.bin.data, r.bin.size, &g->module);
     if (s != NJ_OK) fprintf(stderr, "load: %s\n", nj_last_error());
     assert_int_equal(s, NJ_OK);

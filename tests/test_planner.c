@@ -294,6 +294,20 @@ static void test_plan_text(void **state)
     free(ta), free(tb), free(tc);
 }
 
+/* The compile is told how many kernels a source defines: a kernel launched twice counts once. */
+static void test_kernel_count(void **state)
+{
+    nj_plan_params pp;
+    memset(&pp, 0, sizeof pp);
+    assert_int_equal(nj_plan_kernel_count(&pp), 0);
+    nj_plan_add_launch(&pp, "nj_a", 256, 1, 1, 0);
+    nj_plan_add_launch(&pp, "nj_b", 256, 1, 1, 0);
+    nj_plan_add_launch(&pp, "nj_a", 128, 1, 1, 4);
+    assert_int_equal(nj_plan_kernel_count(&pp), 2);
+    nj_plan_add_launch(&pp, "nj_ab", 256, 1, 1, 0);
+    assert_int_equal(nj_plan_kernel_count(&pp), 3);
+}
+
 static void test_launch_grid(void **state)
 {
     (void)state;
@@ -582,7 +596,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),
     };

@@ -2,7 +2,8 @@
  * a shared machine moves by ~10% over hours, so the cold-compile figures of two commits measured at
  * different times say little; compiling both commits' sources alternately, kernel by kernel, does.
  * --dump writes each problem's main kernel sources (file NNN_<pass>.cu: problem NNN of the manifests, in
- * order, so that two commits' dumps pair by name); --ab compiles two such folders alternately. */
+ * order, so that two commits' dumps pair by name), under a first line saying how many kernels the source
+ * defines, which the library's compile is told; --ab compiles two such folders alternately. */
 #include "tool.h"
 
 #include "compile.h"
@@ -34,12 +35,14 @@ void nj_bench_row(const char *what, const double *v, int n, double unit, const c
     free(s);
 }
 
-static int nj_ab_write(const char *path, const char *text)
+#define NJ_AB_KERNELS "// normjit bench: kernels="
+
+static int nj_ab_write(const char *path, const char *text, int32_t kernels)
 {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n;
+    int ok = fprintf(f, NJ_AB_KERNELS "%d\n", (int)kernels) > 0 && fwrite(text, 1, n, f) == n;
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
@@ -71,7 +74,7 @@ int nj_bench_dump(const char *dir, const nj_problem_desc *pr, int np, uint32_t p
             if (s != NJ_OK) {
                 nj_tool_error(s, "source of %s", nj_tool_problem_text(&pr[i]));
                 failed++;
-            } else if (nj_ab_write(path, pi.source) != 0) {
+            } else if (nj_ab_write(path, pi.source, nj_plan_kernel_count(&pi.params)) != 0) {
                 fprintf(stderr, "normjit bench: cannot write %s: %s\n", path, strerror(errno));
                 failed++;
             } else {
@@ -116,7 +119,9 @@ static double nj_ab_compile(const char *src, const char *name, int32_t arch)
 {
     nj_compile_result r;
     memset(&r, 0, sizeof r);
-    nj_status s = nj_nvrtc_compile(src, name, arch, &r);
+    int kernels = 1; /* a dump written before the line existed: compiled as the library then did */
+    if (strncmp(src, NJ_AB_KERNELS, strlen(NJ_AB_KERNELS)) == 0) kernels = atoi(src + strlen(NJ_AB_KERNELS));
+    nj_status s = nj_nvrtc_compile(src, name, arch, kernels, &r);
     nj_binary_free(&r.bin);
     if (s != NJ_OK) {
         nj_tool_error(s, "compile of %s", name);

@@ -1,5 +1,5 @@
 /* normjit bench: the JIT pipeline's figures. Cold compile per kernel (fresh temporary cache, compile-only
- * for sm_90, one thread so each kernel is timed alone), warm load of a cached plan by a new context, and
+ * for sm_90, one source at a time so each is timed alone, its kernels on the idle cores), warm load of a cached plan by a new context, and
  * the hot lookup of a loaded plan (nj_plan_get on the same context, ns per call). A benchmark, not a test. */
 #include "tool.h"
 
@@ -16,7 +16,8 @@ static void nj_bench_help(FILE *f)
             "usage: normjit bench [options]\n"
             "\n"
             "Measures, over the problems of the manifests: the cold compile time per kernel (median, max) into a\n"
-            "fresh temporary cache with the compile-only backend for sm_90, for the main kernels (what a first\n"
+            "fresh temporary cache with the compile-only backend for sm_90, one source at a time (a source\n"
+            "of several kernels uses the idle cores, as a first call does), for the main kernels (what a first\n"
             "call waits for; with both passes, also the forward and the backward ones apart; a backward that\n"
             "is another problem's too, e.g. the same with a fused residual add, is compiled and counted once)\n"
             "and apart for the unaligned variants (a first call with misaligned pointers, or\n"
@@ -71,7 +72,8 @@ static nj_status nj_bench_ctx(nj_backend_kind kind, int32_t arch, const char *di
     o.backend = kind;
     o.arch = arch;
     o.cache_dir = dir;
-    o.max_parallel_compiles = 1;
+    /* the loops compile one source at a time; one of several kernels takes the idle cores, as a first call's */
+    o.max_parallel_compiles = 0;
     return nj_context_create(&o, out);
 }
 

@@ -1,4 +1,5 @@
-/* A fake libnvrtc for test_compile: an older NVRTC that rejects -minimal and, like the real one, yields no
+/* A fake libnvrtc for test_compile: an older NVRTC (12.0) that rejects -minimal and --split-compile and, like
+ * the real one, yields no
  * binary for a program compiled a second time. Lets the test reach the paths the installed NVRTC never takes.
  * The test builds it with cc -shared -DNJ_FAKE_LIBNVRTC at run time; in the support library it is empty. */
 #ifdef NJ_FAKE_LIBNVRTC
@@ -16,7 +17,7 @@ typedef struct fake_prog {
     char kernel[64];
 } fake_prog;
 
-static int creates, destroys, minimal_seen, compiles;
+static int creates, destroys, minimal_seen, split_seen, compiles;
 
 EXPORT const char *nvrtcGetErrorString(nvrtcResult r)
 {
@@ -25,7 +26,7 @@ EXPORT const char *nvrtcGetErrorString(nvrtcResult r)
 EXPORT nvrtcResult nvrtcVersion(int *major, int *minor)
 {
     *major = 12;
-    *minor = 2;
+    *minor = 0;
     return SUCCESS;
 }
 EXPORT nvrtcResult nvrtcGetNumSupportedArchs(int *n)
@@ -68,6 +69,11 @@ EXPORT nvrtcResult nvrtcCompileProgram(void *p, int n, const char *const *opts)
     for (int i = 0; i < n; i++) {
         if (strcmp(opts[i], "-minimal") == 0) {
             minimal_seen++;
+            fp->compiled = 1;
+            return INVALID_OPTION;
+        }
+        if (strncmp(opts[i], "--split-compile=", 16) == 0) {
+            split_seen++;
             fp->compiled = 1;
             return INVALID_OPTION;
         }
@@ -129,9 +135,9 @@ EXPORT nvrtcResult nvrtcGetPTX(void *p, char *out)
 }
 
 /* For the test, found with dlsym on the same handle. */
-EXPORT void fake_nvrtc_counts(int *c, int *d, int *m, int *k)
+EXPORT void fake_nvrtc_counts(int *c, int *d, int *m, int *k, int *s)
 {
-    *c = creates, *d = destroys, *m = minimal_seen, *k = compiles;
+    *c = creates, *d = destroys, *m = minimal_seen, *k = compiles, *s = split_seen;
 }
 
 #else
