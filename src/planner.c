@@ -9,7 +9,8 @@
  *    matches the layout of every operand (unit stride along the row, kept strides multiples of it). Base
  *    pointers and batch strides are run-time values: the plan names the operands that need them aligned
  *    (align_opds) and the launch runs the unaligned variant (nj_plan_variant) when they are not.
- *  - COLUMN kind with at least 16 contiguous kept columns -> fwd_column.cu: coalesced tiles of 32 columns.
+ *  - COLUMN kind with at least 16 contiguous kept columns -> fwd_column.cu: coalesced tiles of 32 columns
+ *    (long walks split into pieces, a block each: nj_plan_column_split).
  *  - GroupNorm over channels-last images -> fwd_channels_last.cu: pixel tiles, vectors across channels
  *    (planner_cl.c).
  *  - everything else -> fwd_general.cu: a block per statistic walking the reduction (split over blocks
@@ -253,16 +254,48 @@ static nj_status plan_fwd_general(const nj_canon *c, const nj_device_props *dev,
 /* Column problems with at least NJ_COLUMN_MIN contiguous kept columns: tiles of 32 columns, 8 warps
  * walking the reduction. Fewer columns would leave most lanes idle: the general family does better. */
 #define NJ_COLUMN_MIN 16
+
+/* Long column walks (BatchNorm NHWC over N x H x W, channels-last InstanceNorm of volumes) left most SMs
+ * idle at a block per tile: 2 x 128^3 x 64 ran on 4 blocks. From NJ_COL_SPLIT_MIN walk rows on, each
+ * walk is cut into pieces, a block each, aiming at NJ_COL_BLOCKS_SM blocks an SM for one batch row (the
+ * batch is a run-time extent), with pieces of at least NJ_COL_PIECE_MIN walk rows (16 steps of each
+ * warp) and none empty. */
+#define NJ_COL_SPLIT_MIN 4096
+#define NJ_COL_BLOCKS_SM 8
+#define NJ_COL_PIECE_MIN 128
+#define NJ_COL_SPLIT_MAX 256
+int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev)
+{
+    int64_t n = c->reduce_size, ec = c->axes[c->rank - 1].extent;
+    if (n < NJ_COL_SPLIT_MIN) return 1;
+    int64_t tiles = c->kept_inner / ec * plan_ceil_div(ec, 32);
+    int64_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    int64_t s = plan_ceil_div(sms * NJ_COL_BLOCKS_SM, tiles);
+    if (s > n / NJ_COL_PIECE_MIN) s = n / NJ_COL_PIECE_MIN;
+    if (s > NJ_COL_SPLIT_MAX) s = NJ_COL_SPLIT_MAX;
+    if (s < 2) return 1;
+    return (int32_t)plan_ceil_div(n, plan_ceil_div(n, s)); /* pieces of ceil(n / s): none empty */
+}
+
 static nj_status plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
+    int64_t tiles = c->kept_inner / ec * plan_ceil_div(ec, 32);
     pp->family = NJ_FAMILY_COLUMN;
     pp->template_name = "fwd_column.cu";
     pp->vec = 1;
     pp->rows_per_block = 1;
-    pp->split = 1;
+    pp->split = nj_plan_column_split(c, dev);
     pp->block = 256;
-    nj_plan_add_launch(pp, "nj_fwd_column", pp->block, c->kept_inner / ec * plan_ceil_div(ec, 32), 1, 0);
+    if (pp->split == 1) {
+        nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles, 1, 0);
+        return NJ_OK;
+    }
+    /* partials per (tile, piece), statistics per tile, then the pieces normalized (fwd_column.cu) */
+    nj_plan_add_launch(pp, "nj_fwd_column_part", pp->block, tiles * pp->split, 1, 0);
+    nj_plan_add_launch(pp, "nj_fwd_column_final", pp->block, tiles, 1, 0);
+    nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles * pp->split, 1, 0);
+    pp->workspace_per_row = (uint64_t)tiles * (uint64_t)(pp->split + 1) * 64u * sizeof(float);
     return NJ_OK;
 }
 

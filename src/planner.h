@@ -86,6 +86,8 @@ NJ_HIDDEN nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device
  * Shared by the forward and backward planners. */
 NJ_HIDDEN void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult,
                                   int64_t row_div, int32_t grid_x);
+/* Pieces of each walk of the column family (1: none), forward and backward alike. */
+NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev);
 /* Distinct kernels among the launches (what the rendered source defines). */
 NJ_HIDDEN int32_t nj_plan_kernel_count(const nj_plan_params *pp);
 /* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then

@@ -2,7 +2,13 @@
    BatchNorm NHWC, ...). A block takes a tile of 32 neighbouring columns of one outer kept index: lane
    tx owns column tile*32 + tx, and warp ty walks the reduction index space with stride block/32, so
    every warp reads 32 consecutive elements (coalesced) where a block per statistic would read one
-   element per row. Partial statistics meet in shared memory; warp 0 merges them per column. #}
+   element per row. Partial statistics meet in shared memory; warp 0 merges them per column.
+   Long walks (P.split > 1: BatchNorm NHWC over N x H x W, volumes) are cut into NJ_SPLIT pieces of
+   contiguous walk indices, a block per (tile, piece), in three launches: nj_fwd_column_part writes each
+   piece's (sum, squared deviations from the piece mean) per column, nj_fwd_column_final merges a tile's
+   pieces in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels) into its (mean,
+   rstd), and nj_fwd_column normalizes each piece. Workspace: [tile][piece][2][32] partials, then
+   [tile][2][32] statistics, tiles over the whole batch. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -20,6 +26,11 @@ local B = P.block
 local BY = B // 32
 local NT = ceil_div(EC, 32)
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
+local SPLIT = P.split
+-- the walk indices a block covers: the whole reduction, or its piece
+local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
+local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
+local NTASK = P.kept_inner // EC * NT -- tiles per batch row
 %}
 
 {% fwd_typedefs() %}
@@ -28,6 +39,10 @@ local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 #define NJ_EC {{ EC }}LL
 #define NJ_NT {{ NT }}LL
 #define NJ_BY {{ BY }}
+{% if SPLIT > 1 then %}
+#define NJ_SPLIT {{ SPLIT }}
+#define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
+{% end %}
 
 {% local function load_x(dst) %}
             {{ split_index("i", red, "r", IT) }}
@@ -36,23 +51,96 @@ local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
             {{ dst }} += nj_load_f32(RES, ores + {{ offset("res", red, "r") }});
 {% end %}
 {% end %}
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{# mode: "full" (statistics and normalization), "part" (a piece's partials per column), "final" (a
+   tile's statistics from its pieces') or "norm" (a piece normalized with its tile's statistics) #}
+{% local function col_kernel(name, mode) %}
+NJ_KERNEL({{ name }}, {{ B }})
 {
-{% if F.center then %}
+{% if mode == "norm" then %}
+{% elseif F.center and mode ~= "final" then %}
     NJ_SHARED(nj_welford, nj_part, {{ B }});
 {% else %}
     NJ_SHARED(float, nj_part, {{ B }});
 {% end %}
+{% if mode ~= "norm" and mode ~= "part" then %}
     NJ_SHARED(float, nj_stat, 64); /* mean[32], rstd[32] of the tile's columns */
+{% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    const nj_i64 ntask = A.rows * {{ P.kept_inner // EC }}LL * NJ_NT;
+    const nj_i64 ntask = A.rows * {{ NTASK }}LL;
+{% if mode ~= "final" then %}
 {% fwd_pointers() %}
+{% end %}
+{% if SPLIT > 1 and mode ~= "final" then %}
+    {{ block_item("wi", "ntask * NJ_SPLIT") }}
+        const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
+        const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
+{% else %}
     {{ block_item("task", "ntask") }}
+{% end %}
+{% if mode ~= "final" or F.stats then %}
         const nj_i64 o = task / NJ_NT;
         const nj_i64 k{{ cax }} = (task % NJ_NT) * 32 + tx;
         const bool col_ok = k{{ cax }} < NJ_EC;
         {{ split_index("o", outer, "k") }}
+{% end %}
+{% if mode == "final" then %}
+        /* warp ty adds pieces ty, ty + BY, ... of its column; the warps' sums meet in warp order */
+        const float *WS = (const float *)A.workspace + task * (NJ_SPLIT * 64);
+        float s = 0.0f;
+#pragma unroll 1
+        for (int q = ty; q < NJ_SPLIT; q += NJ_BY) s += WS[q * 64 + tx];
+        nj_part[threadIdx.x] = s;
+        __syncthreads();
+        if (ty == 0) {
+#pragma unroll 1
+            for (int k = 1; k < NJ_BY; k++) s += nj_part[k * 32 + tx];
+            nj_stat[tx] = s * (1.0f / (float)NJ_N);
+        }
+        __syncthreads();
+{% if F.center then %}
+        const float mean = nj_stat[tx];
+        float m2 = 0.0f;
+#pragma unroll 1
+        for (int q = ty; q < NJ_SPLIT; q += NJ_BY) {
+            const nj_i64 plo = q * NJ_PIECE, phi = plo + NJ_PIECE < NJ_N ? plo + NJ_PIECE : NJ_N;
+            const float nq = (float)(phi - plo); /* the planner leaves no piece empty */
+            const float d = __fdividef(WS[q * 64 + tx], nq) - mean;
+            m2 += WS[q * 64 + 32 + tx] + nq * d * d;
+        }
+        nj_part[threadIdx.x] = m2; /* warp 0 read the sums before the barrier above */
+        __syncthreads();
+{% end %}
+        if (ty == 0) {
+{% if F.center then %}
+#pragma unroll 1
+            for (int k = 1; k < NJ_BY; k++) m2 += nj_part[k * 32 + tx];
+            const float var = m2 * (1.0f / (float)NJ_N);
+{% else %}
+            const float mean = 0.0f, var = nj_stat[tx];
+{% end %}
+            const float rstd = rsqrtf(var + A.eps);
+            float *ST = (float *)A.workspace + A.rows * ({{ NTASK }}LL * NJ_SPLIT * 64) + task * 64;
+            ST[tx] = mean;
+            ST[32 + tx] = rstd;
+{% if F.stats then %}
+            if (col_ok) {
+                const nj_i64 os = {{ offset("stats", kept, "k") }};
+{% if F.center then %}
+                A.mean[os] = mean;
+{% end %}
+                A.rstd[os] = rstd;
+            }
+{% end %}
+        }
+    }
+}
+{% do return end %}
+{% end %}
 {% fwd_offsets(kept, "k") %}
+{% if mode == "norm" then %}
+        const float *ST = (const float *)A.workspace + A.rows * ({{ NTASK }}LL * NJ_SPLIT * 64) + task * 64;
+        const float mean = ST[tx], rstd = ST[32 + tx];
+{% else %}
 {% if F.center then %}
         nj_welford w = nj_welford_init();
 {% else %}
@@ -60,7 +148,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% end %}
         if (col_ok) {
 {{ walk_unroll(F.residual and 2 or 1) }}
-            for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
+            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
 {% load_x("v") %}
 {% if F.resout then %}
                 nj_store_f32(RESOUT, oresout + {{ offset("resout", red, "r") }}, v);
@@ -88,10 +176,22 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
             const float mean = nj_welford_from_sums(n, sum).mean;
 #pragma unroll 1
             for (int k = 0; k < NJ_BY; k++) m2 += nj_welford_dev(nj_part[k * 32 + tx], mean);
-            const float var = m2 * (1.0f / (float)NJ_N);
 {% else %}
 #pragma unroll 1
             for (int k = 1; k < NJ_BY; k++) s += nj_part[k * 32 + tx];
+{% end %}
+{% if mode == "part" then %}
+            float *WS = (float *)A.workspace + wi * 64;
+            WS[tx] = {{ F.center and "sum" or "s" }};
+            WS[32 + tx] = {{ F.center and "m2" or "0.0f" }};
+        }
+    }
+}
+{% do return end %}
+{% end %}
+{% if F.center then %}
+            const float var = m2 * (1.0f / (float)NJ_N);
+{% else %}
             const float mean = 0.0f, var = s * (1.0f / (float)NJ_N);
 {% end %}
             const float rstd = rsqrtf(var + A.eps);
@@ -109,9 +209,10 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
         __syncthreads();
         const float mean = nj_stat[tx], rstd = nj_stat[32 + tx];
+{% end %}
         if (col_ok) {
 {{ walk_unroll(F.residual and 2 or 1) }}
-            for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
+            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
 {% load_x("v") %}
                 float u = (v - mean) * rstd;
 {% if has_param then %}
@@ -128,3 +229,13 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
     }
 }
+{% end %}
+{% if SPLIT > 1 then %}
+{% col_kernel(P.launch[1].kernel, "part") %}
+
+{% col_kernel(P.launch[2].kernel, "final") %}
+
+{% col_kernel(P.launch[3].kernel, "norm") %}
+{% else %}
+{% col_kernel(P.launch[1].kernel, "full") %}
+{% end %}

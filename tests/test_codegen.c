@@ -278,6 +278,13 @@ static void build_cases(void)
     tc_axis(c, 9, true, false);
     tc_axis(c, 40, false, true);
     tc_finish(c);
+    c = add_case("column_split_rms_res"); /* a 4900-row walk split into pieces, residual fused, no centering */
+    tc_begin(c, NJ_BF16, NJ_F32, NJ_FLAG_SCALE | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT | NJ_FLAG_SAVE_STATS,
+             NJ_ACT_NONE, 3);
+    tc_axis(c, 70, true, false);
+    tc_axis(c, 70, true, false);
+    tc_axis(c, 48, false, true);
+    tc_finish(c);
     c = add_case("column_small_general"); /* 6 columns: the general family */
     tc_begin(c, NJ_F16, NJ_F16, ln, NJ_ACT_NONE, 5);
     tc_axis(c, 300, true, false);

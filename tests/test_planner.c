@@ -21,12 +21,19 @@ static int setup(void **state)
     return 0;
 }
 
-static nj_plan_params plan_fwd(const nj_canon *c)
+/* Any forward plan (plan_fwd: one launch, no workspace). */
+static nj_plan_params plan_fwd_any(const nj_canon *c)
 {
     nj_plan_params pp;
     nj_status s = nj_plan_pass(c, NJ_PASS_FORWARD, &dev90, &pp);
     if (s != NJ_OK) fail_msg("plan failed: %s", nj_last_error());
     assert_int_equal(pp.pass, NJ_PASS_FORWARD);
+    return pp;
+}
+
+static nj_plan_params plan_fwd(const nj_canon *c)
+{
+    nj_plan_params pp = plan_fwd_any(c);
     assert_int_equal(pp.nlaunch, 1);
     assert_int_equal(pp.launch[0].block[0], pp.block);
     assert_int_equal(pp.block % 32, 0);
@@ -217,13 +224,40 @@ static void test_column_general(void **state)
     tc_axis(&c, 80, false, true);
     tc_finish(&c);
     assert_int_equal(c.kind, NJ_KIND_COLUMN);
-    nj_plan_params pp = plan_fwd(&c);
+    nj_plan_params pp = plan_fwd_any(&c);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
     assert_string_equal(pp.template_name, "fwd_column.cu");
-    assert_string_equal(pp.launch[0].kernel, "nj_fwd_column");
     assert_int_equal(pp.vec, 1);
     assert_int_equal(pp.block, 256);
+    /* a walk of 100352 rows: 3 tiles of 32 columns would be 3 blocks; 256 pieces of 392 rows instead
+     * (8 blocks an SM wanted; at most 256 pieces), partials, then statistics per tile, then the pieces */
+    assert_int_equal(pp.split, 256);
+    assert_int_equal(pp.nlaunch, 3);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_column_part");
+    assert_string_equal(pp.launch[1].kernel, "nj_fwd_column_final");
+    assert_string_equal(pp.launch[2].kernel, "nj_fwd_column");
+    assert_int_equal(pp.launch[0].row_mult, 3 * 256);
+    assert_int_equal(pp.launch[1].row_mult, 3);
+    assert_int_equal(pp.launch[2].row_mult, 3 * 256);
+    assert_int_equal(pp.workspace_per_row, 3 * 257 * 64 * 4);
+    /* 10000 rows: pieces of at least 128 rows bound the split (not the 352 a tile that 8 blocks an SM want) */
+    tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 1);
+    tc_axis(&c, 10000, true, false);
+    tc_axis(&c, 80, false, false);
+    tc_finish(&c);
+    pp = plan_fwd_any(&c);
+    assert_int_equal(pp.split, 78); /* 78 pieces of 129 rows, the last of 67: none empty */
+    /* a short walk: one block per tile */
+    tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 1);
+    tc_axis(&c, 4095, true, false);
+    tc_axis(&c, 80, false, false);
+    tc_finish(&c);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.split, 1);
+    assert_int_equal(pp.nlaunch, 1);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_column");
     assert_int_equal(pp.launch[0].row_mult, 3); /* 80 columns: 3 tiles of 32 */
+    assert_int_equal(pp.workspace_per_row, 0);
     /* 8 columns: mostly idle lanes in a tile, the general family */
     tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
     tc_axis(&c, 1000, true, false);
