@@ -205,21 +205,32 @@ static bool bwd_column_fused(const nj_canon *c)
 }
 
 /* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_BWD_COL_MIN neighbouring kept columns:
- * a block per tile of 32 columns, 8 warps walking the reduction (coalesced). */
+ * a block per tile of 32 columns, 8 warps walking the reduction (coalesced). Long walks are split as the
+ * forward's are (nj_plan_column_split): a piece's sums, a tile's means, a piece's dx. */
 static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
+    int64_t tiles = c->kept_inner / ec * ((ec + 31) / 32);
     pp->family = NJ_FAMILY_COLUMN;
     pp->template_name = "bwd_column.cu";
     pp->vec = 1;
     pp->rows_per_block = 1;
-    pp->split = 1;
+    pp->split = nj_plan_column_split(c, dev);
     pp->block = 256;
-    nj_plan_add_launch(pp, "nj_bwd_column", pp->block, c->kept_inner / ec * ((ec + 31) / 32), 1, 0);
+    uint64_t s = (uint64_t)pp->split;
+    if (s == 1) {
+        nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles, 1, 0);
+    } else {
+        nj_plan_add_launch(pp, "nj_bwd_column_part", pp->block, tiles * pp->split, 1, 0);
+        nj_plan_add_launch(pp, "nj_bwd_column_final", pp->block, tiles, 1, 0);
+        nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles * pp->split, 1, 0);
+        /* a piece's two sums per column, then a tile's two means */
+        pp->workspace_per_row = (uint64_t)tiles * (s + 1) * 64u * sizeof(float);
+    }
     if (bwd_column_fused(c)) {
-        /* a partial row (2 x ec floats) per outer index: kept_inner / ec of them per batch row */
+        /* a partial row (2 x ec floats) per outer index and piece: kept_inner / ec outer indices a row */
         nj_plan_add_launch(pp, "nj_bwd_column_pgrad", 256, 1, 1, (int32_t)((ec + 31) / 32));
-        pp->workspace_per_row = (uint64_t)c->kept_inner * 2u * sizeof(float);
+        pp->workspace_per_row += (uint64_t)c->kept_inner * s * 2u * sizeof(float);
         return NJ_OK;
     }
     bwd_plan_pgrad(c, dev, pp);

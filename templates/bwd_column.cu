@@ -6,7 +6,13 @@
    second walk writes dx. dgamma/dbeta: when the columns are the only feature axis (FUSED: the plan's
    second launch is nj_bwd_column_pgrad), the first walk also sums dz*xhat and dz, warp 0 writes the
    tile's partial for its outer index o (workspace: [2][rows * KO][EC]) and nj_bwd_column_pgrad adds the
-   partials of each column in order; else bwd_pgrad_col.cuh or bwd_pgrad.cuh, as the second launch says. #}
+   partials of each column in order; else bwd_pgrad_col.cuh or bwd_pgrad.cuh, as the launch after the dx
+   ones says. Long walks (P.split > 1, as in fwd_column.cu) take three launches before the dgamma/dbeta
+   ones: nj_bwd_column_part sums a piece's g and g*xhat per column (and with FUSED its dz*xhat and dz,
+   a partial row per (outer index, piece)), nj_bwd_column_final adds a tile's pieces in order into the
+   two means, nj_bwd_column writes a piece's dx. Workspace, after the dgamma/dbeta launches' fixed
+   region: with FUSED [2][rows * KO * NJ_SPLIT][EC] partial rows, then [tile][piece][2][32] sums, then
+   [tile][2][32] means, tiles over the whole batch. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -23,43 +29,106 @@ local B = P.block
 local BY = B // 32
 local NT = ceil_div(EC, 32)
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
-local FUSED = #P.launch >= 2 and P.launch[2].kernel == "nj_bwd_column_pgrad"
+local SPLIT = P.split
+local ND = SPLIT > 1 and 3 or 1 -- dx launches
+local FUSED = #P.launch > ND and P.launch[ND + 1].kernel == "nj_bwd_column_pgrad"
 local KO = P.kept_inner // EC -- outer indices per batch row
+local NTASK = KO * NT -- tiles per batch row
+local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
+local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
+-- the split's workspace (floats): after the fixed region, the fused partial rows, the sums, the means
+local PROWS = "A.rows * " .. (KO * SPLIT) .. "LL" -- fused partial rows
+local WSB = P.workspace_fixed // 4
+local SUMS = WSB .. " + " .. (FUSED and ("2 * " .. PROWS .. " * " .. EC) or "0")
+local MEANS = "(" .. SUMS .. ") + A.rows * " .. (NTASK * SPLIT * 64) .. "LL"
 %}
 {{ bwd_typedefs() }}
 
 #define NJ_N {{ P.reduce_size }}LL
 #define NJ_NT {{ NT }}LL
 #define NJ_BY {{ BY }}
+{% if SPLIT > 1 then %}
+#define NJ_SPLIT {{ SPLIT }}
+#define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
+{% end %}
 
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{# mode: "full" (sums and dx), "part" (a piece's sums per column), "final" (a tile's means from its
+   pieces') or "dx" (a piece's dx with its tile's means) #}
+{% local function col_kernel(name, mode) %}
+NJ_KERNEL({{ name }}, {{ B }})
 {
-    NJ_SHARED(float, nj_part, {{ (FUSED and 4 or 2) * B }});
+{% if mode ~= "dx" then %}
+    NJ_SHARED(float, nj_part, {{ (FUSED and mode ~= "final" and 4 or 2) * B }});
+{% end %}
+{% if mode == "full" or mode == "final" then %}
     NJ_SHARED(float, nj_m, 64); /* the tile's means of g and g*xhat */
+{% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    const nj_i64 ntask = A.rows * {{ P.kept_inner // EC }}LL * NJ_NT;
-{{ bwd_pointers() }}
+    const nj_i64 ntask = A.rows * {{ NTASK }}LL;
+{% if mode == "final" then %}
     {{ block_item("task", "ntask") }}
+        /* warp ty adds pieces ty, ty + BY, ... of its column; the warps' sums meet in warp order */
+        const float *WS = (const float *)A.workspace + {{ SUMS }} + task * (NJ_SPLIT * 64);
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll 1
+        for (int q = ty; q < NJ_SPLIT; q += NJ_BY) {
+            s1 += WS[q * 64 + tx];
+            s2 += WS[q * 64 + 32 + tx];
+        }
+        nj_part[threadIdx.x] = s1;
+        nj_part[{{ B }} + threadIdx.x] = s2;
+        __syncthreads();
+        if (ty == 0) {
+#pragma unroll 1
+            for (int k = 1; k < NJ_BY; k++) {
+                s1 += nj_part[k * 32 + tx];
+                s2 += nj_part[{{ B }} + k * 32 + tx];
+            }
+            float *M = (float *)A.workspace + {{ MEANS }} + task * 64;
+            M[tx] = s1 * (1.0f / (float)NJ_N);
+            M[32 + tx] = s2 * (1.0f / (float)NJ_N);
+        }
+    }
+}
+{% do return end %}
+{% end %}
+{{ bwd_pointers() }}
+{% if SPLIT > 1 then %}
+    {{ block_item("wi", "ntask * NJ_SPLIT") }}
+        const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
+        const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
+{% else %}
+    {{ block_item("task", "ntask") }}
+{% end %}
         const nj_i64 o = task / NJ_NT;
         const nj_i64 k{{ cax }} = (task % NJ_NT) * 32 + tx;
         const bool col_ok = k{{ cax }} < {{ EC }};
         {{ split_index("o", outer, "k") }}
         const nj_i64 ox = {{ offset("x", kept, "k") }};
         const nj_i64 ody = {{ offset("dy", kept, "k") }};
+{% if mode ~= "part" then %}
         const nj_i64 odx = {{ offset("dx", kept, "k") }};
+{% end %}
 {% if F.scale or F.bias then %}
         const nj_i64 op = {{ offset("param", kept, "k") }};
 {% end %}
         const nj_i64 os = {{ offset("stats", kept, "k") }};
         const float mean = col_ok ? {{ F.center and "A.mean[os]" or "0.0f" }} : 0.0f;
         const float rstd = col_ok ? A.rstd[os] : 0.0f;
+{% if mode == "dx" then %}
+        const float *M = (const float *)A.workspace + {{ MEANS }} + task * 64;
+{% if F.center then %}
+        const float m1 = M[tx];
+{% end %}
+        const float m2 = M[32 + tx];
+{% else %}
         float s1 = 0.0f, s2 = 0.0f;
 {% if FUSED then %}
         float p1 = 0.0f, p2 = 0.0f; /* dgamma, dbeta terms down this column */
 {% end %}
         if (col_ok) {
 {{ walk_unroll(2) }}
-            for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
+            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
                 {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
                "op + " .. offset("param", red, "r"), "                ") }}
@@ -88,6 +157,22 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
                 p2 += nj_part[{{ 3 * B }} + k * 32 + tx];
 {% end %}
             }
+{% if mode == "part" then %}
+            float *WS = (float *)A.workspace + {{ SUMS }} + wi * 64;
+            WS[tx] = s1;
+            WS[32 + tx] = s2;
+{% if FUSED then %}
+            if (col_ok) { /* this piece's partial row of outer index o */
+                float *PR = (float *)A.workspace + {{ WSB }};
+                PR[(o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] = p1;
+                PR[({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] = p2;
+            }
+{% end %}
+        }
+    }
+}
+{% do return end %}
+{% end %}
             nj_m[tx] = s1 * (1.0f / (float)NJ_N);
             nj_m[32 + tx] = s2 * (1.0f / (float)NJ_N);
 {% if FUSED then %}
@@ -103,9 +188,10 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         const float m1 = nj_m[tx];
 {% end %}
         const float m2 = nj_m[32 + tx];
+{% end %}
         if (col_ok) {
 {{ walk_unroll(2) }}
-            for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
+            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
                 {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
                "op + " .. offset("param", red, "r"), "                ") }}
@@ -114,12 +200,23 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
     }
 }
-{% PGRAD_LAUNCH = 2 %}
+{% end %}
+{% if SPLIT > 1 then %}
+{% col_kernel(P.launch[1].kernel, "part") %}
+
+{% col_kernel(P.launch[2].kernel, "final") %}
+
+{% col_kernel(P.launch[3].kernel, "dx") %}
+{% else %}
+{% col_kernel(P.launch[1].kernel, "full") %}
+{% end %}
+{% PGRAD_LAUNCH = ND + 1 %}
 {% if FUSED then %}
-{% bwd_column_sums(P.launch[2].kernel, P.launch[2].block, EC, "A.rows * " .. KO .. "LL",
-                   "WS[i * " .. EC .. " + col]", "WS[(A.rows * " .. KO .. "LL + i) * " .. EC .. " + col]") %}
-{% elseif #P.launch >= 2 and P.launch[2].kernel == "nj_bwd_pgrad_col" then %}
+{% local rows = "A.rows * " .. (KO * SPLIT) .. "LL" %}
+{% bwd_column_sums(P.launch[ND + 1].kernel, P.launch[ND + 1].block, EC, rows,
+                   "WS[i * " .. EC .. " + col]", "WS[(" .. rows .. " + i) * " .. EC .. " + col]") %}
+{% elseif #P.launch > ND and P.launch[ND + 1].kernel == "nj_bwd_pgrad_col" then %}
 {% include("bwd_pgrad_col.cuh") %}
-{% elseif #P.launch >= 2 then %}
+{% elseif #P.launch > ND then %}
 {% include("bwd_pgrad.cuh") %}
 {% end %}

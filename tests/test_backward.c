@@ -354,6 +354,15 @@ static void test_instancenorm(void **state)
     check_problem(s, "instancenorm ndhwc, 33 channels", p, 72, true, true);
     assert_int_equal(nj_problem_from_text("instancenorm f16 nhwc 2x5x7x40 flags=scale", 2, &p), NJ_OK);
     check_problem(s, "instancenorm nhwc, 40 channels, scale only", p, 73, true, false);
+    /* walks of 4608, 9216 and 9000 rows: split into pieces (sums, means, dx); dgamma/dbeta fused with a
+     * partial row per (image, piece), or walked by nj_bwd_pgrad when gamma spans the walk */
+    assert_int_equal(nj_problem_from_text("instancenorm f32 ndhwc 2x16x16x18x40 flags=scale,bias act=silu", 2, &p),
+                     NJ_OK);
+    check_problem(s, "instancenorm ndhwc, split walks", p, 74, true, true);
+    assert_int_equal(nj_problem_from_text("batchnorm bf16 nhwc 8x48x24x24 flags=scale", 8, &p), NJ_OK);
+    check_problem(s, "batchnorm nhwc, split walks, scale only", p, 75, true, false);
+    assert_int_equal(nj_problem_from_text("layernorm f16 2x9000x48 axes=1 flags=scale,bias act=relu", 2, &p), NJ_OK);
+    check_problem(s, "layernorm over axis 1, split walks", p, 76, true, true);
 }
 
 static void test_batchnorm(void **state)
@@ -526,6 +535,26 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_launch_grid(&pp.launch[3], 1, 0, g1), NJ_OK);
     assert_int_equal(nj_launch_grid(&pp.launch[3], 1 << 20, 0, g2), NJ_OK);
     assert_int_equal(g1[0], g2[0]);
+    /* channels-last InstanceNorm of 4608-pixel images: 36 pieces of 128 pixels a tile of 32 channels
+     * (two tiles), dgamma/dbeta from a partial row per (image, piece) */
+    assert_int_equal(nj_problem_from_text("instancenorm f32 ndhwc 2x16x16x18x40 flags=scale,bias", 2, &p), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    nj_device_props d132;
+    nj_device_props_default(90, &d132);
+    d132.sm_count = 132;
+    assert_int_equal(nj_plan_backward(&c, &d132, &pp), NJ_OK);
+    assert_int_equal(pp.split, 36);
+    assert_int_equal(pp.nlaunch, 4);
+    static const char *const names[] = {"nj_bwd_column_part", "nj_bwd_column_final", "nj_bwd_column",
+                                        "nj_bwd_column_pgrad"};
+    static const int64_t mult[] = {72, 2, 72, 1};
+    for (int i = 0; i < 4; i++) {
+        assert_string_equal(pp.launch[i].kernel, names[i]);
+        assert_int_equal(pp.launch[i].row_mult, mult[i]);
+    }
+    assert_int_equal(pp.launch[3].grid_x, 2);
+    assert_int_equal(pp.workspace_fixed, 0);
+    assert_int_equal(pp.workspace_per_row, 2 * 37 * 64 * 4 + 40 * 36 * 2 * 4);
     assert_int_equal(nj_plan_backward(NULL, &s->dev, &pp), NJ_ERR_NULL_POINTER);
 }
 
@@ -588,6 +617,7 @@ static void test_nvrtc_no_spills(void **state)
     static const int64_t ln_long[] = {4, 20480}; /* row dx, column-tiled dgamma/dbeta */
     static const int64_t ln_wide[] = {16, 8192}; /* 16-bit: 1024 threads of one vector chunk each */
     static const int64_t ncl[] = {4, 16, 100};
+    static const int64_t img_long[] = {2, 48, 64, 80}; /* channels last, 5120 pixels an image: split walks */
     static const variant vs[] = {{0, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_GELU_ERF},
@@ -595,7 +625,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[13];
+            nj_problem_desc ps[15];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -610,6 +640,8 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, huge, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_long, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_wide, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 4, img_long, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 4, img_long, 1, f), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];

@@ -136,7 +136,7 @@ static void test_instancenorm(void **state)
                                         "instancenorm %s ncl 2x5x33", "instancenorm %s ndhwc 1x4x5x3x8",
                                         "instancenorm %s nchw 3x2x1x1",
                                         "instancenorm %s nhwc 3x5x7x40", /* column family, dgamma fused */
-                                        "instancenorm %s ndhwc 2x40x16x16x18" /* 4608-row walks: split */};
+                                        "instancenorm %s ndhwc 2x40x16x16x18" /* 10240-row walks: split */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
     matrix_state *m = *state;
     int before = m->failed;
@@ -160,7 +160,7 @@ static void test_batchnorm(void **state)
     static const char *const bases[] = {"batchnorm %s nchw 3x5x4x4", "batchnorm %s nhwc 3x5x4x4",
                                         "batchnorm %s ncl 2x3x17",
                                         "batchnorm %s nchw 4x2x256x256", /* 2^18 a channel: split walks */
-                                        "batchnorm %s nhwc 2x48x48x48" /* column tiles, split walks */};
+                                        "batchnorm %s nhwc 2x48x48x48" /* 48 columns, 4608-row walks: split */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
     /* more channels than two waves of dgamma/dbeta blocks: those blocks loop over the channels, and the
      * dx blocks (18 elements a statistic) loop over theirs */
