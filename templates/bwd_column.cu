@@ -41,6 +41,18 @@ local PROWS = "A.rows * " .. (KO * SPLIT) .. "LL" -- fused partial rows
 local WSB = P.workspace_fixed // 4
 local SUMS = WSB .. " + " .. (FUSED and ("2 * " .. PROWS .. " * " .. EC) or "0")
 local MEANS = "(" .. SUMS .. ") + A.rows * " .. (NTASK * SPLIT * 64) .. "LL"
+-- The block's BY warp values of each of vars meet in nj_part and warp 0 adds them in warp order into
+-- its own; leaves warp 0's block open (the caller writes the totals and closes it).
+local function combine(vars)
+  local t = {}
+  for q, v in ipairs(vars) do t[#t + 1] = string.format("        nj_part[%d + threadIdx.x] = %s;", (q - 1) * B, v) end
+  t[#t + 1] = "        __syncthreads();\n        if (ty == 0) {\n#pragma unroll 1\n            for (int k = 1; k < NJ_BY; k++) {"
+  for q, v in ipairs(vars) do
+    t[#t + 1] = string.format("                %s += nj_part[%d + k * 32 + tx];", v, (q - 1) * B)
+  end
+  t[#t + 1] = "            }"
+  return table.concat(t, "\n")
+end
 %}
 {{ bwd_typedefs() }}
 
@@ -75,15 +87,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             s1 += WS[q * 64 + tx];
             s2 += WS[q * 64 + 32 + tx];
         }
-        nj_part[threadIdx.x] = s1;
-        nj_part[{{ B }} + threadIdx.x] = s2;
-        __syncthreads();
-        if (ty == 0) {
-#pragma unroll 1
-            for (int k = 1; k < NJ_BY; k++) {
-                s1 += nj_part[k * 32 + tx];
-                s2 += nj_part[{{ B }} + k * 32 + tx];
-            }
+{{ combine({"s1", "s2"}) }}
             float *M = (float *)A.workspace + {{ MEANS }} + task * 64;
             M[tx] = s1 * (1.0f / (float)NJ_N);
             M[32 + tx] = s2 * (1.0f / (float)NJ_N);
@@ -140,23 +144,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
             }
         }
-        nj_part[threadIdx.x] = s1;
-        nj_part[{{ B }} + threadIdx.x] = s2;
-{% if FUSED then %}
-        nj_part[{{ 2 * B }} + threadIdx.x] = p1;
-        nj_part[{{ 3 * B }} + threadIdx.x] = p2;
-{% end %}
-        __syncthreads();
-        if (ty == 0) {
-#pragma unroll 1
-            for (int k = 1; k < NJ_BY; k++) {
-                s1 += nj_part[k * 32 + tx];
-                s2 += nj_part[{{ B }} + k * 32 + tx];
-{% if FUSED then %}
-                p1 += nj_part[{{ 2 * B }} + k * 32 + tx];
-                p2 += nj_part[{{ 3 * B }} + k * 32 + tx];
-{% end %}
-            }
+{{ combine(FUSED and {"s1", "s2", "p1", "p2"} or {"s1", "s2"}) }}
 {% if mode == "part" then %}
             float *WS = (float *)A.workspace + {{ SUMS }} + wi * 64;
             WS[tx] = s1;

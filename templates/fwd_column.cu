@@ -122,15 +122,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             float *ST = (float *)A.workspace + A.rows * ({{ NTASK }}LL * NJ_SPLIT * 64) + task * 64;
             ST[tx] = mean;
             ST[32 + tx] = rstd;
-{% if F.stats then %}
-            if (col_ok) {
-                const nj_i64 os = {{ offset("stats", kept, "k") }};
-{% if F.center then %}
-                A.mean[os] = mean;
-{% end %}
-                A.rstd[os] = rstd;
-            }
-{% end %}
+{% fwd_save_stats("col_ok", kept) %}
         }
     }
 }
@@ -197,15 +189,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             const float rstd = rsqrtf(var + A.eps);
             nj_stat[tx] = mean;
             nj_stat[32 + tx] = rstd;
-{% if F.stats then %}
-            if (col_ok) {
-                const nj_i64 os = {{ offset("stats", kept, "k") }};
-{% if F.center then %}
-                A.mean[os] = mean;
-{% end %}
-                A.rstd[os] = rstd;
-            }
-{% end %}
+{% fwd_save_stats("col_ok", kept) %}
         }
         __syncthreads();
         const float mean = nj_stat[tx], rstd = nj_stat[32 + tx];

@@ -109,15 +109,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         const float var = nj_block_sum<{{ NW }}>(s, nj_scratch) * (1.0f / (float)NJ_N);
 {% end %}
         const float rstd = rsqrtf(var + A.eps); /* IEEE sqrt + divide would call slow-path subroutines (spills) */
-{% if F.stats then %}
-        if (threadIdx.x == 0) {
-            const nj_i64 os = {{ offset("stats", kept, "k") }};
-{% if F.center then %}
-            A.mean[os] = mean;
-{% end %}
-            A.rstd[os] = rstd;
-        }
-{% end %}
+{% fwd_save_stats("threadIdx.x == 0", kept) %}
 {% end %}
 {{ walk_unroll(F.residual and 2 or 1) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {

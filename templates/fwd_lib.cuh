@@ -44,6 +44,19 @@ typedef {{ P.ctype.param }} nj_tparam;
         const nj_i64 op = {{ offset("param", axes, prefix) }};
 {% end %}
 {% end %}
+{# The saved statistics (flag stats) of the kept index k<axis>, written where `guard` holds: mean (when
+   centered) and rstd must be in scope. #}
+{% function fwd_save_stats(guard, kept) %}
+{% if P.flags.stats then %}
+        if ({{ guard }}) {
+            const nj_i64 os = {{ offset("stats", kept, "k") }};
+{% if P.flags.center then %}
+            A.mean[os] = mean;
+{% end %}
+            A.rstd[os] = rstd;
+        }
+{% end %}
+{% end %}
 {# Split walks (fwd_row.cu, fwd_general.cu): the statistic from its pieces' (sum, m2), warp 0 adding them
    in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels), shared with the block
    through scratch[0..1]; piece 0 writes the saved statistics. ws: the statistic's partials; plen, total:

@@ -242,14 +242,8 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% if mode ~= "norm" then %}
         const float rstd = rsqrtf(var + A.eps); /* IEEE sqrt + divide would call slow-path subroutines (spills) */
 {% end %}
-{% if F.stats and mode ~= "norm" then %}
-        if (lane == 0) {
-            const nj_i64 os = {{ offset("stats", kept, "k") }};
-{% if F.center then %}
-            A.mean[os] = mean;
-{% end %}
-            A.rstd[os] = rstd;
-        }
+{% if mode ~= "norm" then %}
+{% fwd_save_stats("lane == 0", kept) %}
 {% end %}
 {#------------------------------------------------ second pass: normalize, affine, activation #}
 {% local function normalize(src) %}
