@@ -404,15 +404,40 @@ static nj_status tpl_push_env_plan(lua_State *L, const void *ud)
     return nj_codegen_push_env(L, u->c, u->pp);
 }
 
-nj_status nj_codegen(const nj_canon *c, const nj_plan_params *pp, char **source)
+/* The plan's template from the active set, rendered with the environment push(ud) makes. */
+static nj_status tpl_render_plan(const nj_plan_params *pp, nj_status (*push)(lua_State *, const void *),
+                                 const void *ud, char **source)
 {
-    NJ_RETURN_IF(!c || !pp || !source, NJ_ERR_NULL_POINTER, "codegen: NULL argument");
     NJ_RETURN_IF(!pp->template_name, NJ_ERR_INTERNAL, "codegen: plan has no template");
     const char *text;
     size_t len;
     NJ_TRY(nj_template_get(pp->template_name, &text, &len));
+    return tpl_render_text(pp->template_name, text, len, push, ud, source);
+}
+
+nj_status nj_codegen(const nj_canon *c, const nj_plan_params *pp, char **source)
+{
+    NJ_RETURN_IF(!c || !pp || !source, NJ_ERR_NULL_POINTER, "codegen: NULL argument");
     tpl_codegen_ud u = {c, pp};
-    return tpl_render_text(pp->template_name, text, len, tpl_push_env_plan, &u, source);
+    return tpl_render_plan(pp, tpl_push_env_plan, &u, source);
+}
+
+typedef struct tpl_lib_ud {
+    const nj_plan_params *pp;
+    int32_t dtype;
+} tpl_lib_ud;
+
+static nj_status tpl_push_env_lib(lua_State *L, const void *ud)
+{
+    const tpl_lib_ud *u = ud;
+    return nj_codegen_push_lib_env(L, u->pp, u->dtype);
+}
+
+nj_status nj_codegen_library(const nj_plan_params *pp, int32_t param_dtype, char **source)
+{
+    NJ_RETURN_IF(!pp || !source, NJ_ERR_NULL_POINTER, "codegen: NULL argument");
+    tpl_lib_ud u = {pp, param_dtype};
+    return tpl_render_plan(pp, tpl_push_env_lib, &u, source);
 }
 
 /* ---------------------------------------------------------------- template sets */

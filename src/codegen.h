@@ -35,6 +35,9 @@ NJ_HIDDEN const char *nj_template_set_hash(void);
  * A render error is NJ_ERR_TEMPLATE with "template:line: message" in the detail. */
 NJ_HIDDEN nj_status nj_codegen(const nj_canon *c, const nj_plan_params *pp, char **source);
 
+/* Renders a library module (nj_plan_library's plan) for gamma dtype param_dtype (caller frees *source). */
+NJ_HIDDEN nj_status nj_codegen_library(const nj_plan_params *pp, int32_t param_dtype, char **source);
+
 /* Renders an arbitrary template with a Lua table given as source text (tests, planted kernels). */
 NJ_HIDDEN nj_status nj_render_string(const char *name, const char *template_text, const char *env_lua,
                                      char **out);

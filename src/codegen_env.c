@@ -23,6 +23,9 @@
  *   P.launch[1..n]    {kernel=, block=, grid_x=} (block = threads in x; grid_x: the fixed grid, 0 when it
  *                     follows the batch)
  *   P.workspace_per_row, P.workspace_fixed   bytes
+ *
+ * A library module (templates/lib_*.cu, nj_codegen_library) sees only P.pass = "lib", P.family =
+ * "library", P.block, P.launch, and P.dtype.param / P.ctype.param: its kernels take no problem.
  */
 #include "codegen_env.h"
 
@@ -147,6 +150,24 @@ static void env_launches(lua_State *L, const nj_plan_params *pp)
         lua_rawseti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "launch");
+}
+
+nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_t param_dtype)
+{
+    NJ_RETURN_IF(!env_ctype(param_dtype), NJ_ERR_INTERNAL, "codegen: library dtype %d", (int)param_dtype);
+    NJ_RETURN_IF(pp->family != NJ_FAMILY_LIBRARY || pp->nlaunch != 1, NJ_ERR_INTERNAL, "codegen: not a library plan");
+    lua_createtable(L, 0, 6);
+    env_str(L, "pass", "lib");
+    env_str(L, "family", "library");
+    env_int(L, "block", pp->block);
+    lua_createtable(L, 0, 1);
+    env_str(L, "param", env_dtype(param_dtype));
+    lua_setfield(L, -2, "dtype");
+    lua_createtable(L, 0, 1);
+    env_str(L, "param", env_ctype(param_dtype));
+    lua_setfield(L, -2, "ctype");
+    env_launches(L, pp);
+    return NJ_OK;
 }
 
 nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_params *pp)

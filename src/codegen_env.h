@@ -8,5 +8,7 @@
 
 /* Pushes the table P for canonical problem c and plan pp (field list in codegen_env.c). */
 NJ_HIDDEN nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_params *pp);
+/* Pushes the table P of a library module (nj_plan_library) for gamma dtype param_dtype. */
+NJ_HIDDEN nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_t param_dtype);
 
 #endif

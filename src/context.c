@@ -313,7 +313,8 @@ nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes
     return NJ_OK;
 }
 
-/* Warms one variant of one pass; *done counts a compile, *total a kernel set that is distinct. */
+/* Warms one variant of one pass; *done counts a compile, *total a kernel set that is distinct (a library
+ * module counts where it is compiled: it is no problem's, and shared by most backward passes). */
 static nj_status nj_warm_variant(nj_context *ctx, const nj_canon *c, nj_pass pass, nj_variant v, int32_t *done,
                                  int32_t *total)
 {
@@ -323,8 +324,10 @@ static nj_status nj_warm_variant(nj_context *ctx, const nj_canon *c, nj_pass pas
         if (pp.align_opds == 0) return NJ_OK; /* the main kernels serve every argument */
     }
     nj_kernelset *ks;
-    NJ_TRY(nj_kernels_for(ctx, c, pass, v, 0, &ks, done));
-    (*total)++;
+    nj_build_stats st = {0, 0};
+    NJ_TRY(nj_kernels_for(ctx, c, pass, v, 0, &ks, &st));
+    *done += st.compiled + st.lib_compiled;
+    *total += 1 + st.lib_compiled;
     return NJ_OK;
 }
 

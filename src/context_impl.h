@@ -65,9 +65,17 @@ struct nj_context {
 NJ_HIDDEN nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_variant v, nj_kernelset **out);
 
 /* kernels.c */
+/* What building kernel sets did: modules of passes compiled, library modules compiled beside them. */
+typedef struct nj_build_stats {
+    int32_t compiled, lib_compiled;
+} nj_build_stats;
+/* The kernels of a pass of c (loaded when load): its own module and the library modules its launches
+ * name (planner.h: nj_lib_kernel). st (may be NULL) counts the compiles this call made. */
 NJ_HIDDEN nj_status nj_kernels_for(nj_context *ctx, const nj_canon *c, nj_pass pass, nj_variant v, int load,
-                                   nj_kernelset **out, int32_t *compiled);
+                                   nj_kernelset **out, nj_build_stats *st);
 NJ_HIDDEN char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_plan_params *pp);
+/* The signature of library module lib for gamma dtype dtype (pp: its nj_plan_library plan). Caller frees. */
+NJ_HIDDEN char *nj_lib_signature_text(nj_context *ctx, int32_t lib, int32_t dtype, const nj_plan_params *pp);
 NJ_HIDDEN const char *nj_binary_ext(nj_context *ctx);
 NJ_HIDDEN void nj_kernelsets_free(nj_context *ctx);
 

@@ -12,7 +12,42 @@ void nj_pass_info_free(nj_pass_info *pi)
     free(pi->plan_text);
     free(pi->signature);
     free(pi->source);
+    free(pi->libraries);
     memset(pi, 0, sizeof *pi);
+}
+
+static bool nj_cached(nj_context *ctx, const char *sig)
+{
+    nj_cache_entry e;
+    memset(&e, 0, sizeof e);
+    bool hit = ctx->cache && nj_cache_get(ctx->cache, sig, nj_binary_ext(ctx), &e) == NJ_OK;
+    nj_cache_entry_free(&e);
+    return hit;
+}
+
+/* The library modules a pass launches besides its own: their entries are needed too (warmup makes them). */
+static char *nj_explain_libraries(nj_context *ctx, const nj_canon *c, const nj_plan_params *pp)
+{
+    nj_buf b;
+    nj_buf_init(&b);
+    nj_buf_append(&b, "", 0);
+    for (int32_t i = 0; i < pp->nlaunch; i++) {
+        int32_t lib = pp->launch[i].lib, j = 0;
+        while (j < i && pp->launch[j].lib != lib) j++;
+        if (lib == NJ_LIB_NONE || j < i) continue;
+        nj_plan_params lp;
+        char *sig = nj_plan_library(lib, &lp) == NJ_OK ? nj_lib_signature_text(ctx, lib, c->dtype[NJ_OPD_PARAM], &lp) : NULL;
+        if (!sig) {
+            b.failed = true;
+            break;
+        }
+        char hash[33];
+        nj_hash_hex(sig, strlen(sig), hash);
+        nj_buf_printf(&b, "%s param=%s %s %s\n", nj_lib_name(lib), nj_dtype_name((nj_dtype)c->dtype[NJ_OPD_PARAM]), hash,
+                      nj_cached(ctx, sig) ? "cached" : "not cached");
+        free(sig);
+    }
+    return nj_buf_take(&b);
 }
 
 nj_status nj_context_explain(nj_context *ctx, const nj_problem_desc *p, nj_pass pass, int with_source,
@@ -28,17 +63,13 @@ nj_status nj_context_explain(nj_context *ctx, const nj_problem_desc *p, nj_pass 
     out->canon_text = nj_canon_text(&c);
     out->plan_text = nj_plan_text(&out->params);
     out->signature = nj_signature_text(ctx, &c, &out->params);
-    if (!out->canon_text || !out->plan_text || !out->signature) {
+    out->libraries = nj_explain_libraries(ctx, &c, &out->params);
+    if (!out->canon_text || !out->plan_text || !out->signature || !out->libraries) {
         nj_pass_info_free(out);
         return nj_fail(NJ_ERR_OUT_OF_MEMORY, "plan text");
     }
     nj_hash_hex(out->signature, strlen(out->signature), out->hash);
-    if (ctx->cache) {
-        nj_cache_entry e;
-        memset(&e, 0, sizeof e);
-        out->cached = nj_cache_get(ctx->cache, out->signature, nj_binary_ext(ctx), &e) == NJ_OK;
-        nj_cache_entry_free(&e);
-    }
+    out->cached = nj_cached(ctx, out->signature);
     if (with_source) {
         nj_status s = nj_codegen(&c, &out->params, &out->source);
         if (s != NJ_OK) {
@@ -70,9 +101,9 @@ nj_status nj_plan_describe(const nj_plan *plan, char *buf, size_t cap, size_t *l
             /* 0,0,0: no CUDA grid holds this many rows (launching fails with NJ_ERR_OVERFLOW) */
             uint32_t g[3] = {0, 0, 0};
             (void)nj_launch_grid(&pp.launch[i], plan->rows, plan->ctx->backend->props.max_grid_x, g);
-            nj_buf_printf(&b, "  launch %s grid %u,%u,%u block %d,%d,%d shmem %u\n", pp.launch[i].kernel, g[0], g[1],
-                          g[2], pp.launch[i].block[0], pp.launch[i].block[1], pp.launch[i].block[2],
-                          pp.launch[i].shmem);
+            nj_buf_printf(&b, "  launch %s%s grid %u,%u,%u block %d,%d,%d shmem %u\n", pp.launch[i].kernel,
+                          pp.launch[i].lib != NJ_LIB_NONE ? " (library)" : "", g[0], g[1], g[2], pp.launch[i].block[0],
+                          pp.launch[i].block[1], pp.launch[i].block[2], pp.launch[i].shmem);
         }
     }
     char *text = nj_buf_take(&b);

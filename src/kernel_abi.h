@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #define NJ_KARGS_NSTRIDE 8 /* == NJ_OPD_COUNT, in nj_operand order */
+#define NJ_LIB_NARGS 8     /* run-time arguments of a library kernel (planner.h: nj_lib_kernel) */
 
 typedef struct nj_kargs {
     const void *x, *res, *gamma, *beta, *dy;
@@ -16,6 +17,9 @@ typedef struct nj_kargs {
     int64_t bstride[NJ_KARGS_NSTRIDE];   /* batch-axis stride of each operand, elements */
     float eps;
     int32_t reserved;
+    /* A library kernel's extents and workspace layout (launch.c fills them from its launch before each
+     * library launch; other kernels ignore them): what a problem's own kernels have baked in. */
+    int64_t lib[NJ_LIB_NARGS];
 } nj_kargs;
 
 #endif

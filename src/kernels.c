@@ -1,12 +1,21 @@
 /* Signature -> ready kernels: memory table, then disk cache, then compile (single flight in the process,
- * a per-key file lock across processes), then load through the backend. */
+ * a per-key file lock across processes), then load through the backend. A pass's kernel set also points
+ * its library launches at the library modules (planner.h: nj_lib_kernel), fetched the same way. */
 #include "codegen.h"
 #include "context_impl.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NJ_LOCK_TIMEOUT_MS 120000
+
+/* What a kernel set's source is rendered from: a pass's canonical problem c, or (c NULL) library kernel
+ * lib. dtype: the gamma dtype, which a library module is built for. */
+typedef struct nj_unit {
+    const nj_canon *c;
+    int32_t lib, dtype;
+} nj_unit;
 
 static _Thread_local double nj_last_compile_ms;
 double nj_context_last_compile_ms(void) { return nj_last_compile_ms; }
@@ -19,6 +28,14 @@ const char *nj_binary_ext(nj_context *ctx)
     return "cubin";
 }
 
+/* The lines every signature ends with: what the binary depends on besides the problem and plan. */
+static void nj_signature_tail(nj_context *ctx, nj_buf *b)
+{
+    nj_buf_printf(b, "templates %s\ncompiler %s\ntarget %s\nformat %d\n", nj_template_set_hash(),
+                  ctx->backend->ops->compiler(ctx->backend), ctx->backend->ops->target(ctx->backend),
+                  NJ_CACHE_FORMAT);
+}
+
 char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_plan_params *pp)
 {
     char *canon = nj_canon_text(c), *plan = nj_plan_text(pp);
@@ -27,9 +44,7 @@ char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_plan_params
     if (canon && plan) {
         nj_buf_printf(&b, "normjit-signature\nproblem %s\npass %s\nplan %s\n", canon,
                       pp->pass == NJ_PASS_BACKWARD ? "bwd" : "fwd", plan);
-        nj_buf_printf(&b, "templates %s\ncompiler %s\ntarget %s\nformat %d\n", nj_template_set_hash(),
-                      ctx->backend->ops->compiler(ctx->backend), ctx->backend->ops->target(ctx->backend),
-                      NJ_CACHE_FORMAT);
+        nj_signature_tail(ctx, &b);
     } else {
         b.failed = true;
     }
@@ -38,12 +53,29 @@ char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_plan_params
     return nj_buf_take(&b);
 }
 
-/* Loads a binary and resolves every launch's kernel into ks. */
+char *nj_lib_signature_text(nj_context *ctx, int32_t lib, int32_t dtype, const nj_plan_params *pp)
+{
+    char *plan = nj_plan_text(pp);
+    nj_buf b;
+    nj_buf_init(&b);
+    if (plan && nj_lib_name(lib)) {
+        nj_buf_printf(&b, "normjit-signature\nlibrary %s\nparam %s\nplan %s\n", nj_lib_name(lib),
+                      nj_dtype_name((nj_dtype)dtype), plan);
+        nj_signature_tail(ctx, &b);
+    } else {
+        b.failed = true;
+    }
+    free(plan);
+    return nj_buf_take(&b);
+}
+
+/* Loads a binary and resolves the kernels of every launch of its own into ks. */
 static nj_status nj_kernels_load(nj_context *ctx, nj_kernelset *ks, const void *bin, size_t size)
 {
     nj_backend *b = ctx->backend;
     NJ_TRY(b->ops->load(b, bin, size, &ks->module));
     for (int32_t i = 0; i < ks->params.nlaunch; i++) {
+        if (ks->params.launch[i].lib != NJ_LIB_NONE) continue; /* in a library module: nj_libs_finish */
         nj_status s = b->ops->function(b, ks->module, ks->params.launch[i].kernel, &ks->fn[i]);
         if (s != NJ_OK) {
             b->ops->unload(b, ks->module);
@@ -55,11 +87,11 @@ static nj_status nj_kernels_load(nj_context *ctx, nj_kernelset *ks, const void *
 }
 
 /* Renders and compiles; the binary goes to the disk cache (best effort: a full disk only loses the entry). */
-static nj_status nj_kernels_compile(nj_context *ctx, const nj_canon *c, const char *sig, nj_kernelset *ks,
+static nj_status nj_kernels_compile(nj_context *ctx, const nj_unit *u, const char *sig, nj_kernelset *ks,
                                     nj_compile_result *res)
 {
     char *src = NULL;
-    NJ_TRY(nj_codegen(c, &ks->params, &src));
+    NJ_TRY(u->c ? nj_codegen(u->c, &ks->params, &src) : nj_codegen_library(&ks->params, u->dtype, &src));
     nj_status s = ctx->backend->ops->compile(ctx->backend, src, ks->params.launch[0].kernel,
                                              nj_plan_kernel_count(&ks->params), res);
     free(src);
@@ -93,7 +125,7 @@ static int nj_kernels_from_disk(nj_context *ctx, const char *sig, nj_kernelset *
 }
 
 /* Builds ks (state 0, owned by the calling thread). */
-static nj_status nj_kernels_build(nj_context *ctx, const nj_canon *c, const char *sig, nj_kernelset *ks, int load,
+static nj_status nj_kernels_build(nj_context *ctx, const nj_unit *u, const char *sig, nj_kernelset *ks, int load,
                                   int32_t *compiled)
 {
     nj_cache_entry e;
@@ -116,9 +148,9 @@ static nj_status nj_kernels_build(nj_context *ctx, const nj_canon *c, const char
             atomic_fetch_add(&ctx->misses, 1);
             nj_compile_result res;
             memset(&res, 0, sizeof res);
-            s = nj_kernels_compile(ctx, c, sig, ks, &res);
+            s = nj_kernels_compile(ctx, u, sig, ks, &res);
             if (lock_fd >= 0) nj_cache_unlock(ctx->cache, lock_fd);
-            if (s == NJ_OK && compiled) (*compiled)++;
+            if (s == NJ_OK) (*compiled)++;
             if (s == NJ_OK && load) s = nj_kernels_load(ctx, ks, res.bin.data, res.bin.size);
             nj_binary_free(&res.bin);
             return s;
@@ -147,25 +179,123 @@ static nj_status nj_kernelset_wait(nj_context *ctx, nj_kernelset *ks)
     return nj_fail(ks->error, "%s", ks->error_detail ? ks->error_detail : "kernel build failed");
 }
 
-nj_status nj_kernels_for(nj_context *ctx, const nj_canon *full, nj_pass pass, nj_variant v, int load,
-                         nj_kernelset **out, int32_t *compiled)
-{
-    nj_canon view; /* what this pass's kernels depend on: the signature, plan and source come from it */
-    nj_canon_for_pass(full, pass, &view);
-    const nj_canon *c = &view;
+static nj_status nj_kernelset_get(nj_context *ctx, const nj_unit *u, const nj_plan_params *pp, const char *sig,
+                                  int load, nj_kernelset **out, nj_build_stats *st);
+
+/* A library module that a new kernel set of a pass launches. One not yet in memory is fetched (from
+ * disk, or compiled) on a thread of its own while the pass's module is built, so that a first call in
+ * an empty cache waits for the longer of the two compiles, not their sum. */
+typedef struct nj_lib_job {
+    nj_context *ctx;
+    nj_unit unit;
+    int load;
     nj_plan_params pp;
-    NJ_TRY(nj_plan_variant(c, pass, v, &ctx->backend->props, &pp));
-    char *sig = nj_signature_text(ctx, c, &pp);
-    NJ_RETURN_IF(!sig, NJ_ERR_OUT_OF_MEMORY, "signature text");
+    char *sig;
+    nj_kernelset *ks;
+    nj_build_stats st;
+    nj_status s;
+    char *detail; /* the failure's detail, read on the job's thread */
+    pthread_t thread;
+    bool threaded;
+} nj_lib_job;
+
+static void *nj_lib_job_run(void *arg)
+{
+    nj_lib_job *j = arg;
+    j->s = nj_kernelset_get(j->ctx, &j->unit, &j->pp, j->sig, j->load, &j->ks, &j->st);
+    if (j->s != NJ_OK) j->detail = strdup(nj_last_error());
+    return NULL;
+}
+
+/* A loaded (or, without load, built) set of this hash, or NULL: the common case needs no thread. */
+static nj_kernelset *nj_kernelset_ready(nj_context *ctx, const char *sig, int load)
+{
     char hash[33];
     nj_hash_hex(sig, strlen(sig), hash);
+    pthread_mutex_lock(&ctx->lock);
+    nj_kernelset *ks = nj_kernelset_find(ctx, hash, load);
+    if (ks && ks->state != 1) ks = NULL;
+    pthread_mutex_unlock(&ctx->lock);
+    if (ks) atomic_fetch_add(&ctx->hits_memory, 1);
+    return ks;
+}
 
+static void nj_lib_job_start(nj_lib_job *j)
+{
+    j->s = nj_plan_library(j->unit.lib, &j->pp);
+    if (j->s == NJ_OK && !(j->sig = nj_lib_signature_text(j->ctx, j->unit.lib, j->unit.dtype, &j->pp)))
+        j->s = nj_fail(NJ_ERR_OUT_OF_MEMORY, "library signature text");
+    if (j->s != NJ_OK) {
+        j->detail = strdup(nj_last_error());
+        return;
+    }
+    if ((j->ks = nj_kernelset_ready(j->ctx, j->sig, j->load))) return;
+    j->threaded = pthread_create(&j->thread, NULL, nj_lib_job_run, j) == 0;
+    if (!j->threaded) nj_lib_job_run(j); /* no thread to be had: one after the other */
+}
+
+/* Starts a job per distinct library kernel among pp's launches; returns how many. */
+static int32_t nj_libs_start(nj_context *ctx, const nj_plan_params *pp, int32_t dtype, int load,
+                             nj_lib_job jobs[NJ_MAX_LAUNCHES])
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < pp->nlaunch; i++) {
+        int32_t lib = pp->launch[i].lib, k = 0;
+        while (k < n && jobs[k].unit.lib != lib) k++;
+        if (lib == NJ_LIB_NONE || k < n) continue;
+        memset(&jobs[n], 0, sizeof jobs[n]);
+        jobs[n].ctx = ctx;
+        jobs[n].unit = (nj_unit){NULL, lib, dtype};
+        jobs[n].load = load;
+        nj_lib_job_start(&jobs[n++]);
+    }
+    return n;
+}
+
+/* Waits for the jobs, points ks's library launches at their kernels and replays the first failure. */
+static nj_status nj_libs_finish(nj_lib_job *jobs, int32_t n, nj_kernelset *ks, int load, nj_build_stats *st)
+{
+    nj_status s = NJ_OK;
+    for (int32_t k = 0; k < n; k++) {
+        nj_lib_job *j = &jobs[k];
+        if (j->threaded) pthread_join(j->thread, NULL);
+        st->lib_compiled += j->st.lib_compiled;
+        if (j->s != NJ_OK && s == NJ_OK) s = nj_fail(j->s, "library kernel %s: %s", nj_lib_name(j->unit.lib),
+                                                     j->detail ? j->detail : "build failed");
+        for (int32_t i = 0; j->s == NJ_OK && load && i < ks->params.nlaunch; i++)
+            if (ks->params.launch[i].lib == j->unit.lib) ks->fn[i] = j->ks->fn[0];
+        free(j->detail);
+        free(j->sig);
+    }
+    return s;
+}
+
+/* Builds a new kernel set of a pass: its own module and, beside it, the library modules it launches. */
+static nj_status nj_kernels_build_pass(nj_context *ctx, const nj_unit *u, const char *sig, nj_kernelset *ks,
+                                       int load, nj_build_stats *st)
+{
+    nj_lib_job jobs[NJ_MAX_LAUNCHES];
+    int32_t nj = nj_libs_start(ctx, &ks->params, u->dtype, load, jobs);
+    nj_status s = nj_kernels_build(ctx, u, sig, ks, load, &st->compiled);
+    nj_status ls = nj_libs_finish(jobs, nj, ks, load, st);
+    if (s == NJ_OK && ls != NJ_OK && ks->module) { /* a failed set holds nothing: a retry loads anew */
+        ctx->backend->ops->unload(ctx->backend, ks->module);
+        ks->module = NULL;
+    }
+    return s != NJ_OK ? s : ls;
+}
+
+/* The kernel set of a signature: in memory (waiting for a build in flight), else built by this thread. */
+static nj_status nj_kernelset_get(nj_context *ctx, const nj_unit *u, const nj_plan_params *pp, const char *sig,
+                                  int load, nj_kernelset **out, nj_build_stats *st)
+{
+    char hash[33];
+    nj_hash_hex(sig, strlen(sig), hash);
     pthread_mutex_lock(&ctx->lock);
     nj_kernelset *ks = nj_kernelset_find(ctx, hash, load);
     if (ks && ks->state != 2) {
         nj_status s = nj_kernelset_wait(ctx, ks);
         pthread_mutex_unlock(&ctx->lock);
-        free(sig);
         if (s == NJ_OK) atomic_fetch_add(&ctx->hits_memory, 1);
         *out = ks;
         return s;
@@ -173,17 +303,16 @@ nj_status nj_kernels_for(nj_context *ctx, const nj_canon *full, nj_pass pass, nj
     ks = calloc(1, sizeof *ks);
     if (!ks) {
         pthread_mutex_unlock(&ctx->lock);
-        free(sig);
         return nj_fail(NJ_ERR_OUT_OF_MEMORY, "kernel set");
     }
     memcpy(ks->hash, hash, sizeof hash);
-    ks->params = pp;
+    ks->params = *pp;
     ks->next = ctx->sets;
     ctx->sets = ks; /* visible as "being built": other threads wait instead of compiling again */
     pthread_mutex_unlock(&ctx->lock);
 
-    nj_status s = nj_kernels_build(ctx, c, sig, ks, load, compiled);
-    free(sig);
+    nj_status s = u->c ? nj_kernels_build_pass(ctx, u, sig, ks, load, st)
+                       : nj_kernels_build(ctx, u, sig, ks, load, &st->lib_compiled);
 
     pthread_mutex_lock(&ctx->lock);
     ks->error = s;
@@ -192,6 +321,22 @@ nj_status nj_kernels_for(nj_context *ctx, const nj_canon *full, nj_pass pass, nj
     pthread_cond_broadcast(&ctx->built);
     pthread_mutex_unlock(&ctx->lock);
     *out = ks;
+    return s;
+}
+
+nj_status nj_kernels_for(nj_context *ctx, const nj_canon *full, nj_pass pass, nj_variant v, int load,
+                         nj_kernelset **out, nj_build_stats *st)
+{
+    nj_canon view; /* what this pass's kernels depend on: the signature, plan and source come from it */
+    nj_canon_for_pass(full, pass, &view);
+    nj_plan_params pp;
+    NJ_TRY(nj_plan_variant(&view, pass, v, &ctx->backend->props, &pp));
+    char *sig = nj_signature_text(ctx, &view, &pp);
+    NJ_RETURN_IF(!sig, NJ_ERR_OUT_OF_MEMORY, "signature text");
+    nj_build_stats none = {0, 0};
+    nj_unit u = {&view, NJ_LIB_NONE, view.dtype[NJ_OPD_PARAM]};
+    nj_status s = nj_kernelset_get(ctx, &u, &pp, sig, load, out, st ? st : &none);
+    free(sig);
     return s;
 }
 

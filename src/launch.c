@@ -58,6 +58,7 @@ static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream)
         uint32_t grid[3];
         NJ_TRY(nj_launch_grid(l, plan->rows, b->props.max_grid_x, grid));
         if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) continue;
+        if (l->lib != NJ_LIB_NONE) nj_launch_lib_args(l, plan->rows, ka->lib);
         nj_status s = b->ops->launch(b, ks->fn[i], grid, l->block, l->shmem, stream, ka, sizeof *ka);
         if (s != NJ_OK) return nj_fail_context(s, "launching %s", l->kernel);
     }

@@ -144,9 +144,35 @@ int32_t nj_plan_kernel_count(const nj_plan_params *pp)
     for (int32_t i = 0; i < pp->nlaunch; i++) {
         int32_t j = 0;
         while (j < i && strcmp(pp->launch[j].kernel, pp->launch[i].kernel) != 0) j++;
-        n += j == i;
+        n += j == i && pp->launch[i].lib == NJ_LIB_NONE;
     }
     return n;
+}
+
+static const char *const nj_lib_names[NJ_LIB_COUNT] = {NULL, "colsum"};
+#define NJ_LIB_BLOCK 256 /* 8 warps over the parts of 32 columns */
+
+const char *nj_lib_name(int32_t lib) { return lib > 0 && lib < NJ_LIB_COUNT ? nj_lib_names[lib] : NULL; }
+
+void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
+{
+    nj_plan_add_launch(pp, "nj_lib_colsum", NJ_LIB_BLOCK, 1, 1, (int32_t)((arg[NJ_COLSUM_NCOLS][0] + 31) / 32));
+    nj_launch *l = &pp->launch[pp->nlaunch - 1];
+    l->lib = NJ_LIB_COLSUM;
+    memcpy(l->arg, arg, sizeof l->arg);
+    if (l->arg[NJ_COLSUM_INNER][0] == 0 && l->arg[NJ_COLSUM_INNER][1] == 0) l->arg[NJ_COLSUM_INNER][0] = 1;
+}
+
+nj_status nj_plan_library(int32_t lib, nj_plan_params *out)
+{
+    NJ_RETURN_IF(!nj_lib_name(lib), NJ_ERR_INTERNAL, "planner: library kernel %d", (int)lib);
+    memset(out, 0, sizeof *out);
+    out->family = NJ_FAMILY_LIBRARY;
+    out->template_name = "lib_colsum.cu";
+    out->block = NJ_LIB_BLOCK;
+    out->vec = out->rows_per_block = out->split = 1;
+    nj_plan_add_launch(out, "nj_lib_colsum", NJ_LIB_BLOCK, 1, 1, 1);
+    return NJ_OK;
 }
 
 void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev)
@@ -364,6 +390,11 @@ nj_status nj_launch_grid(const nj_launch *l, int64_t rows, int32_t max_x, uint32
     return NJ_OK;
 }
 
+void nj_launch_lib_args(const nj_launch *l, int64_t rows, int64_t out[NJ_LIB_NARGS])
+{
+    for (int k = 0; k < NJ_LIB_NARGS; k++) out[k] = l->arg[k][0] + l->arg[k][1] * rows;
+}
+
 static const char *plan_family_name(int32_t f)
 {
     switch (f) {
@@ -372,6 +403,7 @@ static const char *plan_family_name(int32_t f)
     case NJ_FAMILY_PARAM_GRAD: return "param_grad";
     case NJ_FAMILY_COLUMN: return "column";
     case NJ_FAMILY_CHANNELS_LAST: return "channels_last";
+    case NJ_FAMILY_LIBRARY: return "library";
     default: return "unknown";
     }
 }
@@ -381,6 +413,27 @@ static void plan_launch_text(nj_buf *b, const nj_launch *l)
     nj_buf_printf(b, "%s %d %d %d %d %d %d %lld %lld %lld %u", l->kernel, l->block[0], l->block[1], l->block[2],
                   l->grid_x, l->grid_y, l->grid_z, (long long)l->row_mult, (long long)l->row_div,
                   (long long)l->grid_x_cap, l->shmem);
+    if (l->lib == NJ_LIB_NONE) return;
+    nj_buf_printf(b, " lib %d", (int)l->lib);
+    for (int k = 0; k < NJ_LIB_NARGS; k++)
+        nj_buf_printf(b, " %lld:%lld", (long long)l->arg[k][0], (long long)l->arg[k][1]);
+}
+
+/* The " lib N c:r ..." tail of a library launch's line (plan_launch_text); *used: characters read. */
+static bool plan_parse_lib(const char *p, nj_launch *l, int *used)
+{
+    int lib = 0, k = 0;
+    if (sscanf(p, " lib %d%n", &lib, &k) != 1 || !nj_lib_name(lib)) return false;
+    int at = k;
+    for (int i = 0; i < NJ_LIB_NARGS; i++) {
+        long long c, r;
+        if (sscanf(p + at, " %lld:%lld%n", &c, &r, &k) != 2) return false;
+        l->arg[i][0] = c, l->arg[i][1] = r;
+        at += k;
+    }
+    l->lib = lib;
+    *used = at;
+    return true;
 }
 
 char *nj_plan_text(const nj_plan_params *pp)
@@ -445,6 +498,10 @@ nj_status nj_launches_from_text(const char *text, nj_plan_params *pp)
         int k = 0;
         int got = sscanf(p, "%63s %d %d %d %d %d %d %lld %lld %lld %u%n", name, &l->block[0], &l->block[1],
                          &l->block[2], &l->grid_x, &l->grid_y, &l->grid_z, &rm, &rd, &cap, &shmem, &k);
+        int tail = 0;
+        if (got == 11 && k > 0 && p[k] == ' ' && !plan_parse_lib(p + k, l, &tail))
+            return nj_fail(NJ_ERR_PARSE, "launches: bad library arguments on line %d", i + 1);
+        k += tail;
         NJ_RETURN_IF(got != 11 || k == 0 || p[k] != '\n', NJ_ERR_PARSE, "launches: bad launch line %d", i + 1);
         NJ_RETURN_IF(!plan_kernel_name_ok(name) || strlen(name) >= sizeof l->kernel, NJ_ERR_PARSE,
                      "launches: bad kernel name on line %d", i + 1);

@@ -5,6 +5,7 @@
 #ifndef NJ_PLANNER_H
 #define NJ_PLANNER_H
 
+#include "kernel_abi.h"
 #include "problem.h"
 
 typedef struct nj_device_props {
@@ -24,8 +25,27 @@ typedef enum nj_family {
     NJ_FAMILY_GENERAL = 2, /* any canonical problem: a block per statistic, strided walks */
     NJ_FAMILY_PARAM_GRAD = 3, /* backward dgamma/dbeta: deterministic reductions over non-feature axes */
     NJ_FAMILY_COLUMN = 4,     /* column problems: a block per tile of 32 contiguous kept columns */
-    NJ_FAMILY_CHANNELS_LAST = 5 /* GroupNorm over channels-last images: pixel tiles, vectors across channels */
+    NJ_FAMILY_CHANNELS_LAST = 5, /* GroupNorm over channels-last images: pixel tiles, vectors across channels */
+    NJ_FAMILY_LIBRARY = 6     /* a library module (nj_plan_library): no problem of its own */
 } nj_family;
+
+/* Library kernels: problem-independent steps (adding workspace partials into dgamma/dbeta) that every
+ * plan launching them shares: one module per (kernel, gamma dtype), compiled once per cache, its
+ * extents read from nj_kargs.lib at run time. A pass's own source is smaller by a kernel, and a
+ * kernel costs NVRTC ~10 ms wherever it sits (README: what NVRTC costs). */
+typedef enum nj_lib_kernel {
+    NJ_LIB_NONE = 0,
+    /* out_a[col], out_b[col] (dgamma, dbeta; col < lib[0]) = the sums over the parts i < lib[1] of
+     * WS[lib[6 or 7] + (i / lib[2]) * lib[3] + (i % lib[2]) * lib[4] + col * lib[5]] (floats): warp w of
+     * a block of 32 columns adds parts w, w + 8, ..., warp 0 the 8 warp sums, in that order */
+    NJ_LIB_COLSUM = 1
+} nj_lib_kernel;
+#define NJ_LIB_COUNT 2
+/* NJ_LIB_COLSUM's arguments (nj_kargs.lib), in order */
+enum {
+    NJ_COLSUM_NCOLS, NJ_COLSUM_NPARTS, NJ_COLSUM_INNER, NJ_COLSUM_S_OUTER, NJ_COLSUM_S_INNER, NJ_COLSUM_S_COL,
+    NJ_COLSUM_BASE_A, NJ_COLSUM_BASE_B
+};
 
 #define NJ_MAX_LAUNCHES 4
 
@@ -33,7 +53,9 @@ typedef enum nj_family {
  * work item, at most grid_x_cap when that is set (the plan's grid_loop: the kernel loops over the items),
  * laid out by nj_launch_grid. */
 typedef struct nj_launch {
-    char kernel[48];    /* extern "C" name in the rendered source */
+    char kernel[48];    /* extern "C" name in the rendered source, or the library kernel's */
+    int32_t lib;        /* nj_lib_kernel: NJ_LIB_NONE for a kernel of the plan's own source */
+    int64_t arg[NJ_LIB_NARGS][2]; /* library launches: nj_kargs.lib[k] = arg[k][0] + arg[k][1] * rows */
     int32_t block[3];
     int32_t grid_x, grid_y, grid_z;
     int64_t row_mult, row_div, grid_x_cap;
@@ -88,7 +110,15 @@ NJ_HIDDEN void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_
                                   int64_t row_div, int32_t grid_x);
 /* Pieces of each walk of the column family (1: none), forward and backward alike. */
 NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev);
-/* Distinct kernels among the launches (what the rendered source defines). */
+/* Appends a launch of library kernel NJ_LIB_COLSUM (a fixed grid: 32 of the NJ_COLSUM_NCOLS columns a
+ * block, which must not depend on the batch); arg: each NJ_COLSUM_* argument as a {constant, per
+ * batch row} pair, an inner count of 0 read as 1. */
+NJ_HIDDEN void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2]);
+/* The one launch of a library module (kernel lib; its dtype comes with the module's signature). */
+NJ_HIDDEN nj_status nj_plan_library(int32_t lib, nj_plan_params *out);
+/* Name of a library kernel ("colsum"), NULL if lib is none. */
+NJ_HIDDEN const char *nj_lib_name(int32_t lib);
+/* Distinct kernels of the plan's own source among the launches (library launches not counted). */
 NJ_HIDDEN int32_t nj_plan_kernel_count(const nj_plan_params *pp);
 /* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then
  * caps the grids of its launches that scale with the batch at two waves of resident blocks. */
@@ -101,6 +131,9 @@ NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
  * with x * y >= n (the kernels number blocks with nj_block_item and skip those past n). NJ_ERR_OVERFLOW
  * past 65535 rows of blocks, which no device's memory can fill at CUDA's width. */
 NJ_HIDDEN nj_status nj_launch_grid(const nj_launch *l, int64_t rows, int32_t max_x, uint32_t grid[3]);
+
+/* A library launch's nj_kargs.lib for `rows` batch rows (planner.h: nj_launch.arg). */
+NJ_HIDDEN void nj_launch_lib_args(const nj_launch *l, int64_t rows, int64_t out[NJ_LIB_NARGS]);
 
 /* One-line text of the plan parameters (goes into the signature and `normjit plan`). Caller frees. */
 NJ_HIDDEN char *nj_plan_text(const nj_plan_params *pp);

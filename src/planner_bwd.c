@@ -41,7 +41,12 @@ static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_pla
     int64_t tasks = tiles * split;
     nj_plan_add_launch(pp, "nj_bwd_pgrad_col", 256, 1, 1, (int32_t)(tasks < want * 4 ? tasks : want * 4));
     if (split > 1) {
-        nj_plan_add_launch(pp, "nj_bwd_pgrad_colsum", 256, 1, 1, (int32_t)((c->param_size + 255) / 256));
+        /* split s's partial of gamma element j at [s][j], of beta at [split + s][j] */
+        int64_t ps = c->param_size;
+        const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {ps, 0}, [NJ_COLSUM_NPARTS] = {split, 0},
+                                             [NJ_COLSUM_S_OUTER] = {ps, 0}, [NJ_COLSUM_S_COL] = {1, 0},
+                                             [NJ_COLSUM_BASE_B] = {split * ps, 0}};
+        nj_plan_add_colsum(pp, arg);
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }
 }
@@ -67,7 +72,12 @@ static void bwd_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_pla
             return;
         }
         nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(c->param_size * split));
-        nj_plan_add_launch(pp, "nj_bwd_pgrad_sum", 256, 1, 1, (int32_t)((c->param_size + 255) / 256));
+        /* piece q's pair (gamma, beta) of element j at [q][j][2] */
+        int64_t ps = c->param_size;
+        const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {ps, 0}, [NJ_COLSUM_NPARTS] = {split, 0},
+                                             [NJ_COLSUM_S_OUTER] = {2 * ps, 0}, [NJ_COLSUM_S_COL] = {2, 0},
+                                             [NJ_COLSUM_BASE_B] = {1, 0}};
+        nj_plan_add_colsum(pp, arg);
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }
 }
@@ -188,7 +198,11 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
     int32_t per_sm = pp->block >= 512 ? 1 : 1024 / pp->block;
     int32_t nslot = sms * per_sm;
     nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot);
-    nj_plan_add_launch(pp, "nj_bwd_row_pgrad", 256, 1, 1, (int32_t)((n + 31) / 32));
+    /* slot k's partial row of gamma at [k][n], of beta at [nslot + k][n] */
+    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0}, [NJ_COLSUM_NPARTS] = {nslot, 0},
+                                         [NJ_COLSUM_S_OUTER] = {n, 0}, [NJ_COLSUM_S_COL] = {1, 0},
+                                         [NJ_COLSUM_BASE_B] = {(int64_t)nslot * n, 0}};
+    nj_plan_add_colsum(pp, arg);
     pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
     return NJ_OK;
 }
@@ -196,7 +210,7 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
 /* dgamma/dbeta fused into the column walk when the tile's columns are the only feature axis (channels-last
  * InstanceNorm and BatchNorm): each thread adds dz*xhat and dz down its column in the walk that sums g
  * and g*xhat anyway, the block's warps add theirs in order, and one partial row per outer index goes to
- * the workspace; nj_bwd_column_pgrad adds them per column in order. A separate dgamma walk would read x
+ * the workspace; the library's column sum (NJ_LIB_COLSUM) adds them per column in order. A separate dgamma walk would read x
  * and dy a second time and cost ~26 ms of NVRTC. */
 static bool bwd_column_fused(const nj_canon *c)
 {
@@ -229,7 +243,12 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     }
     if (bwd_column_fused(c)) {
         /* a partial row (2 x ec floats) per outer index and piece: kept_inner / ec outer indices a row */
-        nj_plan_add_launch(pp, "nj_bwd_column_pgrad", 256, 1, 1, (int32_t)((ec + 31) / 32));
+        /* [2][rows * ko * split][ec]: a partial row per outer index and piece */
+        int64_t parts = c->kept_inner / ec * pp->split;
+        const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {ec, 0}, [NJ_COLSUM_NPARTS] = {0, parts},
+                                             [NJ_COLSUM_S_OUTER] = {ec, 0}, [NJ_COLSUM_S_COL] = {1, 0},
+                                             [NJ_COLSUM_BASE_B] = {0, parts * ec}};
+        nj_plan_add_colsum(pp, arg);
         pp->workspace_per_row += (uint64_t)c->kept_inner * s * 2u * sizeof(float);
         return NJ_OK;
     }

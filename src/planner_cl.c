@@ -15,8 +15,8 @@
  *            dz * xhat and dz (the dgamma/dbeta partials);
  *   nj_bwd_cl_final: a warp per (image, group) adds its tiles' sums in order;
  *   nj_bwd_cl_dx: dx of the tile, vector loads and stores;
- *   nj_bwd_cl_pgrad (with gamma/beta): a block per 32 channels adds every (image, tile) partial in a
- *            fixed order (8 warps over the partials, then warp 0 over the warps).
+ *   with gamma/beta, the library's column sum (NJ_LIB_COLSUM): a block per 32 channels adds every
+ *            (image, tile) partial in a fixed order (8 warps over the partials, then warp 0 over the warps).
  * The tiling is a function of the problem alone: the same work split and rounding on every run. */
 #include "planner.h"
 
@@ -25,7 +25,6 @@
 #define NJ_CL_TILE 16384     /* elements a tile aims at: ~80 tiles for a 320-channel 64x64 UNet image */
 #define NJ_CL_MAX_TILES 256  /* tiles of an image at most: a warp combines them per group */
 #define NJ_CL_FINAL_BLOCK 256 /* threads of the combining launch: a warp per (image, group) */
-#define NJ_CL_PGRAD_BLOCK 256 /* threads of the dgamma/dbeta launch: 8 warps over 32 channels */
 #define NJ_CL_MAX_CHANNELS 4096
 
 static int64_t cl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -155,7 +154,15 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
     uint64_t per_image = (uint64_t)(pp->split + 1) * (uint64_t)groups * 2u;
     if (params) {
         per_image += (uint64_t)pp->split * (uint64_t)channels * 2u;
-        nj_plan_add_launch(pp, "nj_bwd_cl_pgrad", NJ_CL_PGRAD_BLOCK, 1, 1, (int32_t)cl_ceil_div(channels, 32));
+        /* image k's tile t partial pair of channel j at k * image + chans + (t * channels + j) * 2, where
+         * image = chans + tiles * channels * 2 and chans = (tiles + 1) * groups * 2 (bwd_channels_last.cu) */
+        int64_t tiles = pp->split, chans = (tiles + 1) * groups * 2, image = (int64_t)per_image;
+        const int64_t arg[NJ_LIB_NARGS][2] = {
+            [NJ_COLSUM_NCOLS] = {channels, 0}, [NJ_COLSUM_NPARTS] = {0, tiles}, [NJ_COLSUM_INNER] = {tiles, 0},
+            [NJ_COLSUM_S_OUTER] = {image, 0},  [NJ_COLSUM_S_INNER] = {2 * channels, 0},
+            [NJ_COLSUM_S_COL] = {2, 0},        [NJ_COLSUM_BASE_A] = {chans, 0},
+            [NJ_COLSUM_BASE_B] = {chans + 1, 0}};
+        nj_plan_add_colsum(pp, arg);
     }
     pp->workspace_per_row = per_image * sizeof(float);
     return NJ_OK;

@@ -8,8 +8,8 @@
    nj_bwd_cl_part: the tile's sums, thread -> smem (pixel row, channel) -> channel (-> group), in order.
    nj_bwd_cl_final: a warp per (image, group) adds the tiles' sums in order.
    nj_bwd_cl_dx: dx of the tile.
-   nj_bwd_cl_pgrad: a block per 32 channels, warp w adds partials w, w + 8, ... of every (image, tile),
-   warp 0 the 8 warp sums: a fixed grid and order, deterministic without atomics. #}
+   With gamma/beta, the library's column sum (lib_colsum.cu) adds every (image, tile) partial of a
+   channel in a fixed order: deterministic without atomics. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -206,9 +206,3 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
         }
     }
 }
-{% if PARAMS then %}
-
-{% bwd_column_sums(P.launch[4].kernel, P.launch[4].block, "NJ_C", "A.rows * NJ_S",
-                   "WS[(i / NJ_S) * NJ_WS_IMAGE + NJ_WS_CHANS + ((i % NJ_S) * NJ_C + col) * 2]",
-                   "WS[(i / NJ_S) * NJ_WS_IMAGE + NJ_WS_CHANS + ((i % NJ_S) * NJ_C + col) * 2 + 1]") %}
-{% end %}

@@ -4,9 +4,9 @@
    reduction at ty, ty + BY, ... so every warp reads 32 neighbouring elements (coalesced). The BY warp
    sums of g and g*xhat meet in shared memory and warp 0 adds them in warp order (deterministic); a
    second walk writes dx. dgamma/dbeta: when the columns are the only feature axis (FUSED: the plan's
-   second launch is nj_bwd_column_pgrad), the first walk also sums dz*xhat and dz, warp 0 writes the
-   tile's partial for its outer index o (workspace: [2][rows * KO][EC]) and nj_bwd_column_pgrad adds the
-   partials of each column in order; else bwd_pgrad_col.cuh or bwd_pgrad.cuh, as the launch after the dx
+   launch after the dx ones is the library's column sum, lib_colsum.cu), the first walk also sums
+   dz*xhat and dz, warp 0 writes the tile's partial for its outer index o (workspace: [2][rows * KO][EC])
+   and the column sum adds the partials of each column in order; else bwd_pgrad_col.cuh or bwd_pgrad.cuh, as the launch after the dx
    ones says. Long walks (P.split > 1, as in fwd_column.cu) take three launches before the dgamma/dbeta
    ones: nj_bwd_column_part sums a piece's g and g*xhat per column (and with FUSED its dz*xhat and dz,
    a partial row per (outer index, piece)), nj_bwd_column_final adds a tile's pieces in order into the
@@ -31,7 +31,7 @@ local NT = ceil_div(EC, 32)
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 local ND = SPLIT > 1 and 3 or 1 -- dx launches
-local FUSED = #P.launch > ND and P.launch[ND + 1].kernel == "nj_bwd_column_pgrad"
+local FUSED = #P.launch > ND and P.launch[ND + 1].kernel == "nj_lib_colsum"
 local KO = P.kept_inner // EC -- outer indices per batch row
 local NTASK = KO * NT -- tiles per batch row
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
@@ -199,12 +199,8 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% col_kernel(P.launch[1].kernel, "full") %}
 {% end %}
 {% PGRAD_LAUNCH = ND + 1 %}
-{% if FUSED then %}
-{% local rows = "A.rows * " .. (KO * SPLIT) .. "LL" %}
-{% bwd_column_sums(P.launch[ND + 1].kernel, P.launch[ND + 1].block, EC, rows,
-                   "WS[i * " .. EC .. " + col]", "WS[(" .. rows .. " + i) * " .. EC .. " + col]") %}
-{% elseif #P.launch > ND and P.launch[ND + 1].kernel == "nj_bwd_pgrad_col" then %}
+{% if not FUSED and #P.launch > ND and P.launch[ND + 1].kernel == "nj_bwd_pgrad_col" then %}
 {% include("bwd_pgrad_col.cuh") %}
-{% elseif #P.launch > ND then %}
+{% elseif not FUSED and #P.launch > ND then %}
 {% include("bwd_pgrad.cuh") %}
 {% end %}

@@ -2,7 +2,7 @@
    walks the non-feature index space (batch axis outermost) in a fixed order, recomputing xhat from x,
    mean and rstd, and reduces dz*xhat and dz with a fixed block tree. Included by the bwd_ templates
    when the plan's dgamma/dbeta launch is nj_bwd_pgrad. With few feature elements each walk is split
-   (SP pieces, the partials summed in order by nj_bwd_pgrad_sum). #}
+   (SP pieces, the partials summed in order by the library's column sum, lib_colsum.cu). #}
 {%
 local F = P.flags
 local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
@@ -90,36 +90,11 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
         nj_block_sum2<{{ PB // 32 }}>(s1, s2, nj_pscratch);
 {% if SP > 1 then %}
         if (threadIdx.x == 0) {
-            float *WS = (float *)A.workspace + ((nj_i64)piece * {{ P.param_size }} + fi) * 2;
+            /* at the element's own gamma offset: the library's column sum writes dgamma[op] from it */
+            float *WS = (float *)A.workspace + ((nj_i64)piece * {{ P.param_size }} + op) * 2;
             WS[0] = s1;
             WS[1] = s2;
         }
-        (void)op;
-    }
-}
-
-/* dgamma/dbeta: a feature element's pieces added in order */
-NJ_KERNEL({{ P.launch[PG + 1].kernel }}, {{ P.launch[PG + 1].block }})
-{
-    if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
-    const float *WS = (const float *)A.workspace;
-    {
-        const unsigned fi = blockIdx.x * blockDim.x + threadIdx.x; /* the plan's grid covers param_size */
-        if (fi >= {{ P.param_size }}u) return;
-        {{ split_index("fi", feat, "f", "unsigned") }}
-        const nj_i64 op = {{ offset("param", feat, "f") }};
-        float s1 = 0.0f, s2 = 0.0f;
-#pragma unroll 1
-        for (int q = 0; q < {{ SP }}; q++) {
-            s1 += WS[((nj_i64)q * {{ P.param_size }} + fi) * 2];
-            s2 += WS[((nj_i64)q * {{ P.param_size }} + fi) * 2 + 1];
-        }
-{% if F.scale then %}
-        if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, op, s1);
-{% end %}
-{% if F.bias then %}
-        if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, op, s2);
-{% end %}
     }
 }
 {% else %}

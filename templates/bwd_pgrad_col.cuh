@@ -3,8 +3,8 @@
    nj_bwd_pgrad_col: a block per (tile of 32 neighbouring feature columns, split s of NJ_S): lane tx owns
    one column, warp ty walks the non-feature index space at s * BY + ty, stepping NJ_S * BY (32 reads of
    neighbouring elements per warp: coalesced); warp 0 adds the BY warp sums in order. With NJ_S > 1 each
-   split writes a partial row to the workspace and nj_bwd_pgrad_colsum adds the NJ_S partials of a
-   feature element in split order. Fixed split, fixed order: deterministic. #}
+   split writes a partial row to the workspace and the library's column sum (lib_colsum.cu) adds the
+   NJ_S partials of a feature element in split order. Fixed split, fixed order: deterministic. #}
 {%
 local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
 local cax = P.rank
@@ -83,11 +83,10 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
                 s2 += nj_part[{{ PB }} + k * 32 + tx];
             }
 {% if S > 1 then %}
-            /* partial of split s for feature element fo * EC + column */
+            /* partial of split s at the element's gamma offset (the library's column sum adds them) */
             float *WS = (float *)A.workspace;
-            const nj_i64 fi = (nj_i64)fo * {{ EC }} + f{{ cax }};
-            WS[(nj_i64)s * {{ PS }} + fi] = s1;
-            WS[(nj_i64)(NJ_S + s) * {{ PS }} + fi] = s2;
+            WS[(nj_i64)s * {{ PS }} + op] = s1;
+            WS[(nj_i64)(NJ_S + s) * {{ PS }} + op] = s2;
 {% else %}
 {% if P.flags.scale then %}
             if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, op, s1);
@@ -102,33 +101,3 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
 {% end %}
     }
 }
-{% if S > 1 then %}
-{% local RB = P.launch[PG + 1].block %}
-
-NJ_KERNEL({{ P.launch[PG + 1].kernel }}, {{ RB }})
-{
-    if (!A.dgamma && !A.dbeta) return;
-    const float *WS = (const float *)A.workspace;
-    {
-        const unsigned fi = blockIdx.x * {{ RB }}u + threadIdx.x; /* the plan's grid covers PS */
-        if (fi >= {{ PS }}u) return;
-        float a = 0.0f, b = 0.0f;
-#pragma unroll 1
-        for (int s = 0; s < NJ_S; s++) {
-            a += WS[(nj_i64)s * {{ PS }} + fi];
-            b += WS[(nj_i64)(NJ_S + s) * {{ PS }} + fi];
-        }
-        const unsigned fo = fi / {{ EC }}u;
-        const unsigned f{{ cax }} = fi % {{ EC }}u;
-        (void)fo;
-        {{ split_index("fo", fouter, "f", "unsigned") }}
-        const nj_i64 op = {{ offset("param", feat, "f") }};
-{% if P.flags.scale then %}
-        if (A.dgamma) nj_store_f32((nj_tparam *)A.dgamma, op, a);
-{% end %}
-{% if P.flags.bias then %}
-        if (A.dbeta) nj_store_f32((nj_tparam *)A.dbeta, op, b);
-{% end %}
-    }
-}
-{% end %}

@@ -5,8 +5,8 @@
    dz*xhat and dz in registers across rows; the warps of a block then add theirs in warp order in shared
    memory, and the block writes one partial row per block to the workspace (slot = blockIdx.x; the grid
    is fixed by the plan: NSLOT blocks).
-   Launch 2 (nj_bwd_row_pgrad): a block per 32 columns; warp w adds slots w, w + 8, ... and warp 0 adds
-   the 8 warp sums in order. Fixed work split and fixed order everywhere: deterministic.
+   Launch 2, the library's column sum (lib_colsum.cu, compiled once for every plan): a block per 32
+   columns adds the slots in a fixed order. Fixed work split and fixed order everywhere: deterministic.
    Rows above 16384 elements (too many column sums for registers) get a block per row for dx only, and
    dgamma/dbeta come from bwd_pgrad_col.cuh's column tiles.
    Vector width P.vec assumes aligned base pointers and batch strides: the launch checks them (the
@@ -19,9 +19,9 @@
 local kept, red = kept_axes(), reduced_axes()
 if #red ~= 1 or red[1] ~= P.rank then error("bwd_row needs one innermost reduced axis") end
 local F = P.flags
--- PGRAD: the column sums of dgamma/dbeta ride along in registers (nj_bwd_row_pgrad adds the blocks');
--- rows too long for that leave them to the column-tiled launches of bwd_pgrad_col.cuh
-local PGRAD = #P.launch >= 2 and P.launch[2].kernel == "nj_bwd_row_pgrad"
+-- PGRAD: the column sums of dgamma/dbeta ride along in registers (the library's column sum adds the
+-- blocks'); rows too long for that leave them to the column-tiled launches of bwd_pgrad_col.cuh
+local PGRAD = #P.launch >= 2 and P.launch[2].kernel == "nj_lib_colsum"
 local PCOL = #P.launch >= 2 and not PGRAD
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
@@ -209,11 +209,6 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% end %}
     nj_bwd_row_body<{{ P.vec }}>(A, nj_scratch, nj_pshared);
 }
-{% if PGRAD then %}
-{% local PB = P.launch[2].block %}
-
-{% bwd_column_sums(P.launch[2].kernel, PB, "NJ_N", "NJ_NSLOT", "WS[i * NJ_N + col]", "WS[(NJ_NSLOT + i) * NJ_N + col]") %}
-{% end %}
 {% if PCOL then %}
 {% PGRAD_LAUNCH = 2 %}
 {% include("bwd_pgrad_col.cuh") %}

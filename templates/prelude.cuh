@@ -38,14 +38,16 @@ struct nj_kargs {
     long long bstride[8];
     float eps;
     int reserved;
+    long long lib[8]; /* a library kernel's run-time extents (templates/lib_*.cu) */
 };
-static_assert(sizeof(nj_kargs) == 184, "nj_kargs differs from src/kernel_abi.h");
+static_assert(sizeof(nj_kargs) == 248, "nj_kargs differs from src/kernel_abi.h");
 /* NVRTC has no offsetof; the host compiler (emulator) and nvcc check the offsets */
 #ifndef __CUDACC_RTC__
 static_assert(__builtin_offsetof(nj_kargs, workspace) == 96, "nj_kargs.workspace offset");
 static_assert(__builtin_offsetof(nj_kargs, rows) == 104, "nj_kargs.rows offset");
 static_assert(__builtin_offsetof(nj_kargs, bstride) == 112, "nj_kargs.bstride offset");
 static_assert(__builtin_offsetof(nj_kargs, eps) == 176, "nj_kargs.eps offset");
+static_assert(__builtin_offsetof(nj_kargs, lib) == 184, "nj_kargs.lib offset");
 #endif
 
 /* Operand numbers, as in src/problem.h (nj_operand): index A.bstride with them. */

@@ -34,6 +34,7 @@ typedef struct bwd_state {
     int nkregs;
     int shift;  /* elements by which x, dy and dx are moved off their allocation's alignment */
     int spills; /* kernels with spill stores or loads (all are reported before the test fails) */
+    void *libmod[NJ_LIB_COUNT][4], *libfn[NJ_LIB_COUNT][4]; /* library modules by kernel and gamma dtype */
 } bwd_state;
 
 static int group_setup(void **state)
@@ -56,6 +57,10 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
+    bwd_state *ls = *state;
+    for (int l = 0; l < NJ_LIB_COUNT; l++)
+        for (int d = 0; d < 4; d++)
+            if (ls->libmod[l][d]) ls->emu->ops->unload(ls->emu, ls->libmod[l][d]);
     bwd_state *s = *state;
     s->emu->ops->destroy(s->emu);
     s->emu2->ops->destroy(s->emu2);
@@ -70,6 +75,26 @@ typedef struct bwd_kernels {
     char *src;
     void *mod, *fn[NJ_MAX_LAUNCHES];
 } bwd_kernels;
+
+/* The kernel of library module lib for gamma dtype dtype, compiled on the emulator on first use. */
+static void *bwd_lib_fn(bwd_state *s, int32_t lib, int32_t dtype)
+{
+    if (s->libfn[lib][dtype]) return s->libfn[lib][dtype];
+    nj_plan_params pp;
+    char *src = NULL;
+    assert_int_equal(nj_plan_library(lib, &pp), NJ_OK);
+    if (nj_codegen_library(&pp, dtype, &src) != NJ_OK) fail_msg("library codegen: %s", nj_last_error());
+    nj_compile_result r;
+    memset(&r, 0, sizeof r);
+    if (s->emu->ops->compile(s->emu, src, pp.template_name, 1, &r) != NJ_OK)
+        fail_msg("library compile: %s\n%s", nj_last_error(), src);
+    free(src);
+    assert_int_equal(s->emu->ops->load(s->emu, r.bin.data, r.bin.size, &s->libmod[lib][dtype]), NJ_OK);
+    nj_binary_free(&r.bin);
+    assert_int_equal(s->emu->ops->function(s->emu, s->libmod[lib][dtype], pp.launch[0].kernel, &s->libfn[lib][dtype]),
+                     NJ_OK);
+    return s->libfn[lib][dtype];
+}
 
 static void bwd_build(bwd_state *s, const nj_problem_desc *p, bwd_kernels *k)
 {
@@ -88,8 +113,12 @@ static void bwd_build(bwd_state *s, const nj_problem_desc *p, bwd_kernels *k)
     st = s->emu->ops->load(s->emu, r.bin.data, r.bin.size, &k->mod);
     nj_binary_free(&r.bin);
     assert_int_equal(st, NJ_OK);
-    for (int i = 0; i < k->pp.nlaunch; i++)
-        assert_int_equal(s->emu->ops->function(s->emu, k->mod, k->pp.launch[i].kernel, &k->fn[i]), NJ_OK);
+    for (int i = 0; i < k->pp.nlaunch; i++) {
+        if (k->pp.launch[i].lib != NJ_LIB_NONE)
+            k->fn[i] = bwd_lib_fn(s, k->pp.launch[i].lib, k->c.dtype[NJ_OPD_PARAM]);
+        else
+            assert_int_equal(s->emu->ops->function(s->emu, k->mod, k->pp.launch[i].kernel, &k->fn[i]), NJ_OK);
+    }
 }
 
 static void bwd_drop(bwd_state *s, bwd_kernels *k)
@@ -160,6 +189,7 @@ static void bwd_launch(bwd_state *s, bwd_kernels *k, const nj_refh *r, const flo
     for (int i = 0; i < k->pp.nlaunch; i++) {
         uint32_t grid[3];
         assert_int_equal(nj_launch_grid(&k->pp.launch[i], a.rows, b->props.max_grid_x, grid), NJ_OK);
+        nj_launch_lib_args(&k->pp.launch[i], a.rows, a.lib);
         nj_status st = b->ops->launch(b, k->fn[i], grid, k->pp.launch[i].block, k->pp.launch[i].shmem,
                                            NULL, &a, sizeof a);
         if (st != NJ_OK) fail_msg("launch %s: %s", k->pp.launch[i].kernel, nj_last_error());
@@ -491,8 +521,17 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
     assert_int_equal(pp.nlaunch, 2);
-    assert_string_equal(pp.launch[1].kernel, "nj_bwd_column_pgrad");
+    /* the library's column sum over one partial row an image: rows parts, dbeta's after dgamma's */
+    assert_string_equal(pp.launch[1].kernel, "nj_lib_colsum");
+    assert_int_equal(pp.launch[1].lib, NJ_LIB_COLSUM);
     assert_int_equal(pp.launch[1].grid_x, 2);
+    int64_t la[NJ_LIB_NARGS];
+    nj_launch_lib_args(&pp.launch[1], 6, la);
+    assert_int_equal(la[NJ_COLSUM_NCOLS], 40);
+    assert_int_equal(la[NJ_COLSUM_NPARTS], 6);
+    assert_int_equal(la[NJ_COLSUM_BASE_B], 6 * 40);
+    assert_int_equal(la[NJ_COLSUM_S_OUTER], 40);
+    assert_int_equal(la[NJ_COLSUM_INNER], 1);
     assert_int_equal(pp.workspace_per_row, 40 * 2 * sizeof(float));
     assert_int_equal(pp.workspace_fixed, 0);
     /* rows past the register column sums (16384): row dx, column-tiled dgamma/dbeta */
@@ -528,7 +567,7 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.nlaunch, 4);
     assert_string_equal(pp.launch[2].kernel, "nj_bwd_pgrad");
-    assert_string_equal(pp.launch[3].kernel, "nj_bwd_pgrad_sum");
+    assert_int_equal(pp.launch[3].lib, NJ_LIB_COLSUM);
     uint64_t pieces = pp.workspace_fixed / (64 * 2 * sizeof(float));
     assert_true(pieces >= 2 && pieces * 64 >= (uint64_t)(4 * (s->dev.sm_count > 0 ? s->dev.sm_count : 132)));
     assert_int_equal(pp.workspace_fixed, pieces * 64 * 2 * sizeof(float));
@@ -546,7 +585,7 @@ static void test_plan_shape(void **state)
     assert_int_equal(pp.split, 36);
     assert_int_equal(pp.nlaunch, 4);
     static const char *const names[] = {"nj_bwd_column_part", "nj_bwd_column_final", "nj_bwd_column",
-                                        "nj_bwd_column_pgrad"};
+                                        "nj_lib_colsum"};
     static const int64_t mult[] = {72, 2, 72, 1};
     for (int i = 0; i < 4; i++) {
         assert_string_equal(pp.launch[i].kernel, names[i]);
@@ -560,11 +599,45 @@ static void test_plan_shape(void **state)
 
 /* ---------------------------------------------------------------- NVRTC: every variant, no spills */
 
-/* Renders p's backward source and compiles it for sm_80 and sm_90; asserts 0 spill stores/loads and
- * reports registers. */
+static const int32_t arches[2] = {80, 90};
+
+/* Compiles src (pp's kernels) for arches[ai]; asserts 0 spill stores/loads and records registers. */
+static void nvrtc_check_source(bwd_state *s, const char *label, int ai, const nj_plan_params *pp, char *src)
+{
+    nj_compile_result r;
+    memset(&r, 0, sizeof r);
+    nj_status st = nj_nvrtc_compile(src, pp->template_name, arches[ai], nj_plan_kernel_count(pp), &r);
+    if (st != NJ_OK) fail_msg("%s sm_%d: %s\n%s", label, arches[ai], nj_last_error(), src);
+    assert_int_equal(r.bin.is_ptx, 0);
+    assert_int_equal(r.nkernels, nj_plan_kernel_count(pp));
+    for (int i = 0; i < r.nkernels; i++) {
+        const nj_kernel_resources *k = &r.kernels[i];
+        if (k->spill_stores || k->spill_loads || k->stack_bytes)
+            fprintf(stderr, "SPILL %s sm_%d %s: %d regs, %d/%d spill bytes, %d stack\n", label, arches[ai],
+                    k->kernel, k->registers, k->spill_stores, k->spill_loads, k->stack_bytes);
+        s->spills += (k->spill_stores || k->spill_loads);
+        if ((k->spill_stores || k->spill_loads) && getenv("NJ_BWD_DUMP")) {
+            char path[256];
+            snprintf(path, sizeof path, "%s/spill_%d_%s.cu", getenv("NJ_BWD_DUMP"), s->spills, k->kernel);
+            FILE *fp = fopen(path, "w");
+            if (fp) fputs(src, fp), fclose(fp);
+        }
+        if (k->registers > s->max_regs[ai]) s->max_regs[ai] = k->registers;
+        int j = 0;
+        while (j < s->nkregs && strcmp(s->kregs[j].name, k->kernel) != 0) j++;
+        if (j == s->nkregs && j < 16) snprintf(s->kregs[s->nkregs++].name, sizeof s->kregs[0].name, "%s", k->kernel);
+        if (j < 16 && k->registers > s->kregs[j].regs[ai]) s->kregs[j].regs[ai] = k->registers;
+        if (getenv("NJ_BWD_VERBOSE"))
+            fprintf(stderr, "%s sm_%d %s: %d regs, %d B shared\n", label, arches[ai], k->kernel, k->registers,
+                    k->shared_bytes);
+    }
+    nj_binary_free(&r.bin);
+    free(src);
+}
+
+/* Renders p's backward source and checks it for sm_80 and sm_90. */
 static void nvrtc_check(bwd_state *s, const char *label, const nj_problem_desc *p)
 {
-    static const int32_t arches[2] = {80, 90};
     for (int ai = 0; ai < 2; ai++) {
         nj_device_props dev;
         nj_device_props_default(arches[ai], &dev);
@@ -574,35 +647,24 @@ static void nvrtc_check(bwd_state *s, const char *label, const nj_problem_desc *
         assert_int_equal(nj_canonicalize(p, &c), NJ_OK);
         assert_int_equal(nj_plan_backward(&c, &dev, &pp), NJ_OK);
         if (nj_codegen(&c, &pp, &src) != NJ_OK) fail_msg("%s: codegen: %s", label, nj_last_error());
-        nj_compile_result r;
-        memset(&r, 0, sizeof r);
-        nj_status st = nj_nvrtc_compile(src, pp.template_name, arches[ai], nj_plan_kernel_count(&pp), &r);
-        if (st != NJ_OK) fail_msg("%s sm_%d: %s\n%s", label, arches[ai], nj_last_error(), src);
-        assert_int_equal(r.bin.is_ptx, 0);
-        assert_int_equal(r.nkernels, pp.nlaunch);
-        for (int i = 0; i < r.nkernels; i++) {
-            const nj_kernel_resources *k = &r.kernels[i];
-            if (k->spill_stores || k->spill_loads || k->stack_bytes)
-                fprintf(stderr, "SPILL %s sm_%d %s: %d regs, %d/%d spill bytes, %d stack\n", label, arches[ai],
-                        k->kernel, k->registers, k->spill_stores, k->spill_loads, k->stack_bytes);
-            s->spills += (k->spill_stores || k->spill_loads);
-            if ((k->spill_stores || k->spill_loads) && getenv("NJ_BWD_DUMP")) {
-                char path[256];
-                snprintf(path, sizeof path, "%s/spill_%d_%s.cu", getenv("NJ_BWD_DUMP"), s->spills, k->kernel);
-                FILE *fp = fopen(path, "w");
-                if (fp) fputs(src, fp), fclose(fp);
+        nvrtc_check_source(s, label, ai, &pp, src);
+    }
+}
+
+/* The library modules the backward plans launch, for every gamma dtype. */
+static void nvrtc_check_libs(bwd_state *s)
+{
+    for (int32_t lib = NJ_LIB_NONE + 1; lib < NJ_LIB_COUNT; lib++) {
+        for (size_t d = 0; d < 3; d++) {
+            for (int ai = 0; ai < 2; ai++) {
+                nj_plan_params pp;
+                char *src = NULL, label[64];
+                assert_int_equal(nj_plan_library(lib, &pp), NJ_OK);
+                assert_int_equal(nj_codegen_library(&pp, dts[d], &src), NJ_OK);
+                snprintf(label, sizeof label, "library %s %s", nj_lib_name(lib), nj_dtype_name(dts[d]));
+                nvrtc_check_source(s, label, ai, &pp, src);
             }
-            if (k->registers > s->max_regs[ai]) s->max_regs[ai] = k->registers;
-            int j = 0;
-            while (j < s->nkregs && strcmp(s->kregs[j].name, k->kernel) != 0) j++;
-            if (j == s->nkregs && j < 16) snprintf(s->kregs[s->nkregs++].name, sizeof s->kregs[0].name, "%s", k->kernel);
-            if (j < 16 && k->registers > s->kregs[j].regs[ai]) s->kregs[j].regs[ai] = k->registers;
-            if (getenv("NJ_BWD_VERBOSE"))
-                fprintf(stderr, "%s sm_%d %s: %d regs, %d B shared\n", label, arches[ai], k->kernel, k->registers,
-                        k->shared_bytes);
         }
-        nj_binary_free(&r.bin);
-        free(src);
     }
 }
 
@@ -652,6 +714,7 @@ static void test_nvrtc_no_spills(void **state)
             }
         }
     }
+    nvrtc_check_libs(s);
     fprintf(stderr, "backward: most registers of any kernel: sm_80 %d, sm_90 %d\n", s->max_regs[0], s->max_regs[1]);
     for (int j = 0; j < s->nkregs; j++)
         fprintf(stderr, "backward:   %-22s sm_80 %3d  sm_90 %3d registers (most over the variants)\n", s->kregs[j].name,

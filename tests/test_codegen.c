@@ -19,11 +19,12 @@
 #include "problem_gen.h"
 
 /* The device side declares the same struct (templates/prelude.cuh, with its own static_asserts). */
-_Static_assert(sizeof(nj_kargs) == 184, "nj_kargs size changed: update templates/prelude.cuh");
+_Static_assert(sizeof(nj_kargs) == 248, "nj_kargs size changed: update templates/prelude.cuh");
 _Static_assert(offsetof(nj_kargs, workspace) == 96, "nj_kargs.workspace offset");
 _Static_assert(offsetof(nj_kargs, rows) == 104, "nj_kargs.rows offset");
 _Static_assert(offsetof(nj_kargs, bstride) == 112, "nj_kargs.bstride offset");
 _Static_assert(offsetof(nj_kargs, eps) == 176, "nj_kargs.eps offset");
+_Static_assert(offsetof(nj_kargs, lib) == 184, "nj_kargs.lib offset");
 
 static char *render_ok(const char *tpl, const char *env)
 {
@@ -491,6 +492,36 @@ static void test_codegen_fail(void **state)
     assert_int_equal(nj_codegen(NULL, &pp, &src), NJ_ERR_NULL_POINTER);
 }
 
+/* A library module renders from its kernel and gamma dtype alone: no problem is baked in. */
+static void test_library_render(void **state)
+{
+    (void)state;
+    static const struct {
+        nj_dtype d;
+        const char *typedef_line;
+    } want[] = {{NJ_F32, "typedef float nj_tparam;"}, {NJ_F16, "typedef nj_f16 nj_tparam;"},
+                {NJ_BF16, "typedef nj_bf16 nj_tparam;"}};
+    nj_plan_params pp;
+    assert_int_equal(nj_plan_library(NJ_LIB_COLSUM, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_LIBRARY);
+    assert_int_equal(nj_plan_kernel_count(&pp), 1);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char *src = NULL;
+        assert_int_equal(nj_codegen_library(&pp, want[i].d, &src), NJ_OK);
+        assert_non_null(strstr(src, want[i].typedef_line));
+        assert_non_null(strstr(src, "NJ_KERNEL(nj_lib_colsum, 256)"));
+        assert_non_null(strstr(src, "A.lib[7]"));
+        assert_null(strstr(src, "#define NJ_N")); /* extents come at run time */
+        free(src);
+    }
+    char *src = NULL;
+    assert_int_not_equal(nj_codegen_library(&pp, NJ_DTYPE_NONE, &src), NJ_OK);
+    assert_null(src);
+    assert_non_null(strstr(nj_last_error(), "library dtype"));
+    assert_int_equal(nj_plan_library(NJ_LIB_COUNT, &pp), NJ_ERR_INTERNAL);
+    assert_int_equal(nj_plan_library(NJ_LIB_NONE, &pp), NJ_ERR_INTERNAL);
+}
+
 /* Every forward variant, and the backward of the same problems, compiles with NVRTC for sm_80 and sm_90 with no spills (the ptxas report): a
  * spill in these memory-bound kernels costs more than any tuning gains. A stack frame above 8 bytes
  * fails too (local arrays indexed at run time); ptxas 13.0 reserves an 8-byte frame without any spill
@@ -524,7 +555,7 @@ static void test_forward_compile_nvrtc(void **state)
             int32_t arch = archs[a % 2];
             nj_status s = nj_nvrtc_compile(src, fwd[i].name, arch, nj_plan_kernel_count(&pp), &r);
             if (s != NJ_OK) fail_msg("%s sm_%d: %s", fwd[i].name, arch, nj_last_error());
-            assert_int_equal(r.nkernels, pp.nlaunch);
+            assert_int_equal(r.nkernels, nj_plan_kernel_count(&pp));
             for (int j = 0; j < r.nkernels; j++) {
                 const nj_kernel_resources *k = &r.kernels[j];
                 if (k->spill_stores || k->spill_loads || k->stack_bytes > 8)
@@ -650,6 +681,7 @@ int main(void)
         cmocka_unit_test(test_forward_variants),
         cmocka_unit_test(test_general_renders_row),
         cmocka_unit_test(test_codegen_fail),
+        cmocka_unit_test(test_library_render),
         cmocka_unit_test(test_forward_compile_nvrtc),
         cmocka_unit_test(test_random_problems),
         cmocka_unit_test(test_render_threads),

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "context.h"
 #include "reference.h"
 
@@ -454,12 +455,112 @@ static void test_backward_shared_across_forward_flags(void **state)
     int32_t compiled = 0, cached = 0;
     assert_int_equal(nj_context_warm(ctx, &plain, NJ_PASS_FORWARD | NJ_PASS_BACKWARD | NJ_WARM_MAIN, &compiled, &cached),
                      NJ_OK);
-    assert_int_equal(compiled, 2);
+    assert_int_equal(compiled, 3); /* forward, backward, the library module of dgamma's column sum */
     compiled = cached = 0;
     assert_int_equal(nj_context_warm(ctx, &fused, NJ_PASS_FORWARD | NJ_PASS_BACKWARD | NJ_WARM_MAIN, &compiled, &cached),
                      NJ_OK);
     assert_int_equal(compiled, 1); /* its forward */
     assert_int_equal(cached, 1);   /* the plain problem's backward */
+    nj_context_destroy(ctx);
+}
+
+static int32_t warm_bwd(nj_context *ctx, const char *text)
+{
+    nj_problem_desc p;
+    assert_int_equal(nj_problem_from_text(text, 4, &p), NJ_OK);
+    int32_t compiled = 0, cached = 0;
+    nj_status s = nj_context_warm(ctx, &p, NJ_PASS_BACKWARD | NJ_WARM_MAIN, &compiled, &cached);
+    if (s != NJ_OK) fail_msg("warm %s: %s", text, nj_last_error());
+    return compiled;
+}
+
+/* dgamma's column sum is one library module per gamma dtype: compiled with the first backward that
+ * launches it, then shared by every other one, in this process and (through the cache) the next. */
+static void test_library_module_shared(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    assert_int_equal(warm_bwd(ctx, "rmsnorm f32 *x96 flags=scale"), 2); /* its own module and the library's */
+    assert_int_equal(warm_bwd(ctx, "layernorm f32 *x160 flags=scale,bias"), 1);
+    assert_int_equal(warm_bwd(ctx, "groupnorm f32 nhwc *x64x6x6 groups=8 flags=scale,bias"), 1);
+    assert_int_equal(warm_bwd(ctx, "rmsnorm bf16 *x96 flags=scale param=bf16"), 2); /* another gamma dtype */
+    assert_int_equal(warm_bwd(ctx, "rmsnorm f32 *x96"), 1); /* no dgamma: no library module */
+    nj_context_destroy(ctx);
+    /* a server process loads both from disk and compiles nothing */
+    ctx = emu_context(f->dir, NJ_CTX_NO_COMPILE);
+    nj_problem_desc p;
+    nj_plan *plan;
+    assert_int_equal(nj_problem_from_text("layernorm f32 *x160 flags=scale,bias", 4, &p), NJ_OK);
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_BACKWARD, &plan), NJ_OK);
+    nj_cache_stats st;
+    nj_context_cache_stats(ctx, &st);
+    assert_int_equal(st.compiles, 0);
+    assert_int_equal(st.hits_disk, 2);
+    nj_context_destroy(ctx);
+}
+
+typedef struct lib_race {
+    nj_context *ctx;
+    int n;
+    nj_status s;
+} lib_race;
+
+static void *lib_race_body(void *v)
+{
+    lib_race *r = v;
+    char text[64];
+    snprintf(text, sizeof text, "layernorm f32 *x%d flags=scale,bias", 64 + 32 * r->n);
+    nj_problem_desc p;
+    nj_plan *plan;
+    r->s = nj_problem_from_text(text, 2, &p);
+    if (r->s == NJ_OK) r->s = nj_plan_get(r->ctx, &p, NJ_PASS_BACKWARD, &plan);
+    return NULL;
+}
+
+/* Eight first backward calls of eight problems at once: the library module they share is built once. */
+static void test_library_single_flight_threads(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    pthread_t t[8];
+    lib_race r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (lib_race){ctx, i, NJ_ERR_INTERNAL};
+        assert_int_equal(pthread_create(&t[i], NULL, lib_race_body, &r[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 8; i++) assert_int_equal(r[i].s, NJ_OK);
+    nj_cache_stats st;
+    nj_context_cache_stats(ctx, &st);
+    assert_int_equal(st.compiles, 8 + 1);
+    nj_context_destroy(ctx);
+}
+
+/* A context that never compiles and finds a pass's own entry but not the library module it launches:
+ * NJ_ERR_NOT_CACHED naming the library, and the plan is not half loaded. */
+static void test_no_compile_missing_library_fail(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    static const char text[] = "rmsnorm f32 *x96 flags=scale";
+    assert_int_equal(warm_bwd(ctx, text), 2);
+    nj_problem_desc p;
+    assert_int_equal(nj_problem_from_text(text, 4, &p), NJ_OK);
+    nj_pass_info pi;
+    assert_int_equal(nj_context_explain(ctx, &p, NJ_PASS_BACKWARD, 0, &pi), NJ_OK);
+    char hash[33], path[600];
+    assert_int_equal(sscanf(pi.libraries, "colsum param=f32 %32s cached\n", hash), 1);
+    nj_pass_info_free(&pi);
+    nj_context_destroy(ctx);
+    snprintf(path, sizeof path, "%s/v%d/%.2s/%s.so", f->dir, NJ_CACHE_FORMAT, hash, hash);
+    assert_int_equal(unlink(path), 0);
+    ctx = emu_context(f->dir, NJ_CTX_NO_COMPILE);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_BACKWARD, &plan), NJ_ERR_NOT_CACHED);
+    assert_non_null(strstr(nj_last_error(), "library kernel colsum"));
+    assert_non_null(strstr(nj_last_error(), "warmup"));
+    /* asked again, it fails the same way (nothing was published half built) */
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_BACKWARD, &plan), NJ_ERR_NOT_CACHED);
     nj_context_destroy(ctx);
 }
 
@@ -513,6 +614,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unsafe_root_falls_back_to_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_manifest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backward_shared_across_forward_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_library_module_shared, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_library_single_flight_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_compile_missing_library_fail, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

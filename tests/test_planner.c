@@ -419,6 +419,24 @@ static void test_launches_round_trip(void **state)
     char *t2 = nj_launches_to_text(&back);
     assert_string_equal(t, t2);
     free(t), free(t2);
+    /* a library launch carries its kernel and run-time arguments */
+    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {100, 0}, [NJ_COLSUM_NPARTS] = {3, 7},
+                                         [NJ_COLSUM_BASE_B] = {-1, 1LL << 40}};
+    nj_plan_add_colsum(&pp, arg);
+    assert_int_equal(pp.launch[3].lib, NJ_LIB_COLSUM);
+    assert_int_equal(pp.launch[3].grid_x, 4);
+    assert_int_equal(pp.launch[3].arg[NJ_COLSUM_INNER][0], 1); /* an inner count of 0 reads as 1 */
+    assert_int_equal(nj_plan_kernel_count(&pp), 3);           /* not a kernel of the plan's source */
+    t = nj_launches_to_text(&pp);
+    memset(&back, 0xff, sizeof back);
+    assert_int_equal(nj_launches_from_text(t, &back), NJ_OK);
+    assert_int_equal(back.nlaunch, 4);
+    assert_memory_equal(back.launch, pp.launch, sizeof pp.launch[0] * 4);
+    int64_t la[NJ_LIB_NARGS];
+    nj_launch_lib_args(&back.launch[3], 5, la);
+    assert_int_equal(la[NJ_COLSUM_NPARTS], 3 + 35);
+    assert_int_equal(la[NJ_COLSUM_BASE_B], (5LL << 40) - 1);
+    free(t);
 }
 
 static void test_launches_parse_fail(void **state)
@@ -437,6 +455,9 @@ static void test_launches_parse_fail(void **state)
         "launches 1\nk 128 1 1 -1 1 1 1 1 0 0\n",       /* negative grid */
         "launches 1\nk 128 1 1 0 1 1 1 1 -4 0\n",       /* negative cap */
         "launches 1\nk 128 1 1 0 1 1 1 1 0 0\nextra\n", /* trailing text */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0 0 lib 9 0:0 0:0 0:0 0:0 0:0 0:0 0:0 0:0\n", /* no such kernel */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0 0 lib 1 0:0 0:0 0:0 0:0 0:0 0:0 0:0\n",     /* an argument short */
+        "launches 1\nk 128 1 1 0 1 1 1 1 0 0 lib 1 0:0 0:0 0:0 0:0 0:0 0:0 0:0 0\n",   /* half a pair */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         pp.nlaunch = 2;
@@ -611,8 +632,22 @@ static void test_channels_last(void **state)
     assert_int_equal(pp.vec, 4);
     assert_int_equal(pp.block, 480); /* 80 lanes of 4 channels, 6 pixels at once */
     assert_int_equal(pp.nlaunch, 4);
-    assert_string_equal(pp.launch[3].kernel, "nj_bwd_cl_pgrad");
+    assert_string_equal(pp.launch[3].kernel, "nj_lib_colsum");
     assert_int_equal(pp.launch[3].grid_x, 10);
+    /* the library's column sum walks each image's tile partials: (image, tile) parts, pairs per channel
+     * after the group sums and means of the image */
+    int64_t la[NJ_LIB_NARGS];
+    nj_launch_lib_args(&pp.launch[3], 3, la);
+    int64_t chans = (pp.split + 1) * 32 * 2, image = chans + (int64_t)pp.split * 320 * 2;
+    assert_int_equal(la[NJ_COLSUM_NCOLS], 320);
+    assert_int_equal(la[NJ_COLSUM_NPARTS], 3 * pp.split);
+    assert_int_equal(la[NJ_COLSUM_INNER], pp.split);
+    assert_int_equal(la[NJ_COLSUM_S_OUTER], image);
+    assert_int_equal(la[NJ_COLSUM_S_INNER], 640);
+    assert_int_equal(la[NJ_COLSUM_S_COL], 2);
+    assert_int_equal(la[NJ_COLSUM_BASE_A], chans);
+    assert_int_equal(la[NJ_COLSUM_BASE_B], chans + 1);
+    assert_int_equal((uint64_t)image * sizeof(float), pp.workspace_per_row);
     assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX | 1u << NJ_OPD_PARAM);
     assert_int_equal(pp.workspace_per_row,
                      ((uint64_t)(pp.split + 1) * 32 * 2 + (uint64_t)pp.split * 320 * 2) * sizeof(float));

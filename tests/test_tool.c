@@ -263,7 +263,9 @@ static void test_warmup_twice_compiles_once(void **state)
     nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "problems"), 2);
-    assert_int_equal(nj_field(r.out, "kernels compiled"), 8); /* 2 problems x 2 passes x 2 variants */
+    /* 2 problems x 2 passes x 2 variants, and the library module their backward passes share (both with
+     * f32 gamma): counted where it is compiled, never as "already cached" */
+    assert_int_equal(nj_field(r.out, "kernels compiled"), 9);
     assert_int_equal(nj_field(r.out, "already cached"), 0);
     assert_int_equal(nj_field(r.out, "failed"), 0);
     nj_run_free(&r);
@@ -271,6 +273,12 @@ static void test_warmup_twice_compiles_once(void **state)
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 0);
     assert_int_equal(nj_field(r.out, "already cached"), 8);
+    nj_run_free(&r);
+    /* the library module is an entry of its own, listed by kernel and gamma dtype */
+    r = NJ_TOOL(NULL, "cache", "--cache", cache, "ls");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "9 entries"));
+    assert_non_null(strstr(r.out, "lib sm_90    colsum param=f32\n"));
     nj_run_free(&r);
 }
 
@@ -389,6 +397,7 @@ static void test_plan_prints_signature(void **state)
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "cached:    yes"));
     assert_null(strstr(r.out, "source:"));
+    assert_null(strstr(r.out, "library:")); /* the forward launches none */
     nj_run_free(&r);
     /* --source adds the generated CUDA source. */
     r = NJ_TOOL(NULL, "plan", "--arch", "sm_90", "--cache", cache, "--pass", "bwd", "--source", "rmsnorm f32 *x1024 flags=scale");
@@ -397,6 +406,10 @@ static void test_plan_prints_signature(void **state)
     assert_null(strstr(r.out, "pass fwd"));
     assert_non_null(strstr(r.out, "source:"));
     assert_non_null(strstr(r.out, "__global__"));
+    /* its dgamma column sum is the library's: an entry of its own, not warmed by the forward above */
+    assert_non_null(strstr(r.out, "library:   colsum param=f32 "));
+    assert_non_null(strstr(r.out, " not cached\n"));
+    assert_null(strstr(r.out, "nj_lib_colsum(")); /* not in the pass's source */
     nj_run_free(&r);
 }
 

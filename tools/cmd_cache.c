@@ -60,18 +60,22 @@ static void nj_cache_sig_field(const char *sig, const char *key, char *out, size
     }
 }
 
-/* What an entry holds, from its signature: "pass target problem" (or its first line if unrecognized). */
+/* What an entry holds, from its signature: "pass target problem", "lib target kernel param=dtype" for a
+ * library module shared by many problems' passes (or its first line if unrecognized). */
 static void nj_cache_sig_head(const char *sig, char *out, size_t cap)
 {
     if (!sig) {
         snprintf(out, cap, "(unreadable)");
         return;
     }
-    char prob[384], pass[16], target[48];
+    char prob[384], pass[16], target[48], lib[32], param[16];
     nj_cache_sig_field(sig, "problem", prob, sizeof prob);
     nj_cache_sig_field(sig, "pass", pass, sizeof pass);
     nj_cache_sig_field(sig, "target", target, sizeof target);
+    nj_cache_sig_field(sig, "library", lib, sizeof lib);
+    nj_cache_sig_field(sig, "param", param, sizeof param);
     if (prob[0]) snprintf(out, cap, "%-3s %-8s %s", pass, target, prob);
+    else if (lib[0]) snprintf(out, cap, "lib %-8s %s param=%s", target, lib, param);
     else snprintf(out, cap, "%.*s", (int)strcspn(sig, "\n"), sig);
 }
 

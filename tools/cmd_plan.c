@@ -64,6 +64,9 @@ static int nj_plan_one(nj_context *ctx, const char *text, uint32_t passes, int s
         printf("  plan:      %s\n", pi.plan_text ? pi.plan_text : "");
         printf("  hash:      %s\n", pi.hash);
         printf("  cached:    %s\n", pi.cached ? "yes" : "no");
+        /* library modules: entries of their own, shared by many passes, which a pass needs too */
+        for (const char *l = pi.libraries; l && *l; l += strcspn(l, "\n") + 1)
+            printf("  library:   %.*s\n", (int)strcspn(l, "\n"), l);
         nj_plan_print_block("signature", pi.signature);
         if (source) nj_plan_print_block("source", pi.source);
         nj_pass_info_free(&pi);

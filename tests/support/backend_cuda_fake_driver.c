@@ -186,7 +186,7 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
     last_grid[0] = gx, last_grid[1] = gy, last_grid[2] = gz;
     last_block[0] = bx, last_block[1] = by, last_block[2] = bz;
     last_shmem = shmem;
-    memcpy(last_args, params[0], sizeof last_args < 184 ? sizeof last_args : 184); /* sizeof(nj_kargs) */
+    memcpy(last_args, params[0], sizeof last_args < 248 ? sizeof last_args : 248); /* sizeof(nj_kargs) */
     launches++;
     return OK;
 }

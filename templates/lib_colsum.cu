@@ -1,0 +1,52 @@
+{# Library kernel NJ_LIB_COLSUM (src/planner.h): dgamma/dbeta as column sums of the partial rows a
+   backward pass left in the workspace. One module per gamma dtype serves every plan: the extents and
+   the layout come at run time in A.lib (launch.c), so no problem is baked in, and a pass's own source
+   is a kernel smaller. P: the library environment (codegen_env.c: nj_codegen_push_lib_env).
+   A block per 32 columns: lane l owns column 32 * blockIdx.x + l, warp w adds parts w, w + 8, ... and
+   warp 0 then the 8 warp sums, in that order: a fixed split and order, deterministic without atomics. #}
+{% include("prelude.cuh") %}
+{% local B = P.block %}
+{% local NW = B // 32 %}
+typedef {{ P.ctype.param }} nj_tparam;
+
+NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+{
+    NJ_SHARED(float, nj_red, {{ 2 * B }});
+    const bool wa = A.dgamma != 0, wb = A.dbeta != 0; /* uniform across the grid */
+    if (!wa && !wb) return;
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const nj_i64 col = (nj_i64)blockIdx.x * 32 + lane, ncols = A.lib[0], nparts = A.lib[1], inner = A.lib[2];
+    const nj_i64 so = A.lib[3], si = A.lib[4];
+    const float *WS = (const float *)A.workspace + col * A.lib[5];
+    const float *PA = WS + A.lib[6], *PB = WS + A.lib[7];
+    float a = 0.0f, b = 0.0f;
+    if (col < ncols) {
+        /* part i = (i / inner, i % inner), advanced {{ NW }} parts a step without a division */
+        nj_i64 o = wp / inner, s = wp % inner;
+        const nj_i64 step_o = {{ NW }} / inner, step_s = {{ NW }} % inner;
+#pragma unroll 4
+        for (nj_i64 i = wp; i < nparts; i += {{ NW }}) {
+            const nj_i64 off = o * so + s * si;
+            if (wa) a += PA[off];
+            if (wb) b += PB[off];
+            o += step_o;
+            s += step_s;
+            if (s >= inner) {
+                s -= inner;
+                o++;
+            }
+        }
+    }
+    nj_red[threadIdx.x] = a;
+    nj_red[{{ B }} + threadIdx.x] = b;
+    __syncthreads();
+    if (wp == 0 && col < ncols) {
+#pragma unroll
+        for (int v = 1; v < {{ NW }}; v++) {
+            a += nj_red[v * 32 + lane];
+            b += nj_red[{{ B }} + v * 32 + lane];
+        }
+        if (wa) nj_store_f32((nj_tparam *)A.dgamma, col, a);
+        if (wb) nj_store_f32((nj_tparam *)A.dbeta, col, b);
+    }
+}
