@@ -16,24 +16,24 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     if (!wa && !wb) return;
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const nj_i64 col = (nj_i64)blockIdx.x * 32 + lane, ncols = A.lib[0], nparts = A.lib[1], inner = A.lib[2];
-    const nj_i64 so = A.lib[3], si = A.lib[4];
+    const nj_i64 so = A.lib[3], si = A.lib[4]; /* strides of the outer and inner part index */
     const float *WS = (const float *)A.workspace + col * A.lib[5];
     const float *PA = WS + A.lib[6], *PB = WS + A.lib[7];
     float a = 0.0f, b = 0.0f;
     if (col < ncols) {
-        /* part i = (i / inner, i % inner), advanced {{ NW }} parts a step without a division */
-        nj_i64 o = wp / inner, s = wp % inner;
-        const nj_i64 step_o = {{ NW }} / inner, step_s = {{ NW }} % inner;
+        /* part i = (i / inner, i % inner) at (i / inner) * so + (i % inner) * si, advanced {{ NW }} parts
+         * a step by additions: `wrap` carries the inner index over into the outer one */
+        nj_i64 s = wp % inner, off = (wp / inner) * so + s * si;
+        const nj_i64 step_s = {{ NW }} % inner, step = ({{ NW }} / inner) * so + step_s * si, wrap = so - inner * si;
 #pragma unroll 4
         for (nj_i64 i = wp; i < nparts; i += {{ NW }}) {
-            const nj_i64 off = o * so + s * si;
             if (wa) a += PA[off];
             if (wb) b += PB[off];
-            o += step_o;
+            off += step;
             s += step_s;
             if (s >= inner) {
                 s -= inner;
-                o++;
+                off += wrap;
             }
         }
     }
