@@ -23,12 +23,16 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     if (col < ncols) {
         /* part i = (i / inner, i % inner) at (i / inner) * so + (i % inner) * si, advanced {{ NW }} parts
          * a step by additions: `wrap` carries the inner index over into the outer one */
-        nj_i64 s = wp % inner, off = (wp / inner) * so + s * si;
-        const nj_i64 step_s = {{ NW }} % inner, step = ({{ NW }} / inner) * so + step_s * si, wrap = so - inner * si;
-#pragma unroll 4
+        nj_i64 s = wp, off = 0, step_s = {{ NW }}, step = 0; /* (wp and NW) / inner by subtraction: both < 64 */
+        while (s >= inner) s -= inner, off += so;
+        while (step_s >= inner) step_s -= inner, step += so;
+        off += s * si;
+        step += step_s * si;
+        const nj_i64 wrap = so - inner * si;
+#pragma unroll 2 /* two loads of each stream in flight a thread, as the per-problem walks */
         for (nj_i64 i = wp; i < nparts; i += {{ NW }}) {
-            if (wa) a += PA[off];
-            if (wb) b += PB[off];
+            a += PA[off]; /* both streams: every producer writes both partials, whatever it is asked for */
+            b += PB[off];
             off += step;
             s += step_s;
             if (s >= inner) {
@@ -41,7 +45,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     nj_red[{{ B }} + threadIdx.x] = b;
     __syncthreads();
     if (wp == 0 && col < ncols) {
-#pragma unroll
+#pragma unroll 1
         for (int v = 1; v < {{ NW }}; v++) {
             a += nj_red[v * 32 + lane];
             b += nj_red[{{ B }} + v * 32 + lane];

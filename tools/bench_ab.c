@@ -6,6 +6,7 @@
  * defines, which the library's compile is told; --ab compiles two such folders alternately. */
 #include "tool.h"
 
+#include "codegen.h"
 #include "compile.h"
 #include "context.h"
 
@@ -46,6 +47,37 @@ static int nj_ab_write(const char *path, const char *text, int32_t kernels)
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
+static const nj_dtype nj_lib_dtypes[] = {NJ_F32, NJ_F16, NJ_BF16};
+
+/* The source of library module lib for gamma dtype d (caller frees), NULL on failure (reported). */
+static char *nj_bench_lib_source(int32_t lib, nj_dtype d)
+{
+    nj_plan_params pp;
+    char *src = NULL;
+    nj_status s = nj_plan_library(lib, &pp);
+    if (s == NJ_OK) s = nj_codegen_library(&pp, d, &src);
+    if (s != NJ_OK) nj_tool_error(s, "library module %s %s", nj_lib_name(lib), nj_dtype_name(d));
+    return s == NJ_OK ? src : NULL;
+}
+
+/* Writes lib_<kernel>_<dtype>.cu for every library module (what backward passes launch besides their
+ * own sources); returns the files written, -1 on a failure. */
+static int nj_bench_dump_libs(const char *dir)
+{
+    int written = 0;
+    for (int32_t lib = NJ_LIB_NONE + 1; lib < NJ_LIB_COUNT; lib++) {
+        for (size_t d = 0; d < NJ_ARRAY_LEN(nj_lib_dtypes); d++) {
+            char *src = nj_bench_lib_source(lib, nj_lib_dtypes[d]), path[4096];
+            snprintf(path, sizeof path, "%s/lib_%s_%s.cu", dir, nj_lib_name(lib), nj_dtype_name(nj_lib_dtypes[d]));
+            int ok = src && nj_ab_write(path, src, 1) == 0;
+            free(src);
+            if (!ok) return -1;
+            written++;
+        }
+    }
+    return written;
+}
+
 int nj_bench_dump(const char *dir, const nj_problem_desc *pr, int np, uint32_t passes, int32_t arch)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -84,6 +116,9 @@ int nj_bench_dump(const char *dir, const nj_problem_desc *pr, int np, uint32_t p
         }
     }
     nj_context_destroy(ctx);
+    int libs = (passes & NJ_PASS_BACKWARD) ? nj_bench_dump_libs(dir) : 0;
+    if (libs < 0) failed++;
+    else written += libs;
     printf("normjit bench: %d kernel source(s) written to %s%s\n", written, dir, failed ? " (some failed)" : "");
     return failed ? NJ_EXIT_FAIL : NJ_EXIT_OK;
 }
@@ -128,6 +163,20 @@ static double nj_ab_compile(const char *src, const char *name, int32_t arch)
         return -1.0;
     }
     return r.millis;
+}
+
+int nj_bench_libs(int32_t arch, double *sec, int cap)
+{
+    int n = 0;
+    for (int32_t lib = NJ_LIB_NONE + 1; lib < NJ_LIB_COUNT; lib++) {
+        for (size_t d = 0; d < NJ_ARRAY_LEN(nj_lib_dtypes) && n < cap; d++) {
+            char *src = nj_bench_lib_source(lib, nj_lib_dtypes[d]);
+            double ms = src ? nj_ab_compile(src, "lib.cu", arch) : -1.0;
+            free(src);
+            if (ms >= 0) sec[n++] = ms * 1e-3;
+        }
+    }
+    return n;
 }
 
 int nj_bench_ab(const char *dir_a, const char *dir_b, int32_t arch, int rounds)

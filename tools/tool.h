@@ -23,6 +23,8 @@ int nj_cmd_perf(int argc, char **argv);
 void nj_bench_row(const char *what, const double *v, int n, double unit, const char *uname);
 int nj_bench_dump(const char *dir, const nj_problem_desc *pr, int np, uint32_t passes, int32_t arch);
 int nj_bench_ab(const char *dir_a, const char *dir_b, int32_t arch, int rounds);
+/* NVRTC seconds of a compile of each library module (every gamma dtype) into sec[0..cap); returns how many. */
+int nj_bench_libs(int32_t arch, double *sec, int cap);
 
 /* "normjit: <what>: NJ_ERR_X: <nj_last_error() or the status string>" on stderr. */
 void nj_tool_error(nj_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
