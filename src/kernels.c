@@ -295,10 +295,12 @@ static nj_status nj_kernelset_get(nj_context *ctx, const nj_unit *u, const nj_pl
     nj_kernelset *ks = nj_kernelset_find(ctx, hash, load);
     if (ks && ks->state != 2) {
         nj_status s = nj_kernelset_wait(ctx, ks);
-        pthread_mutex_unlock(&ctx->lock);
-        if (s == NJ_OK) atomic_fetch_add(&ctx->hits_memory, 1);
-        *out = ks;
-        return s;
+        if (s != NJ_OK || !load || ks->module) { /* else a warmup built it without loading: load one */
+            pthread_mutex_unlock(&ctx->lock);
+            if (s == NJ_OK) atomic_fetch_add(&ctx->hits_memory, 1);
+            *out = ks;
+            return s;
+        }
     }
     ks = calloc(1, sizeof *ks);
     if (!ks) {

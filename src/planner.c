@@ -149,14 +149,19 @@ int32_t nj_plan_kernel_count(const nj_plan_params *pp)
     return n;
 }
 
-static const char *const nj_lib_names[NJ_LIB_COUNT] = {NULL, "colsum"};
-#define NJ_LIB_BLOCK 256 /* 8 warps over the parts of 32 columns */
+/* The library kernels (nj_lib_kernel order): name, template, kernel, threads a block. */
+static const struct {
+    const char *name, *template_name, *kernel;
+    int32_t block;
+} nj_libs[NJ_LIB_COUNT] = {{NULL, NULL, NULL, 0}, {"colsum", "lib_colsum.cu", "nj_lib_colsum", 256}};
 
-const char *nj_lib_name(int32_t lib) { return lib > 0 && lib < NJ_LIB_COUNT ? nj_lib_names[lib] : NULL; }
+const char *nj_lib_name(int32_t lib) { return lib > 0 && lib < NJ_LIB_COUNT ? nj_libs[lib].name : NULL; }
 
 void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
 {
-    nj_plan_add_launch(pp, "nj_lib_colsum", NJ_LIB_BLOCK, 1, 1, (int32_t)((arg[NJ_COLSUM_NCOLS][0] + 31) / 32));
+    /* a block per 32 columns (its 8 warps over the parts) */
+    nj_plan_add_launch(pp, nj_libs[NJ_LIB_COLSUM].kernel, nj_libs[NJ_LIB_COLSUM].block, 1, 1,
+                       (int32_t)((arg[NJ_COLSUM_NCOLS][0] + 31) / 32));
     nj_launch *l = &pp->launch[pp->nlaunch - 1];
     l->lib = NJ_LIB_COLSUM;
     memcpy(l->arg, arg, sizeof l->arg);
@@ -168,10 +173,10 @@ nj_status nj_plan_library(int32_t lib, nj_plan_params *out)
     NJ_RETURN_IF(!nj_lib_name(lib), NJ_ERR_INTERNAL, "planner: library kernel %d", (int)lib);
     memset(out, 0, sizeof *out);
     out->family = NJ_FAMILY_LIBRARY;
-    out->template_name = "lib_colsum.cu";
-    out->block = NJ_LIB_BLOCK;
+    out->template_name = nj_libs[lib].template_name;
+    out->block = nj_libs[lib].block;
     out->vec = out->rows_per_block = out->split = 1;
-    nj_plan_add_launch(out, "nj_lib_colsum", NJ_LIB_BLOCK, 1, 1, 1);
+    nj_plan_add_launch(out, nj_libs[lib].kernel, out->block, 1, 1, 1);
     return NJ_OK;
 }
 
