@@ -25,7 +25,9 @@
  *   P.workspace_per_row, P.workspace_fixed   bytes
  *
  * A library module (templates/lib_*.cu, nj_codegen_library) sees only P.pass = "lib", P.family =
- * "library", P.block, P.launch, and P.dtype.param / P.ctype.param: its kernels take no problem.
+ * "library", P.block, P.launch, P.dtype.param / P.ctype.param (none and nil for a module that is not
+ * built per gamma dtype) and P.mode (NJ_LIB_MERGE's modes:
+ * {sums=, stats=, rms=}): its kernels take no problem.
  */
 #include "codegen_env.h"
 
@@ -154,9 +156,10 @@ static void env_launches(lua_State *L, const nj_plan_params *pp)
 
 nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_t param_dtype)
 {
-    NJ_RETURN_IF(!env_ctype(param_dtype), NJ_ERR_INTERNAL, "codegen: library dtype %d", (int)param_dtype);
+    NJ_RETURN_IF(param_dtype != NJ_DTYPE_NONE && !env_ctype(param_dtype), NJ_ERR_INTERNAL, "codegen: library dtype %d",
+                 (int)param_dtype);
     NJ_RETURN_IF(pp->family != NJ_FAMILY_LIBRARY || pp->nlaunch != 1, NJ_ERR_INTERNAL, "codegen: not a library plan");
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 7);
     env_str(L, "pass", "lib");
     env_str(L, "family", "library");
     env_int(L, "block", pp->block);
@@ -164,8 +167,13 @@ nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_
     env_str(L, "param", env_dtype(param_dtype));
     lua_setfield(L, -2, "dtype");
     lua_createtable(L, 0, 1);
-    env_str(L, "param", env_ctype(param_dtype));
+    if (env_ctype(param_dtype)) env_str(L, "param", env_ctype(param_dtype)); /* none: the kernel takes no gamma */
     lua_setfield(L, -2, "ctype");
+    lua_createtable(L, 0, 3);
+    env_int(L, "sums", NJ_MERGE_SUMS);
+    env_int(L, "stats", NJ_MERGE_STATS);
+    env_int(L, "rms", NJ_MERGE_RMS);
+    lua_setfield(L, -2, "mode");
     env_launches(L, pp);
     return NJ_OK;
 }

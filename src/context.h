@@ -13,7 +13,8 @@ typedef struct nj_pass_info {
     char *plan_text;  /* nj_plan_text */
     char *signature;  /* full signature text */
     char *source;     /* rendered CUDA source (only when asked) */
-    char *libraries;  /* a line per library module the launches use: "colsum param=f32 <hash> cached|not cached" */
+    char *libraries;  /* a line per library module the launches use: "colsum param=f32 <hash> cached|not cached"
+                         ("merge <hash> ...": a module for every gamma dtype) */
     char hash[33];    /* cache key: nj_hash_hex(signature) */
     int32_t cached;   /* 1 when the disk cache holds a valid entry */
     nj_plan_params params;

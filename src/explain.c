@@ -36,15 +36,17 @@ static char *nj_explain_libraries(nj_context *ctx, const nj_canon *c, const nj_p
         while (j < i && pp->launch[j].lib != lib) j++;
         if (lib == NJ_LIB_NONE || j < i) continue;
         nj_plan_params lp;
-        char *sig = nj_plan_library(lib, &lp) == NJ_OK ? nj_lib_signature_text(ctx, lib, c->dtype[NJ_OPD_PARAM], &lp) : NULL;
+        int32_t dt = nj_lib_dtype(lib, c->dtype[NJ_OPD_PARAM]);
+        char *sig = nj_plan_library(lib, &lp) == NJ_OK ? nj_lib_signature_text(ctx, lib, dt, &lp) : NULL;
         if (!sig) {
             b.failed = true;
             break;
         }
         char hash[33];
         nj_hash_hex(sig, strlen(sig), hash);
-        nj_buf_printf(&b, "%s param=%s %s %s\n", nj_lib_name(lib), nj_dtype_name((nj_dtype)c->dtype[NJ_OPD_PARAM]), hash,
-                      nj_cached(ctx, sig) ? "cached" : "not cached");
+        if (dt != NJ_DTYPE_NONE) nj_buf_printf(&b, "%s param=%s ", nj_lib_name(lib), nj_dtype_name((nj_dtype)dt));
+        else nj_buf_printf(&b, "%s ", nj_lib_name(lib)); /* one module for every gamma dtype */
+        nj_buf_printf(&b, "%s %s\n", hash, nj_cached(ctx, sig) ? "cached" : "not cached");
         free(sig);
     }
     return nj_buf_take(&b);

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #define NJ_KARGS_NSTRIDE 8 /* == NJ_OPD_COUNT, in nj_operand order */
-#define NJ_LIB_NARGS 8     /* run-time arguments of a library kernel (planner.h: nj_lib_kernel) */
+#define NJ_LIB_NARGS 16    /* run-time arguments of a library kernel (planner.h: nj_lib_kernel) */
 
 typedef struct nj_kargs {
     const void *x, *res, *gamma, *beta, *dy;

@@ -245,7 +245,7 @@ static int32_t nj_libs_start(nj_context *ctx, const nj_plan_params *pp, int32_t 
         if (lib == NJ_LIB_NONE || k < n) continue;
         memset(&jobs[n], 0, sizeof jobs[n]);
         jobs[n].ctx = ctx;
-        jobs[n].unit = (nj_unit){NULL, lib, dtype};
+        jobs[n].unit = (nj_unit){NULL, lib, nj_lib_dtype(lib, dtype)};
         jobs[n].load = load;
         nj_lib_job_start(&jobs[n++]);
     }

@@ -149,13 +149,22 @@ int32_t nj_plan_kernel_count(const nj_plan_params *pp)
     return n;
 }
 
-/* The library kernels (nj_lib_kernel order): name, template, kernel, threads a block. */
+/* The library kernels (nj_lib_kernel order): name, template, kernel, threads a block, and whether a
+ * module is built per gamma dtype (the kernel writes dgamma/dbeta) or once (it touches no gamma). */
 static const struct {
     const char *name, *template_name, *kernel;
     int32_t block;
-} nj_libs[NJ_LIB_COUNT] = {{NULL, NULL, NULL, 0}, {"colsum", "lib_colsum.cu", "nj_lib_colsum", 256}};
+    bool typed;
+} nj_libs[NJ_LIB_COUNT] = {{NULL, NULL, NULL, 0, false},
+                           {"colsum", "lib_colsum.cu", "nj_lib_colsum", 256, true},
+                           {"merge", "lib_merge.cu", "nj_lib_merge", 256, false}};
 
 const char *nj_lib_name(int32_t lib) { return lib > 0 && lib < NJ_LIB_COUNT ? nj_libs[lib].name : NULL; }
+
+int32_t nj_lib_dtype(int32_t lib, int32_t param_dtype)
+{
+    return lib > 0 && lib < NJ_LIB_COUNT && nj_libs[lib].typed ? param_dtype : NJ_DTYPE_NONE;
+}
 
 void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
 {
@@ -166,6 +175,15 @@ void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
     l->lib = NJ_LIB_COLSUM;
     memcpy(l->arg, arg, sizeof l->arg);
     if (l->arg[NJ_COLSUM_INNER][0] == 0 && l->arg[NJ_COLSUM_INNER][1] == 0) l->arg[NJ_COLSUM_INNER][0] = 1;
+}
+
+void nj_plan_add_merge(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
+{
+    /* a block per 32 items (its 8 warps over the parts), items a batch row times the rows */
+    nj_plan_add_launch(pp, nj_libs[NJ_LIB_MERGE].kernel, nj_libs[NJ_LIB_MERGE].block, arg[NJ_MERGE_NITEMS][1], 32, 0);
+    nj_launch *l = &pp->launch[pp->nlaunch - 1];
+    l->lib = NJ_LIB_MERGE;
+    memcpy(l->arg, arg, sizeof l->arg);
 }
 
 nj_status nj_plan_library(int32_t lib, nj_plan_params *out)
@@ -188,7 +206,7 @@ void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props 
     for (int32_t i = 0; i < pp->nlaunch; i++) {
         nj_launch *l = &pp->launch[i];
         int64_t per_sm = 2048 / l->block[0] > 0 ? 2048 / l->block[0] : 1;
-        if (l->grid_x <= 0) l->grid_x_cap = (int64_t)sms * per_sm * 2;
+        if (l->grid_x <= 0 && l->lib == NJ_LIB_NONE) l->grid_x_cap = (int64_t)sms * per_sm * 2; /* libraries: no loop */
     }
 }
 
@@ -322,9 +340,18 @@ static nj_status plan_fwd_column(const nj_canon *c, const nj_device_props *dev, 
         nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles, 1, 0);
         return NJ_OK;
     }
-    /* partials per (tile, piece), statistics per tile, then the pieces normalized (fwd_column.cu) */
+    /* partials per (tile, piece), statistics per tile, then the pieces normalized (fwd_column.cu); the
+     * workspace holds [tile][piece][sum, m2][32] partials, then [tile][mean, rstd][32], over the batch */
+    int64_t s = pp->split, n = c->reduce_size;
     nj_plan_add_launch(pp, "nj_fwd_column_part", pp->block, tiles * pp->split, 1, 0);
-    nj_plan_add_launch(pp, "nj_fwd_column_final", pp->block, tiles, 1, 0);
+    const int64_t arg[NJ_LIB_NARGS][2] = {
+        [NJ_MERGE_NITEMS] = {0, tiles * 32},    [NJ_MERGE_NPARTS] = {s, 0},      [NJ_MERGE_RADIX] = {32, 0},
+        [NJ_MERGE_S_HI] = {s * 64, 0},          [NJ_MERGE_S_LO] = {1, 0},        [NJ_MERGE_S_PART] = {64, 0},
+        [NJ_MERGE_OFF_B] = {32, 0},             [NJ_MERGE_OUT_BASE] = {0, tiles * s * 64},
+        [NJ_MERGE_O_HI] = {64, 0},              [NJ_MERGE_O_LO] = {1, 0},        [NJ_MERGE_O_B] = {32, 0},
+        [NJ_MERGE_MODE] = {(c->flags & NJ_FLAG_CENTER) ? NJ_MERGE_STATS : NJ_MERGE_RMS, 0},
+        [NJ_MERGE_N] = {n, 0},                  [NJ_MERGE_PLEN] = {plan_ceil_div(n, s), 0}, [NJ_MERGE_CMUL] = {1, 0}};
+    nj_plan_add_merge(pp, arg);
     nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles * pp->split, 1, 0);
     pp->workspace_per_row = (uint64_t)tiles * (uint64_t)(pp->split + 1) * 64u * sizeof(float);
     return NJ_OK;

@@ -38,14 +38,30 @@ typedef enum nj_lib_kernel {
     /* out_a[col], out_b[col] (dgamma, dbeta; col < lib[0]) = the sums over the parts i < lib[1] of
      * WS[lib[6 or 7] + (i / lib[2]) * lib[3] + (i % lib[2]) * lib[4] + col * lib[5]] (floats): warp w of
      * a block of 32 columns adds parts w, w + 8, ..., warp 0 the 8 warp sums, in that order */
-    NJ_LIB_COLSUM = 1
+    NJ_LIB_COLSUM = 1,
+    /* A statistic's (or two sums') pieces combined, item by item: for item i < NITEMS (hi = i / RADIX,
+     * lo = i % RADIX), part q < NPARTS holds a at WS[IN_BASE + hi * S_HI + lo * S_LO + q * S_PART] and b
+     * at OFF_B past it; the results go to WS[OUT_BASE + hi * O_HI + lo * O_LO] and O_B past it. MODE
+     * NJ_MERGE_SUMS: sum(a) / N, sum(b) / N (the backward's means of g and g * xhat). NJ_MERGE_STATS:
+     * mean and rstd from each part's (sum, m2), part q counting min(PLEN, N / CMUL - q * PLEN) * CMUL
+     * elements (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels). NJ_MERGE_RMS: 0 and
+     * rstd from sum(a) / N, the mean square. A block per 32 items, warp w adding parts w, w + 8, ...,
+     * warp 0 the 8 warp sums, in that order */
+    NJ_LIB_MERGE = 2
 } nj_lib_kernel;
-#define NJ_LIB_COUNT 2
+#define NJ_LIB_COUNT 3
 /* NJ_LIB_COLSUM's arguments (nj_kargs.lib), in order */
 enum {
     NJ_COLSUM_NCOLS, NJ_COLSUM_NPARTS, NJ_COLSUM_INNER, NJ_COLSUM_S_OUTER, NJ_COLSUM_S_INNER, NJ_COLSUM_S_COL,
     NJ_COLSUM_BASE_A, NJ_COLSUM_BASE_B
 };
+/* NJ_LIB_MERGE's arguments, in order, and its modes */
+enum {
+    NJ_MERGE_NITEMS, NJ_MERGE_NPARTS, NJ_MERGE_RADIX, NJ_MERGE_IN_BASE, NJ_MERGE_S_HI, NJ_MERGE_S_LO,
+    NJ_MERGE_S_PART, NJ_MERGE_OFF_B, NJ_MERGE_OUT_BASE, NJ_MERGE_O_HI, NJ_MERGE_O_LO, NJ_MERGE_O_B, NJ_MERGE_MODE,
+    NJ_MERGE_N, NJ_MERGE_PLEN, NJ_MERGE_CMUL
+};
+enum { NJ_MERGE_SUMS = 0, NJ_MERGE_STATS = 1, NJ_MERGE_RMS = 2 };
 
 #define NJ_MAX_LAUNCHES 4
 
@@ -114,10 +130,16 @@ NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props 
  * block, which must not depend on the batch); arg: each NJ_COLSUM_* argument as a {constant, per
  * batch row} pair, an inner count of 0 read as 1. */
 NJ_HIDDEN void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2]);
+/* Appends a launch of library kernel NJ_LIB_MERGE over NJ_MERGE_NITEMS = {0, items a batch row} items, a
+ * block per 32 (the grid follows the batch); arg as for nj_plan_add_colsum. */
+NJ_HIDDEN void nj_plan_add_merge(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2]);
 /* The one launch of a library module (kernel lib; its dtype comes with the module's signature). */
 NJ_HIDDEN nj_status nj_plan_library(int32_t lib, nj_plan_params *out);
 /* Name of a library kernel ("colsum"), NULL if lib is none. */
 NJ_HIDDEN const char *nj_lib_name(int32_t lib);
+/* The dtype a module of library kernel lib is built for, for a plan of gamma dtype param_dtype:
+ * param_dtype for a kernel that writes dgamma/dbeta, NJ_DTYPE_NONE (one module) for the others. */
+NJ_HIDDEN int32_t nj_lib_dtype(int32_t lib, int32_t param_dtype);
 /* Distinct kernels of the plan's own source among the launches (library launches not counted). */
 NJ_HIDDEN int32_t nj_plan_kernel_count(const nj_plan_params *pp);
 /* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then

@@ -232,16 +232,27 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     pp->split = nj_plan_column_split(c, dev);
     pp->block = 256;
     uint64_t s = (uint64_t)pp->split;
+    bool fused = bwd_column_fused(c);
     if (s == 1) {
         nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles, 1, 0);
     } else {
+        /* a piece's two sums per column, then a tile's two means: [tile][piece][2][32], [tile][2][32] over
+         * the batch, after the fused partial rows (2 x ec a row, outer index and piece) when fused, and
+         * after the fixed region of the dgamma/dbeta launches (bwd_column_bases, once they are planned) */
+        int64_t si = (int64_t)s, n = c->reduce_size, sums = fused ? 2 * (c->kept_inner / ec) * si * ec : 0;
         nj_plan_add_launch(pp, "nj_bwd_column_part", pp->block, tiles * pp->split, 1, 0);
-        nj_plan_add_launch(pp, "nj_bwd_column_final", pp->block, tiles, 1, 0);
+        const int64_t arg[NJ_LIB_NARGS][2] = {
+            [NJ_MERGE_NITEMS] = {0, tiles * 32}, [NJ_MERGE_NPARTS] = {si, 0},   [NJ_MERGE_RADIX] = {32, 0},
+            [NJ_MERGE_IN_BASE] = {0, sums},      [NJ_MERGE_S_HI] = {si * 64, 0}, [NJ_MERGE_S_LO] = {1, 0},
+            [NJ_MERGE_S_PART] = {64, 0},         [NJ_MERGE_OFF_B] = {32, 0},
+            [NJ_MERGE_OUT_BASE] = {0, sums + tiles * si * 64},                  [NJ_MERGE_O_HI] = {64, 0},
+            [NJ_MERGE_O_LO] = {1, 0},            [NJ_MERGE_O_B] = {32, 0},      [NJ_MERGE_MODE] = {NJ_MERGE_SUMS, 0},
+            [NJ_MERGE_N] = {n, 0}};
+        nj_plan_add_merge(pp, arg);
         nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles * pp->split, 1, 0);
-        /* a piece's two sums per column, then a tile's two means */
         pp->workspace_per_row = (uint64_t)tiles * (s + 1) * 64u * sizeof(float);
     }
-    if (bwd_column_fused(c)) {
+    if (fused) {
         /* a partial row (2 x ec floats) per outer index and piece: kept_inner / ec outer indices a row */
         /* [2][rows * ko * split][ec]: a partial row per outer index and piece */
         int64_t parts = c->kept_inner / ec * pp->split;
@@ -253,6 +264,10 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
         return NJ_OK;
     }
     bwd_plan_pgrad(c, dev, pp);
+    if (s > 1) { /* the split's region starts after the dgamma/dbeta launches' fixed one */
+        pp->launch[1].arg[NJ_MERGE_IN_BASE][0] += (int64_t)(pp->workspace_fixed / sizeof(float));
+        pp->launch[1].arg[NJ_MERGE_OUT_BASE][0] += (int64_t)(pp->workspace_fixed / sizeof(float));
+    }
     return NJ_OK;
 }
 

@@ -7,13 +7,14 @@
  * neighbouring channels of every R-th pixel of its tile, loaded as one vector across channels:
  *   launch 1 (nj_fwd_cl_stats): each tile's per-group count-weighted sum and squared deviations from
  *            the tile mean (Welford per thread, exact combination per block) into the workspace;
- *   launch 2 (nj_fwd_cl_final): a warp per (image, group) combines the image's tiles in a fixed order
- *            into mean and rstd (and the saved statistics);
- *   launch 3 (nj_fwd_cl_norm): the block normalizes its tile with vector loads and stores.
+ *   launch 2, the library's merge (NJ_LIB_MERGE): the image's tiles combined per group in a fixed
+ *            order into mean and rstd;
+ *   launch 3 (nj_fwd_cl_norm): the block normalizes its tile with vector loads and stores (the tile-0
+ *            block writes the image's saved statistics).
  * Backward (bwd_channels_last.cu), the same tiles:
  *   nj_bwd_cl_part: each tile's per-group sums of g = dz * gamma and g * xhat, and per-channel sums of
  *            dz * xhat and dz (the dgamma/dbeta partials);
- *   nj_bwd_cl_final: a warp per (image, group) adds its tiles' sums in order;
+ *   the library's merge: an (image, group)'s tile sums added in order into the two means;
  *   nj_bwd_cl_dx: dx of the tile, vector loads and stores;
  *   with gamma/beta, the library's column sum (NJ_LIB_COLSUM): a block per 32 channels adds every
  *            (image, tile) partial in a fixed order (8 warps over the partials, then warp 0 over the warps).
@@ -24,7 +25,6 @@
 #define NJ_CL_THREADS 512    /* threads of a block, at most */
 #define NJ_CL_TILE 16384     /* elements a tile aims at: ~80 tiles for a 320-channel 64x64 UNet image */
 #define NJ_CL_MAX_TILES 256  /* tiles of an image at most: a warp combines them per group */
-#define NJ_CL_FINAL_BLOCK 256 /* threads of the combining launch: a warp per (image, group) */
 #define NJ_CL_MAX_CHANNELS 4096
 
 static int64_t cl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -130,12 +130,20 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
     NJ_RETURN_IF(!nj_plan_cl_ok(c, NJ_PASS_FORWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
     cl_tiling(c, NJ_PASS_FORWARD, pp);
     pp->template_name = "fwd_channels_last.cu";
-    int64_t groups = c->axes[2].extent;
+    int64_t groups = c->axes[2].extent, tiles = pp->split, image = (tiles + 1) * groups * 2;
     nj_plan_add_launch(pp, "nj_fwd_cl_stats", pp->block, pp->split, 1, 0);
-    nj_plan_add_launch(pp, "nj_fwd_cl_final", NJ_CL_FINAL_BLOCK, groups, NJ_CL_FINAL_BLOCK / 32, 0);
+    /* per image: each tile's (sum, m2) per group, then the image's (mean, rstd) per group; tile t counts
+     * min(tile, HW - t * tile) pixels of C/G channels */
+    const int64_t arg[NJ_LIB_NARGS][2] = {
+        [NJ_MERGE_NITEMS] = {0, groups},  [NJ_MERGE_NPARTS] = {tiles, 0},         [NJ_MERGE_RADIX] = {groups, 0},
+        [NJ_MERGE_S_HI] = {image, 0},     [NJ_MERGE_S_LO] = {2, 0},               [NJ_MERGE_S_PART] = {2 * groups, 0},
+        [NJ_MERGE_OFF_B] = {1, 0},        [NJ_MERGE_OUT_BASE] = {tiles * groups * 2, 0},
+        [NJ_MERGE_O_HI] = {image, 0},     [NJ_MERGE_O_LO] = {2, 0},               [NJ_MERGE_O_B] = {1, 0},
+        [NJ_MERGE_MODE] = {NJ_MERGE_STATS, 0}, [NJ_MERGE_N] = {c->reduce_size, 0}, [NJ_MERGE_PLEN] = {pp->tile, 0},
+        [NJ_MERGE_CMUL] = {c->axes[3].extent, 0}};
+    nj_plan_add_merge(pp, arg);
     nj_plan_add_launch(pp, "nj_fwd_cl_norm", pp->block, pp->split, 1, 0);
-    /* per image: each tile's (sum, m2) per group, then the image's (mean, rstd) per group */
-    pp->workspace_per_row = (uint64_t)(pp->split + 1) * (uint64_t)groups * 2u * sizeof(float);
+    pp->workspace_per_row = (uint64_t)image * sizeof(float);
     return NJ_OK;
 }
 
@@ -144,19 +152,22 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
     NJ_RETURN_IF(!nj_plan_cl_ok(c, NJ_PASS_BACKWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
     cl_tiling(c, NJ_PASS_BACKWARD, pp);
     pp->template_name = "bwd_channels_last.cu";
-    int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent;
+    int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent, tiles = pp->split;
     bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
+    /* per image (floats): each tile's two sums per group, the image's two means per group (from `means`
+     * on), and with gamma/beta each tile's (sum dz * xhat, sum dz) per channel (from `chans` on) */
+    int64_t means = tiles * groups * 2, chans = means + groups * 2, image = chans + (params ? tiles * channels * 2 : 0);
     nj_plan_add_launch(pp, "nj_bwd_cl_part", pp->block, pp->split, 1, 0);
-    nj_plan_add_launch(pp, "nj_bwd_cl_final", NJ_CL_FINAL_BLOCK, groups, NJ_CL_FINAL_BLOCK / 32, 0);
+    const int64_t marg[NJ_LIB_NARGS][2] = {
+        [NJ_MERGE_NITEMS] = {0, groups}, [NJ_MERGE_NPARTS] = {tiles, 0},  [NJ_MERGE_RADIX] = {groups, 0},
+        [NJ_MERGE_S_HI] = {image, 0},    [NJ_MERGE_S_LO] = {2, 0},        [NJ_MERGE_S_PART] = {2 * groups, 0},
+        [NJ_MERGE_OFF_B] = {1, 0},       [NJ_MERGE_OUT_BASE] = {means, 0}, [NJ_MERGE_O_HI] = {image, 0},
+        [NJ_MERGE_O_LO] = {2, 0},        [NJ_MERGE_O_B] = {1, 0},         [NJ_MERGE_MODE] = {NJ_MERGE_SUMS, 0},
+        [NJ_MERGE_N] = {c->reduce_size, 0}};
+    nj_plan_add_merge(pp, marg);
     nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, pp->split, 1, 0);
-    /* per image: each tile's two sums per group, the image's two means per group, and with gamma/beta
-     * each tile's (sum dz * xhat, sum dz) per channel */
-    uint64_t per_image = (uint64_t)(pp->split + 1) * (uint64_t)groups * 2u;
     if (params) {
-        per_image += (uint64_t)pp->split * (uint64_t)channels * 2u;
-        /* image k's tile t partial pair of channel j at k * image + chans + (t * channels + j) * 2, where
-         * image = chans + tiles * channels * 2 and chans = (tiles + 1) * groups * 2 (bwd_channels_last.cu) */
-        int64_t tiles = pp->split, chans = (tiles + 1) * groups * 2, image = (int64_t)per_image;
+        /* image k's tile t partial pair of channel j at k * image + chans + (t * channels + j) * 2 */
         const int64_t arg[NJ_LIB_NARGS][2] = {
             [NJ_COLSUM_NCOLS] = {channels, 0}, [NJ_COLSUM_NPARTS] = {0, tiles}, [NJ_COLSUM_INNER] = {tiles, 0},
             [NJ_COLSUM_S_OUTER] = {image, 0},  [NJ_COLSUM_S_INNER] = {2 * channels, 0},
@@ -164,6 +175,6 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
             [NJ_COLSUM_BASE_B] = {chans + 1, 0}};
         nj_plan_add_colsum(pp, arg);
     }
-    pp->workspace_per_row = per_image * sizeof(float);
+    pp->workspace_per_row = (uint64_t)image * sizeof(float);
     return NJ_OK;
 }

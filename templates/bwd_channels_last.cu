@@ -6,7 +6,7 @@
    Workspace per image: S x G x (sum g, sum g * xhat), G x (their means), then with gamma/beta
    S x C x (sum dz * xhat, sum dz).
    nj_bwd_cl_part: the tile's sums, thread -> smem (pixel row, channel) -> channel (-> group), in order.
-   nj_bwd_cl_final: a warp per (image, group) adds the tiles' sums in order.
+   The library's merge (lib_merge.cu) adds each (image, group)'s tile sums in order into its means.
    nj_bwd_cl_dx: dx of the tile.
    With gamma/beta, the library's column sum (lib_colsum.cu) adds every (image, tile) partial of a
    channel in a fixed order: deterministic without atomics. #}
@@ -20,7 +20,6 @@ cl_setup("bwd_channels_last")
 local PARAMS = F.scale or F.bias
 local BETA_USED = F.bias and P.act ~= "none"
 local PS = {x = P.axes[2].stride.x, dy = P.axes[2].stride.dy, dx = P.axes[2].stride.dx}
-local FB = P.launch[2].block
 %}
 {{ bwd_typedefs() }}
 
@@ -140,24 +139,6 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 {% to_channels("p1", 0) %}
 {% to_channels("p2", 1) %}
 {% end %}
-    }
-}
-
-/* A warp per (image, group), lanes over the tiles; every warp takes part in the shuffles. */
-NJ_KERNEL({{ P.launch[2].kernel }}, {{ FB }})
-{
-{% cl_group_items(FB) %}
-        float s1 = 0.0f, s2 = 0.0f;
-#pragma unroll 1
-        for (int j = lane; j < NJ_S; j += 32) {
-            s1 += WS[(j * NJ_G + g) * 2];
-            s2 += WS[(j * NJ_G + g) * 2 + 1];
-        }
-        nj_warp_sum2(s1, s2);
-        if (lane == 0) {
-            WS[NJ_WS_MEANS + 2 * g] = s1 * (1.0f / (float)NJ_N);
-            WS[NJ_WS_MEANS + 2 * g + 1] = s2 * (1.0f / (float)NJ_N);
-        }
     }
 }
 

@@ -1,18 +1,18 @@
 {# Backward, COLUMN kind (the innermost axis is kept with stride 1 in x: channels-last InstanceNorm and
    BatchNorm, LayerNorm over C of NCHW). Launch 1 (nj_bwd_column): a block per tile of 32 neighbouring
    statistics (columns) of one outer kept index; lane tx owns column tile * 32 + tx and warp ty walks the
-   reduction at ty, ty + BY, ... so every warp reads 32 neighbouring elements (coalesced). The BY warp
-   sums of g and g*xhat meet in shared memory and warp 0 adds them in warp order (deterministic); a
-   second walk writes dx. dgamma/dbeta: when the columns are the only feature axis (FUSED: the plan's
-   launch after the dx ones is the library's column sum, lib_colsum.cu), the first walk also sums
-   dz*xhat and dz, warp 0 writes the tile's partial for its outer index o (workspace: [2][rows * KO][EC])
-   and the column sum adds the partials of each column in order; else bwd_pgrad_col.cuh or bwd_pgrad.cuh, as the launch after the dx
-   ones says. Long walks (P.split > 1, as in fwd_column.cu) take three launches before the dgamma/dbeta
-   ones: nj_bwd_column_part sums a piece's g and g*xhat per column (and with FUSED its dz*xhat and dz,
-   a partial row per (outer index, piece)), nj_bwd_column_final adds a tile's pieces in order into the
-   two means, nj_bwd_column writes a piece's dx. Workspace, after the dgamma/dbeta launches' fixed
+   reduction at ty, ty + BY, ... so every warp reads 32 neighbouring elements (coalesced). The BY warp sums
+   of g and g*xhat meet in shared memory and warp 0 adds them in warp order (deterministic); a second walk
+   writes dx. dgamma/dbeta: when the columns are the only feature axis (FUSED: the plan's launch after the
+   dx ones is the library's column sum, lib_colsum.cu), the first walk also sums dz*xhat and dz, warp 0
+   writes the tile's partial for its outer index o (workspace: [2][rows * KO][EC]) and the column sum adds
+   the partials of each column in order; else bwd_pgrad_col.cuh or bwd_pgrad.cuh, as the launch after the
+   dx ones says. Long walks (P.split > 1, as in fwd_column.cu) take three launches before the dgamma/dbeta
+   ones: nj_bwd_column_part sums a piece's g and g*xhat per column (and with FUSED its dz*xhat and dz, a
+   partial row per (outer index, piece)), the library's merge (lib_merge.cu) adds a tile's pieces in order
+   into the two means, nj_bwd_column writes a piece's dx. Workspace, after the dgamma/dbeta launches' fixed
    region: with FUSED [2][rows * KO * NJ_SPLIT][EC] partial rows, then [tile][piece][2][32] sums, then
-   [tile][2][32] means, tiles over the whole batch. #}
+   [tile][2][32] means, tiles over the whole batch (the planner gives the merge the same layout). #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -64,38 +64,19 @@ end
 #define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
 {% end %}
 
-{# mode: "full" (sums and dx), "part" (a piece's sums per column), "final" (a tile's means from its
-   pieces') or "dx" (a piece's dx with its tile's means) #}
+{# mode: "full" (sums and dx), "part" (a piece's sums per column) or "dx" (a piece's dx with its tile's
+   means, which the library's merge added from the pieces') #}
 {% local function col_kernel(name, mode) %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
 {% if mode ~= "dx" then %}
-    NJ_SHARED(float, nj_part, {{ (FUSED and mode ~= "final" and 4 or 2) * B }});
+    NJ_SHARED(float, nj_part, {{ (FUSED and 4 or 2) * B }});
 {% end %}
-{% if mode == "full" or mode == "final" then %}
+{% if mode == "full" then %}
     NJ_SHARED(float, nj_m, 64); /* the tile's means of g and g*xhat */
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
-{% if mode == "final" then %}
-    {{ block_item("task", "ntask") }}
-        /* warp ty adds pieces ty, ty + BY, ... of its column; the warps' sums meet in warp order */
-        const float *WS = (const float *)A.workspace + {{ SUMS }} + task * (NJ_SPLIT * 64);
-        float s1 = 0.0f, s2 = 0.0f;
-#pragma unroll 1
-        for (int q = ty; q < NJ_SPLIT; q += NJ_BY) {
-            s1 += WS[q * 64 + tx];
-            s2 += WS[q * 64 + 32 + tx];
-        }
-{{ combine({"s1", "s2"}) }}
-            float *M = (float *)A.workspace + {{ MEANS }} + task * 64;
-            M[tx] = s1 * (1.0f / (float)NJ_N);
-            M[32 + tx] = s2 * (1.0f / (float)NJ_N);
-        }
-    }
-}
-{% do return end %}
-{% end %}
 {{ bwd_pointers() }}
 {% if SPLIT > 1 then %}
     {{ block_item("wi", "ntask * NJ_SPLIT") }}
@@ -191,8 +172,6 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
 {% if SPLIT > 1 then %}
 {% col_kernel(P.launch[1].kernel, "part") %}
-
-{% col_kernel(P.launch[2].kernel, "final") %}
 
 {% col_kernel(P.launch[3].kernel, "dx") %}
 {% else %}

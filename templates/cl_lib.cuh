@@ -34,13 +34,3 @@ end
 /* Pixels of tile `tile` (the last one may be short). */
 NJ_DEVICE int nj_cl_tile_pixels(int tile) { return min(NJ_TP, NJ_HW - tile * NJ_TP); }
 {% end %}
-{# The combining launches' work item: a warp per (image k1, group g); WS is the image's workspace. A
-   warp past the last item returns (warp shuffles only, no barrier). Opens the item's scope; the caller
-   closes it. #}
-{% function cl_group_items(block) %}
-    const int lane = threadIdx.x & 31;
-    {{ block_item("it", "A.rows * NJ_G", block // 32, "(threadIdx.x >> 5)") }}
-        const nj_i64 k1 = it / NJ_G;
-        const int g = (int)(it % NJ_G);
-        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE;
-{% end %}

@@ -8,8 +8,9 @@
    nj_fwd_cl_stats: Welford per thread and channel (one reciprocal a pixel for all CH channels); the
      block combines (pixel row, channel) states into groups with the exact identity
      m2 = sum(m2_i + n_i * (mean_i - mean)^2) (nothing cancels), in a fixed order.
-   nj_fwd_cl_final: a warp per (image, group) combines the S tiles the same way.
-   nj_fwd_cl_norm: y = act((x - mean) * rstd * gamma + beta), vector loads and stores. #}
+   Then the library's merge (lib_merge.cu) combines the S tiles of each (image, group) the same way.
+   nj_fwd_cl_norm: y = act((x - mean) * rstd * gamma + beta), vector loads and stores; the image's first
+     tile writes the saved statistics. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -39,7 +40,6 @@ local function tile_offsets(opds)
   end
   return table.concat(t, "\n        ")
 end
-local FB = P.launch[2].block
 %}
 {% fwd_typedefs() %}
 
@@ -137,40 +137,6 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     }
 }
 
-/* A warp per (image, group), lanes over the tiles; every warp takes part in the shuffles. */
-NJ_KERNEL({{ P.launch[2].kernel }}, {{ FB }})
-{
-{% cl_group_items(FB) %}
-        float n = 0.0f, s = 0.0f;
-#pragma unroll 1
-        for (int j = lane; j < NJ_S; j += 32) {
-            n += (float)(nj_cl_tile_pixels(j) * NJ_CG);
-            s += WS[j * (2 * NJ_G) + 2 * g];
-        }
-        nj_warp_sum2(n, s);
-        const float mean = __fdividef(s, n);
-        float m2 = 0.0f;
-#pragma unroll 1
-        for (int j = lane; j < NJ_S; j += 32) {
-            const float nt = (float)(nj_cl_tile_pixels(j) * NJ_CG);
-            const float d = __fdividef(WS[j * (2 * NJ_G) + 2 * g], nt) - mean;
-            m2 += WS[j * (2 * NJ_G) + 2 * g + 1] + nt * d * d;
-        }
-        m2 = nj_warp_sum(m2);
-        const float rstd = rsqrtf(m2 * (1.0f / (float)NJ_N) + A.eps); /* IEEE sqrt + divide: slow-path calls */
-        if (lane == 0) {
-            WS[NJ_S * (2 * NJ_G) + 2 * g] = mean;
-            WS[NJ_S * (2 * NJ_G) + 2 * g + 1] = rstd;
-{% if F.stats then %}
-            const nj_i64 k3 = g;
-            const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
-            A.mean[os] = mean;
-            A.rstd[os] = rstd;
-{% end %}
-        }
-    }
-}
-
 /* NJ_KERNEL_REGS: the per-channel constants and the activation spilled at sm_80's default 64 registers */
 NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
 {
@@ -181,6 +147,15 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
         const float *ST = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_S * (2 * NJ_G);
+{% if F.stats then %}
+        if (tile == 0) { /* the image's first tile writes its saved statistics */
+            for (int k3 = t; k3 < NJ_G; k3 += NJ_LT * NJ_R) {
+                const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
+                A.mean[os] = ST[2 * k3];
+                A.rstd[os] = ST[2 * k3 + 1];
+            }
+        }
+{% end %}
         /* this thread's channels: mean, rstd * gamma and beta (gamma and beta: L1 hits after the first tile) */
         float mk[NJ_CH], sk[NJ_CH];
 {% if F.scale then %}

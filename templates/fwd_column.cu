@@ -5,9 +5,9 @@
    element per row. Partial statistics meet in shared memory; warp 0 merges them per column.
    Long walks (P.split > 1: BatchNorm NHWC over N x H x W, volumes) are cut into NJ_SPLIT pieces of
    contiguous walk indices, a block per (tile, piece), in three launches: nj_fwd_column_part writes each
-   piece's (sum, squared deviations from the piece mean) per column, nj_fwd_column_final merges a tile's
-   pieces in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels) into its (mean,
-   rstd), and nj_fwd_column normalizes each piece. Workspace: [tile][piece][2][32] partials, then
+   piece's (sum, squared deviations from the piece mean) per column, the library's merge (lib_merge.cu)
+   combines a tile's pieces in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels)
+   into its (mean, rstd), and nj_fwd_column normalizes each piece (piece 0 writes the saved statistics). Workspace: [tile][piece][2][32] partials, then
    [tile][2][32] statistics, tiles over the whole batch. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
@@ -51,87 +51,39 @@ local NTASK = P.kept_inner // EC * NT -- tiles per batch row
             {{ dst }} += nj_load_f32(RES, ores + {{ offset("res", red, "r") }});
 {% end %}
 {% end %}
-{# mode: "full" (statistics and normalization), "part" (a piece's partials per column), "final" (a
-   tile's statistics from its pieces') or "norm" (a piece normalized with its tile's statistics) #}
+{# mode: "full" (statistics and normalization), "part" (a piece's partials per column) or "norm" (a piece
+   normalized with its tile's statistics) #}
 {% local function col_kernel(name, mode) %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
 {% if mode == "norm" then %}
-{% elseif F.center and mode ~= "final" then %}
+{% elseif F.center then %}
     NJ_SHARED(nj_welford, nj_part, {{ B }});
 {% else %}
     NJ_SHARED(float, nj_part, {{ B }});
 {% end %}
-{% if mode ~= "norm" and mode ~= "part" then %}
+{% if mode == "full" then %}
     NJ_SHARED(float, nj_stat, 64); /* mean[32], rstd[32] of the tile's columns */
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
-{% if mode ~= "final" then %}
 {% fwd_pointers() %}
-{% end %}
-{% if SPLIT > 1 and mode ~= "final" then %}
+{% if SPLIT > 1 then %}
     {{ block_item("wi", "ntask * NJ_SPLIT") }}
         const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
 {% else %}
     {{ block_item("task", "ntask") }}
 {% end %}
-{% if mode ~= "final" or F.stats then %}
         const nj_i64 o = task / NJ_NT;
         const nj_i64 k{{ cax }} = (task % NJ_NT) * 32 + tx;
         const bool col_ok = k{{ cax }} < NJ_EC;
         {{ split_index("o", outer, "k") }}
-{% end %}
-{% if mode == "final" then %}
-        /* warp ty adds pieces ty, ty + BY, ... of its column; the warps' sums meet in warp order */
-        const float *WS = (const float *)A.workspace + task * (NJ_SPLIT * 64);
-        float s = 0.0f;
-#pragma unroll 1
-        for (int q = ty; q < NJ_SPLIT; q += NJ_BY) s += WS[q * 64 + tx];
-        nj_part[threadIdx.x] = s;
-        __syncthreads();
-        if (ty == 0) {
-#pragma unroll 1
-            for (int k = 1; k < NJ_BY; k++) s += nj_part[k * 32 + tx];
-            nj_stat[tx] = s * (1.0f / (float)NJ_N);
-        }
-        __syncthreads();
-{% if F.center then %}
-        const float mean = nj_stat[tx];
-        float m2 = 0.0f;
-#pragma unroll 1
-        for (int q = ty; q < NJ_SPLIT; q += NJ_BY) {
-            const nj_i64 plo = q * NJ_PIECE, phi = plo + NJ_PIECE < NJ_N ? plo + NJ_PIECE : NJ_N;
-            const float nq = (float)(phi - plo); /* the planner leaves no piece empty */
-            const float d = __fdividef(WS[q * 64 + tx], nq) - mean;
-            m2 += WS[q * 64 + 32 + tx] + nq * d * d;
-        }
-        nj_part[threadIdx.x] = m2; /* warp 0 read the sums before the barrier above */
-        __syncthreads();
-{% end %}
-        if (ty == 0) {
-{% if F.center then %}
-#pragma unroll 1
-            for (int k = 1; k < NJ_BY; k++) m2 += nj_part[k * 32 + tx];
-            const float var = m2 * (1.0f / (float)NJ_N);
-{% else %}
-            const float mean = 0.0f, var = nj_stat[tx];
-{% end %}
-            const float rstd = rsqrtf(var + A.eps);
-            float *ST = (float *)A.workspace + A.rows * ({{ NTASK }}LL * NJ_SPLIT * 64) + task * 64;
-            ST[tx] = mean;
-            ST[32 + tx] = rstd;
-{% fwd_save_stats("col_ok", kept) %}
-        }
-    }
-}
-{% do return end %}
-{% end %}
 {% fwd_offsets(kept, "k") %}
 {% if mode == "norm" then %}
         const float *ST = (const float *)A.workspace + A.rows * ({{ NTASK }}LL * NJ_SPLIT * 64) + task * 64;
         const float mean = ST[tx], rstd = ST[32 + tx];
+{% fwd_save_stats("col_ok && piece == 0 && ty == 0", kept) %}
 {% else %}
 {% if F.center then %}
         nj_welford w = nj_welford_init();
@@ -216,8 +168,6 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
 {% if SPLIT > 1 then %}
 {% col_kernel(P.launch[1].kernel, "part") %}
-
-{% col_kernel(P.launch[2].kernel, "final") %}
 
 {% col_kernel(P.launch[3].kernel, "norm") %}
 {% else %}

@@ -7,7 +7,7 @@
 {% include("prelude.cuh") %}
 {% local B = P.block %}
 {% local NW = B // 32 %}
-typedef {{ P.ctype.param }} nj_tparam;
+typedef {{ need(P.ctype.param, "a gamma dtype") }} nj_tparam;
 
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {

@@ -38,9 +38,9 @@ struct nj_kargs {
     long long bstride[8];
     float eps;
     int reserved;
-    long long lib[8]; /* a library kernel's run-time extents (templates/lib_*.cu) */
+    long long lib[16]; /* a library kernel's run-time extents (templates/lib_*.cu) */
 };
-static_assert(sizeof(nj_kargs) == 248, "nj_kargs differs from src/kernel_abi.h");
+static_assert(sizeof(nj_kargs) == 312, "nj_kargs differs from src/kernel_abi.h");
 /* NVRTC has no offsetof; the host compiler (emulator) and nvcc check the offsets */
 #ifndef __CUDACC_RTC__
 static_assert(__builtin_offsetof(nj_kargs, workspace) == 96, "nj_kargs.workspace offset");

@@ -302,7 +302,7 @@ static int child_fake(void)
 
 static void test_fake_driver(void **state)
 {
-    assert_int_equal(sizeof(nj_kargs), 248); /* the fake driver copies this many argument bytes */
+    assert_int_equal(sizeof(nj_kargs), 312); /* the fake driver copies this many argument bytes */
     assert_int_equal(nj_test_run_child("fake", "NORMJIT_LIBCUDA", fake_lib), 0);
 }
 

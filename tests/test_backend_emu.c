@@ -24,7 +24,7 @@
 /* The kernel side of nj_kargs (templates/prelude.cuh declares the same struct for generated kernels). */
 #define KARGS                                                                                             \
     "struct nj_kargs { const void *x, *res, *gamma, *beta, *dy; void *y, *res_out, *dx, *dgamma, *dbeta; " \
-    "float *mean, *rstd; void *workspace; long long rows; long long bstride[8]; float eps; int reserved; long long lib[8]; };\n"
+    "float *mean, *rstd; void *workspace; long long rows; long long bstride[8]; float eps; int reserved; long long lib[16]; };\n"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1

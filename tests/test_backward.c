@@ -595,9 +595,9 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_plan_backward(&c, &d132, &pp), NJ_OK);
     assert_int_equal(pp.split, 36);
     assert_int_equal(pp.nlaunch, 4);
-    static const char *const names[] = {"nj_bwd_column_part", "nj_bwd_column_final", "nj_bwd_column",
+    static const char *const names[] = {"nj_bwd_column_part", "nj_lib_merge", "nj_bwd_column",
                                         "nj_lib_colsum"};
-    static const int64_t mult[] = {72, 2, 72, 1};
+    static const int64_t mult[] = {72, 2 * 32, 72, 1};
     for (int i = 0; i < 4; i++) {
         assert_string_equal(pp.launch[i].kernel, names[i]);
         assert_int_equal(pp.launch[i].row_mult, mult[i]);

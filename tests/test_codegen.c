@@ -19,7 +19,7 @@
 #include "problem_gen.h"
 
 /* The device side declares the same struct (templates/prelude.cuh, with its own static_asserts). */
-_Static_assert(sizeof(nj_kargs) == 248, "nj_kargs size changed: update templates/prelude.cuh");
+_Static_assert(sizeof(nj_kargs) == 312, "nj_kargs size changed: update templates/prelude.cuh");
 _Static_assert(offsetof(nj_kargs, workspace) == 96, "nj_kargs.workspace offset");
 _Static_assert(offsetof(nj_kargs, rows) == 104, "nj_kargs.rows offset");
 _Static_assert(offsetof(nj_kargs, bstride) == 112, "nj_kargs.bstride offset");
@@ -515,9 +515,20 @@ static void test_library_render(void **state)
         free(src);
     }
     char *src = NULL;
-    assert_int_not_equal(nj_codegen_library(&pp, NJ_DTYPE_NONE, &src), NJ_OK);
+    assert_int_equal(nj_codegen_library(&pp, NJ_DTYPE_NONE, &src), NJ_ERR_TEMPLATE); /* dgamma needs one */
     assert_null(src);
+    assert_non_null(strstr(nj_last_error(), "a gamma dtype"));
+    assert_int_equal(nj_codegen_library(&pp, 77, &src), NJ_ERR_TEMPLATE);
     assert_non_null(strstr(nj_last_error(), "library dtype"));
+    /* the merge touches no gamma: one module, whatever the plan's */
+    assert_int_equal(nj_lib_dtype(NJ_LIB_MERGE, NJ_BF16), NJ_DTYPE_NONE);
+    assert_int_equal(nj_lib_dtype(NJ_LIB_COLSUM, NJ_BF16), NJ_BF16);
+    assert_int_equal(nj_plan_library(NJ_LIB_MERGE, &pp), NJ_OK);
+    assert_int_equal(nj_codegen_library(&pp, NJ_DTYPE_NONE, &src), NJ_OK);
+    assert_non_null(strstr(src, "NJ_KERNEL(nj_lib_merge, 256)"));
+    assert_non_null(strstr(src, "if (mode == 1)")); /* NJ_MERGE_STATS, from the environment */
+    assert_null(strstr(src, "nj_tparam"));
+    free(src);
     assert_int_equal(nj_plan_library(NJ_LIB_COUNT, &pp), NJ_ERR_INTERNAL);
     assert_int_equal(nj_plan_library(NJ_LIB_NONE, &pp), NJ_ERR_INTERNAL);
 }

@@ -142,6 +142,9 @@ static void test_instancenorm(void **state)
     int before = m->failed;
     check_line(m, "instancenorm f32 ndhwc 2x3x4x5x33 flags=scale,bias,stats act=gelu_tanh", 0.0, 23);
     check_line(m, "instancenorm bf16 nhwc 4x3x3x64 flags=scale,bias", 0.0, 24);
+    /* split column walks with saved statistics: the library's merge, piece 0 writing them */
+    check_line(m, "instancenorm bf16 ndhwc 2x40x16x16x18 flags=scale,bias,stats act=silu", 0.0, 25);
+    check_line(m, "rmsnorm f32 nchw 1x4500x2x17 axes=1 flags=scale,stats", 0.0, 26); /* the merge's RMS mode */
     assert_int_equal(m->failed - before, 0);
 }
 
@@ -168,6 +171,7 @@ static void test_batchnorm(void **state)
     int before = m->failed;
     check_line(m, "batchnorm f32 nchw 2x2200x3x3 flags=scale,bias", 0.0, 21);
     check_line(m, "batchnorm bf16 nchw 2x2200x3x3 flags=scale,bias act=relu", 0.0, 22);
+    check_line(m, "batchnorm f32 nhwc 2x48x48x48 flags=scale,bias,stats", 0.0, 27); /* split walks, saved stats */
     assert_int_equal(m->failed - before, 0);
 }
 

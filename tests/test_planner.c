@@ -234,12 +234,26 @@ static void test_column_general(void **state)
     assert_int_equal(pp.split, 256);
     assert_int_equal(pp.nlaunch, 3);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_column_part");
-    assert_string_equal(pp.launch[1].kernel, "nj_fwd_column_final");
+    assert_string_equal(pp.launch[1].kernel, "nj_lib_merge");
     assert_string_equal(pp.launch[2].kernel, "nj_fwd_column");
     assert_int_equal(pp.launch[0].row_mult, 3 * 256);
-    assert_int_equal(pp.launch[1].row_mult, 3);
     assert_int_equal(pp.launch[2].row_mult, 3 * 256);
     assert_int_equal(pp.workspace_per_row, 3 * 257 * 64 * 4);
+    /* the library's merge: a tile column an item (32 a block), its 256 pieces' (sum, m2) in, (mean, rstd)
+     * out after every piece of the batch's tiles, pieces of ceil(100352 / 256) = 392 rows */
+    assert_int_equal(pp.launch[1].lib, NJ_LIB_MERGE);
+    assert_int_equal(pp.launch[1].row_mult, 3 * 32);
+    assert_int_equal(pp.launch[1].row_div, 32);
+    int64_t la[NJ_LIB_NARGS];
+    nj_launch_lib_args(&pp.launch[1], 2, la);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 3 * 32);
+    assert_int_equal(la[NJ_MERGE_NPARTS], 256);
+    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 64);
+    assert_int_equal(la[NJ_MERGE_OUT_BASE], 2 * 3 * 256 * 64);
+    assert_int_equal(la[NJ_MERGE_MODE], NJ_MERGE_STATS);
+    assert_int_equal(la[NJ_MERGE_N], 100352);
+    assert_int_equal(la[NJ_MERGE_PLEN], 392);
+    assert_int_equal(la[NJ_MERGE_CMUL], 1);
     /* 10000 rows: pieces of at least 128 rows bound the split (not the 352 a tile that 8 blocks an SM want) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 1);
     tc_axis(&c, 10000, true, false);
@@ -566,8 +580,19 @@ static void test_channels_last(void **state)
     assert_true(pp.split >= 32 && pp.split <= 256); /* a batch-2 image pair fills an H100/H200 */
     assert_int_equal(pp.nlaunch, 3);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_cl_stats");
-    assert_string_equal(pp.launch[1].kernel, "nj_fwd_cl_final");
+    assert_string_equal(pp.launch[1].kernel, "nj_lib_merge");
     assert_string_equal(pp.launch[2].kernel, "nj_fwd_cl_norm");
+    /* the merge: an (image, group) an item, the image's tiles counting tile pixels x 10 channels */
+    int64_t la[NJ_LIB_NARGS];
+    nj_launch_lib_args(&pp.launch[1], 2, la);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 32);
+    assert_int_equal(la[NJ_MERGE_RADIX], 32);
+    assert_int_equal(la[NJ_MERGE_NPARTS], pp.split);
+    assert_int_equal(la[NJ_MERGE_S_HI] * (int64_t)sizeof(float), (int64_t)pp.workspace_per_row);
+    assert_int_equal(la[NJ_MERGE_OUT_BASE], pp.split * 32 * 2);
+    assert_int_equal(la[NJ_MERGE_PLEN], pp.tile);
+    assert_int_equal(la[NJ_MERGE_CMUL], 10);
+    assert_int_equal(la[NJ_MERGE_N], 64 * 64 * 10);
     assert_int_equal(pp.launch[0].row_mult, pp.split);
     assert_int_equal(pp.launch[2].row_mult, pp.split);
     assert_int_equal(pp.workspace_per_row, (uint64_t)(pp.split + 1) * 32 * 2 * sizeof(float));
@@ -636,7 +661,6 @@ static void test_channels_last(void **state)
     assert_int_equal(pp.launch[3].grid_x, 10);
     /* the library's column sum walks each image's tile partials: (image, tile) parts, pairs per channel
      * after the group sums and means of the image */
-    int64_t la[NJ_LIB_NARGS];
     nj_launch_lib_args(&pp.launch[3], 3, la);
     int64_t chans = (pp.split + 1) * 32 * 2, image = chans + (int64_t)pp.split * 320 * 2;
     assert_int_equal(la[NJ_COLSUM_NCOLS], 320);

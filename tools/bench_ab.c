@@ -49,6 +49,12 @@ static int nj_ab_write(const char *path, const char *text, int32_t kernels)
 
 static const nj_dtype nj_lib_dtypes[] = {NJ_F32, NJ_F16, NJ_BF16};
 
+/* How many modules library kernel lib has: one a gamma dtype, or one. */
+static size_t nj_bench_lib_ndtypes(int32_t lib)
+{
+    return nj_lib_dtype(lib, NJ_F32) == NJ_DTYPE_NONE ? 1 : NJ_ARRAY_LEN(nj_lib_dtypes);
+}
+
 /* The source of library module lib for gamma dtype d (caller frees), NULL on failure (reported). */
 static char *nj_bench_lib_source(int32_t lib, nj_dtype d)
 {
@@ -66,9 +72,10 @@ static int nj_bench_dump_libs(const char *dir)
 {
     int written = 0;
     for (int32_t lib = NJ_LIB_NONE + 1; lib < NJ_LIB_COUNT; lib++) {
-        for (size_t d = 0; d < NJ_ARRAY_LEN(nj_lib_dtypes); d++) {
-            char *src = nj_bench_lib_source(lib, nj_lib_dtypes[d]), path[4096];
-            snprintf(path, sizeof path, "%s/lib_%s_%s.cu", dir, nj_lib_name(lib), nj_dtype_name(nj_lib_dtypes[d]));
+        for (size_t d = 0; d < nj_bench_lib_ndtypes(lib); d++) {
+            nj_dtype dt = (nj_dtype)nj_lib_dtype(lib, nj_lib_dtypes[d]);
+            char *src = nj_bench_lib_source(lib, dt), path[4096];
+            snprintf(path, sizeof path, "%s/lib_%s_%s.cu", dir, nj_lib_name(lib), nj_dtype_name(dt));
             int ok = src && nj_ab_write(path, src, 1) == 0;
             free(src);
             if (!ok) return -1;
@@ -169,8 +176,8 @@ int nj_bench_libs(int32_t arch, double *sec, int cap)
 {
     int n = 0;
     for (int32_t lib = NJ_LIB_NONE + 1; lib < NJ_LIB_COUNT; lib++) {
-        for (size_t d = 0; d < NJ_ARRAY_LEN(nj_lib_dtypes) && n < cap; d++) {
-            char *src = nj_bench_lib_source(lib, nj_lib_dtypes[d]);
+        for (size_t d = 0; d < nj_bench_lib_ndtypes(lib) && n < cap; d++) {
+            char *src = nj_bench_lib_source(lib, (nj_dtype)nj_lib_dtype(lib, nj_lib_dtypes[d]));
             double ms = src ? nj_ab_compile(src, "lib.cu", arch) : -1.0;
             free(src);
             if (ms >= 0) sec[n++] = ms * 1e-3;

@@ -75,7 +75,8 @@ static void nj_cache_sig_head(const char *sig, char *out, size_t cap)
     nj_cache_sig_field(sig, "library", lib, sizeof lib);
     nj_cache_sig_field(sig, "param", param, sizeof param);
     if (prob[0]) snprintf(out, cap, "%-3s %-8s %s", pass, target, prob);
-    else if (lib[0]) snprintf(out, cap, "lib %-8s %s param=%s", target, lib, param);
+    else if (lib[0] && strcmp(param, "none") != 0) snprintf(out, cap, "lib %-8s %s param=%s", target, lib, param);
+    else if (lib[0]) snprintf(out, cap, "lib %-8s %s", target, lib); /* one module for every gamma dtype */
     else snprintf(out, cap, "%.*s", (int)strcspn(sig, "\n"), sig);
 }
 

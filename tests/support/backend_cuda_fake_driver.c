@@ -37,7 +37,7 @@ typedef struct fake_module {
 
 /* What the last launch saw, for the test. */
 static unsigned last_grid[3], last_block[3], last_shmem;
-static unsigned char last_args[256];
+static unsigned char last_args[320];
 static int launches;
 
 static int env_int(const char *name, int dflt)
@@ -186,7 +186,7 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
     last_grid[0] = gx, last_grid[1] = gy, last_grid[2] = gz;
     last_block[0] = bx, last_block[1] = by, last_block[2] = bz;
     last_shmem = shmem;
-    memcpy(last_args, params[0], sizeof last_args < 248 ? sizeof last_args : 248); /* sizeof(nj_kargs) */
+    memcpy(last_args, params[0], sizeof last_args < 312 ? sizeof last_args : 312); /* sizeof(nj_kargs) */
     launches++;
     return OK;
 }
