@@ -11,10 +11,11 @@
 #define NJ_LOCK_TIMEOUT_MS 120000
 
 /* What a kernel set's source is rendered from: a pass's canonical problem c, or (c NULL) library kernel
- * lib. dtype: the gamma dtype, which a library module is built for. */
+ * lib. dtype: the gamma dtype, which a library module is built for. reserve: library modules compiling
+ * beside this one on threads of their own, whose cores its --split-compile must leave to them. */
 typedef struct nj_unit {
     const nj_canon *c;
-    int32_t lib, dtype;
+    int32_t lib, dtype, reserve;
 } nj_unit;
 
 static _Thread_local double nj_last_compile_ms;
@@ -92,8 +93,10 @@ static nj_status nj_kernels_compile(nj_context *ctx, const nj_unit *u, const cha
 {
     char *src = NULL;
     NJ_TRY(u->c ? nj_codegen(u->c, &ks->params, &src) : nj_codegen_library(&ks->params, u->dtype, &src));
-    nj_status s = ctx->backend->ops->compile(ctx->backend, src, ks->params.launch[0].kernel,
-                                             nj_plan_kernel_count(&ks->params), res);
+    /* the kernel count sizes --split-compile over idle cores: none taken from a library compile */
+    int32_t kernels = nj_plan_kernel_count(&ks->params) - u->reserve;
+    nj_status s = ctx->backend->ops->compile(ctx->backend, src, ks->params.launch[0].kernel, kernels > 1 ? kernels : 1,
+                                             res);
     free(src);
     if (s != NJ_OK) {
         atomic_fetch_add(&ctx->compile_failures, 1);
@@ -245,7 +248,7 @@ static int32_t nj_libs_start(nj_context *ctx, const nj_plan_params *pp, int32_t 
         if (lib == NJ_LIB_NONE || k < n) continue;
         memset(&jobs[n], 0, sizeof jobs[n]);
         jobs[n].ctx = ctx;
-        jobs[n].unit = (nj_unit){NULL, lib, nj_lib_dtype(lib, dtype)};
+        jobs[n].unit = (nj_unit){NULL, lib, nj_lib_dtype(lib, dtype), 0};
         jobs[n].load = load;
         nj_lib_job_start(&jobs[n++]);
     }
@@ -276,7 +279,9 @@ static nj_status nj_kernels_build_pass(nj_context *ctx, const nj_unit *u, const 
 {
     nj_lib_job jobs[NJ_MAX_LAUNCHES];
     int32_t nj = nj_libs_start(ctx, &ks->params, u->dtype, load, jobs);
-    nj_status s = nj_kernels_build(ctx, u, sig, ks, load, &st->compiled);
+    nj_unit own = *u;
+    for (int32_t k = 0; k < nj; k++) own.reserve += jobs[k].threaded;
+    nj_status s = nj_kernels_build(ctx, &own, sig, ks, load, &st->compiled);
     nj_status ls = nj_libs_finish(jobs, nj, ks, load, st);
     if (s == NJ_OK && ls != NJ_OK && ks->module) { /* a failed set holds nothing: a retry loads anew */
         ctx->backend->ops->unload(ctx->backend, ks->module);
@@ -336,7 +341,7 @@ nj_status nj_kernels_for(nj_context *ctx, const nj_canon *full, nj_pass pass, nj
     char *sig = nj_signature_text(ctx, &view, &pp);
     NJ_RETURN_IF(!sig, NJ_ERR_OUT_OF_MEMORY, "signature text");
     nj_build_stats none = {0, 0};
-    nj_unit u = {&view, NJ_LIB_NONE, view.dtype[NJ_OPD_PARAM]};
+    nj_unit u = {&view, NJ_LIB_NONE, view.dtype[NJ_OPD_PARAM], 0};
     nj_status s = nj_kernelset_get(ctx, &u, &pp, sig, load, out, st ? st : &none);
     free(sig);
     return s;
