@@ -338,8 +338,11 @@ static void test_hot_lookup_same_plan(void **state)
     nj_context_destroy(ctx);
 }
 
+/* A thread's first call: the same forward problem for every thread (problem < 0), or the backward of
+ * LayerNorm problem number `problem` (each thread its own). */
 typedef struct race_arg {
     nj_context *ctx;
+    int problem;
     nj_plan *plan;
     nj_status s;
 } race_arg;
@@ -348,27 +351,33 @@ static void *race_body(void *v)
 {
     race_arg *r = v;
     nj_problem_desc p;
-    int64_t ext[2] = {16, 333};
-    nj_preset_layernorm(&p, NJ_F32, 2, ext, 1, NJ_FLAG_SCALE);
-    r->s = nj_plan_get(r->ctx, &p, NJ_PASS_FORWARD, &r->plan);
+    char text[64];
+    snprintf(text, sizeof text, "layernorm f32 *x%d flags=scale%s", r->problem < 0 ? 333 : 64 + 32 * r->problem,
+             r->problem < 0 ? "" : ",bias");
+    r->s = nj_problem_from_text(text, 16, &p);
+    if (r->s == NJ_OK) r->s = nj_plan_get(r->ctx, &p, r->problem < 0 ? NJ_PASS_FORWARD : NJ_PASS_BACKWARD, &r->plan);
     return NULL;
+}
+
+/* Eight threads at once, thread i with problem i (or all with the shared one); every call succeeds. */
+static void race(nj_context *ctx, bool shared, race_arg r[8])
+{
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (race_arg){ctx, shared ? -1 : i, NULL, NJ_ERR_INTERNAL};
+        assert_int_equal(pthread_create(&t[i], NULL, race_body, &r[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 8; i++) assert_int_equal(r[i].s, NJ_OK);
 }
 
 static void test_single_flight_threads(void **state)
 {
     fixture *f = *state;
     nj_context *ctx = emu_context(f->dir, 0);
-    pthread_t t[8];
     race_arg r[8];
-    for (int i = 0; i < 8; i++) {
-        r[i] = (race_arg){ctx, NULL, NJ_ERR_INTERNAL};
-        pthread_create(&t[i], NULL, race_body, &r[i]);
-    }
-    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
-    for (int i = 0; i < 8; i++) {
-        assert_int_equal(r[i].s, NJ_OK);
-        assert_ptr_equal(r[i].plan, r[0].plan);
-    }
+    race(ctx, true, r);
+    for (int i = 0; i < 8; i++) assert_ptr_equal(r[i].plan, r[0].plan);
     nj_cache_stats st;
     nj_context_cache_stats(ctx, &st);
     assert_int_equal(st.compiles, 1);
@@ -502,37 +511,13 @@ static void test_library_module_shared(void **state)
     nj_context_destroy(ctx);
 }
 
-typedef struct lib_race {
-    nj_context *ctx;
-    int n;
-    nj_status s;
-} lib_race;
-
-static void *lib_race_body(void *v)
-{
-    lib_race *r = v;
-    char text[64];
-    snprintf(text, sizeof text, "layernorm f32 *x%d flags=scale,bias", 64 + 32 * r->n);
-    nj_problem_desc p;
-    nj_plan *plan;
-    r->s = nj_problem_from_text(text, 2, &p);
-    if (r->s == NJ_OK) r->s = nj_plan_get(r->ctx, &p, NJ_PASS_BACKWARD, &plan);
-    return NULL;
-}
-
 /* Eight first backward calls of eight problems at once: the library module they share is built once. */
 static void test_library_single_flight_threads(void **state)
 {
     fixture *f = *state;
     nj_context *ctx = emu_context(f->dir, 0);
-    pthread_t t[8];
-    lib_race r[8];
-    for (int i = 0; i < 8; i++) {
-        r[i] = (lib_race){ctx, i, NJ_ERR_INTERNAL};
-        assert_int_equal(pthread_create(&t[i], NULL, lib_race_body, &r[i]), 0);
-    }
-    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
-    for (int i = 0; i < 8; i++) assert_int_equal(r[i].s, NJ_OK);
+    race_arg r[8];
+    race(ctx, false, r);
     nj_cache_stats st;
     nj_context_cache_stats(ctx, &st);
     assert_int_equal(st.compiles, 8 + 1);
