@@ -26,8 +26,8 @@
  *
  * A library module (templates/lib_*.cu, nj_codegen_library) sees only P.pass = "lib", P.family =
  * "library", P.block, P.launch, P.dtype.param / P.ctype.param (none and nil for a module that is not
- * built per gamma dtype) and P.mode (NJ_LIB_MERGE's modes:
- * {sums=, stats=, rms=}): its kernels take no problem.
+ * built per gamma dtype) and P.mode (NJ_LIB_MERGE's modes: {sums=, stats=, rms=}): its kernels take no
+ * problem.
  */
 #include "codegen_env.h"
 

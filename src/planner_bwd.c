@@ -210,8 +210,8 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
 /* dgamma/dbeta fused into the column walk when the tile's columns are the only feature axis (channels-last
  * InstanceNorm and BatchNorm): each thread adds dz*xhat and dz down its column in the walk that sums g
  * and g*xhat anyway, the block's warps add theirs in order, and one partial row per outer index goes to
- * the workspace; the library's column sum (NJ_LIB_COLSUM) adds them per column in order. A separate dgamma walk would read x
- * and dy a second time and cost ~26 ms of NVRTC. */
+ * the workspace; the library's column sum (NJ_LIB_COLSUM) adds them per column in order. A separate
+ * dgamma walk would read x and dy a second time and cost ~26 ms of NVRTC. */
 static bool bwd_column_fused(const nj_canon *c)
 {
     const nj_canon_axis *in = &c->axes[c->rank - 1];
@@ -238,7 +238,7 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     } else {
         /* a piece's two sums per column, then a tile's two means: [tile][piece][2][32], [tile][2][32] over
          * the batch, after the fused partial rows (2 x ec a row, outer index and piece) when fused, and
-         * after the fixed region of the dgamma/dbeta launches (bwd_column_bases, once they are planned) */
+         * after the fixed region of the dgamma/dbeta launches (added below, once those are planned) */
         int64_t si = (int64_t)s, n = c->reduce_size, sums = fused ? 2 * (c->kept_inner / ec) * si * ec : 0;
         nj_plan_add_launch(pp, "nj_bwd_column_part", pp->block, tiles * pp->split, 1, 0);
         const int64_t arg[NJ_LIB_NARGS][2] = {
@@ -253,8 +253,7 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
         pp->workspace_per_row = (uint64_t)tiles * (s + 1) * 64u * sizeof(float);
     }
     if (fused) {
-        /* a partial row (2 x ec floats) per outer index and piece: kept_inner / ec outer indices a row */
-        /* [2][rows * ko * split][ec]: a partial row per outer index and piece */
+        /* [2][rows * ko * split][ec]: a partial row per outer index (kept_inner / ec a row) and piece */
         int64_t parts = c->kept_inner / ec * pp->split;
         const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {ec, 0}, [NJ_COLSUM_NPARTS] = {0, parts},
                                              [NJ_COLSUM_S_OUTER] = {ec, 0}, [NJ_COLSUM_S_COL] = {1, 0},
@@ -264,9 +263,10 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
         return NJ_OK;
     }
     bwd_plan_pgrad(c, dev, pp);
-    if (s > 1) { /* the split's region starts after the dgamma/dbeta launches' fixed one */
-        pp->launch[1].arg[NJ_MERGE_IN_BASE][0] += (int64_t)(pp->workspace_fixed / sizeof(float));
-        pp->launch[1].arg[NJ_MERGE_OUT_BASE][0] += (int64_t)(pp->workspace_fixed / sizeof(float));
+    for (int32_t i = 0; i < pp->nlaunch; i++) { /* the split's region follows the dgamma/dbeta launches' fixed one */
+        if (pp->launch[i].lib != NJ_LIB_MERGE) continue;
+        pp->launch[i].arg[NJ_MERGE_IN_BASE][0] += (int64_t)(pp->workspace_fixed / sizeof(float));
+        pp->launch[i].arg[NJ_MERGE_OUT_BASE][0] += (int64_t)(pp->workspace_fixed / sizeof(float));
     }
     return NJ_OK;
 }

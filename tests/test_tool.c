@@ -760,8 +760,8 @@ static void test_perf_emulator(void **state)
     nj_run_free(&r);
 }
 
-/* bench --dump writes each problem's main kernel sources, named by problem index and pass; --ab compiles
- * two dumps alternately (here the same one twice: both medians present, the difference small). */
+/* bench --dump writes each problem's main kernel sources, named by problem index and pass, and the
+ * library modules; --ab compiles two dumps alternately (here the same one twice: both medians present). */
 static void test_bench_dump_and_ab(void **state)
 {
     (void)state;
@@ -771,17 +771,21 @@ static void test_bench_dump_and_ab(void **state)
     nj_path(dir, sizeof dir, "dump");
     nj_run r = NJ_TOOL(NULL, "bench", "--dump", dir, "--passes", "fwd", "--manifest", man);
     assert_int_equal(r.status, 0);
-    assert_non_null(strstr(r.out, "2 kernel source(s) written"));
+    assert_non_null(strstr(r.out, "6 kernel source(s) written")); /* and the 4 library modules */
     nj_run_free(&r);
     struct stat st;
     snprintf(path, sizeof path, "%s/001_fwd.cu", dir);
     assert_int_equal(stat(path, &st), 0);
     assert_true(st.st_size > 1000);
+    snprintf(path, sizeof path, "%s/lib_colsum_bf16.cu", dir);
+    assert_int_equal(stat(path, &st), 0);
+    snprintf(path, sizeof path, "%s/lib_merge_none.cu", dir);
+    assert_int_equal(stat(path, &st), 0);
     snprintf(path, sizeof path, "%s/000_bwd.cu", dir);
     assert_int_not_equal(stat(path, &st), 0); /* --passes fwd */
     r = NJ_TOOL(NULL, "bench", "--ab", dir, dir, "--arch", "sm_80");
     assert_int_equal(r.status, 0);
-    assert_non_null(strstr(r.out, "2 kernel(s) in both folders, NVRTC for sm_80"));
+    assert_non_null(strstr(r.out, "6 kernel(s) in both folders, NVRTC for sm_80"));
     assert_non_null(strstr(r.out, "A: NVRTC per kernel"));
     assert_non_null(strstr(r.out, "B - A per kernel"));
     nj_run_free(&r);

@@ -123,7 +123,7 @@ int nj_bench_dump(const char *dir, const nj_problem_desc *pr, int np, uint32_t p
         }
     }
     nj_context_destroy(ctx);
-    int libs = (passes & NJ_PASS_BACKWARD) ? nj_bench_dump_libs(dir) : 0;
+    int libs = nj_bench_dump_libs(dir);
     if (libs < 0) failed++;
     else written += libs;
     printf("normjit bench: %d kernel source(s) written to %s%s\n", written, dir, failed ? " (some failed)" : "");

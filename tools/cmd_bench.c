@@ -20,9 +20,9 @@ static void nj_bench_help(FILE *f)
             "of several kernels uses the idle cores, as a first call does), for the main kernels (what a first\n"
             "call waits for; with both passes, also the forward and the backward ones apart; a backward that\n"
             "is another problem's too, e.g. the same with a fused residual add, is compiled and counted once;\n"
-            "a library module that backward passes share is compiled beside the first one, on its own thread,\n"
-            "and also timed alone), and apart for the unaligned variants (a first call with misaligned pointers, or\n"
-            "warmup, compiles those); the warm load of cached plans by a new context (median per problem); and\n"
+            "a library module that passes share is compiled beside the first one, on its own thread, and is\n"
+            "also timed alone), and apart for the unaligned variants (a first call with misaligned pointers,\n"
+            "or warmup, compiles those); the warm load of cached plans by a new context (median per problem); and\n"
             "the hot lookup of an already loaded plan (nj_plan_get on the same context, ns per call), which\n"
             "needs a backend that can load kernels: cuda, else the emulator.\n"
             "\n"
@@ -35,8 +35,8 @@ static void nj_bench_help(FILE *f)
             "  --iterations N      lookups timed for the hot figure (default 1000000)\n"
             "  --keep              keep the temporary cache (its path is printed)\n"
             "  --dump DIR          write the main kernels' sources instead (DIR/NNN_fwd.cu, NNN_bwd.cu: problem\n"
-            "                      NNN of the manifests; with bwd, lib_*.cu: the library modules backward\n"
-            "                      passes share), compiling nothing\n"
+            "                      NNN of the manifests; lib_*.cu: the library modules passes share),\n"
+            "                      compiling nothing\n"
             "  --ab DIR_A DIR_B    compile the like-named sources of two dumps alternately (A, B, A, ...) and\n"
             "                      print both medians and the per-kernel difference: this machine's speed drifts\n"
             "                      by ~10%% over hours, so compare two commits in one sitting\n"
@@ -310,12 +310,10 @@ int nj_cmd_bench(int argc, char **argv)
             nj_bench_pass_row("  forward kernels (end to end)", total, bwd, nk, 0);
             nj_bench_pass_row("  backward kernels (end to end)", total, bwd, nk, 1);
         }
-        if (a.passes & NJ_PASS_BACKWARD) {
-            /* shared by every backward pass of a gamma dtype: compiled once a cache, beside the first
-             * pass that launches them (counted with it above when it compiled longer) */
-            double lib[16];
-            nj_bench_row("library modules, each alone (once a cache)", lib, nj_bench_libs(a.arch, lib, 16), 1e3, "ms");
-        }
+        /* shared by the passes that launch them: compiled once a cache, beside the first such pass
+         * (counted with it above when it compiled longer) */
+        double lib[16];
+        nj_bench_row("library modules, each alone (once a cache)", lib, nj_bench_libs(a.arch, lib, 16), 1e3, "ms");
         nj_bench_row("unaligned variants (first misaligned call)", total + nv, nu, 1e3, "ms");
         nj_bench_row("warm hit per problem (new context, warm)", warm, nw, 1e3, "ms");
         nj_bench_hot(&a, dir, pr, np);
