@@ -353,6 +353,25 @@ static void test_warmup_default_cache_roots(void **state)
     nj_run_free(&r);
 }
 
+/* The merge of split walks is one library module for every gamma dtype: listed without one. */
+static void test_cache_ls_merge_module(void **state)
+{
+    (void)state;
+    char cache[512], man[512];
+    nj_path(cache, sizeof cache, "cache-merge");
+    nj_path(man, sizeof man, "merge.txt");
+    nj_write_file(man, "groupnorm f32 nhwc *x32x6x6 groups=4\n");
+    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--passes", "fwd", man);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(nj_field(r.out, "kernels compiled"), 3); /* main, unaligned, the merge */
+    nj_run_free(&r);
+    r = NJ_TOOL(NULL, "cache", "--cache", cache, "ls");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "lib sm_90    merge\n"));
+    assert_null(strstr(r.out, "param=none"));
+    nj_run_free(&r);
+}
+
 /* ---- plan ---- */
 
 /* The 32-hex hash printed after "hash:" for the first pass. */
@@ -811,6 +830,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_warmup_default_backend_falls_back, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_warmup_unsafe_cache_fail, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_warmup_default_cache_roots, nj_setup, nj_teardown),
+        cmocka_unit_test_setup_teardown(test_cache_ls_merge_module, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_plan_prints_signature, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_plan_bad_problem_fail, nj_setup, nj_teardown),
         cmocka_unit_test_setup_teardown(test_cache_verify_corrupt_entry_fail, nj_setup, nj_teardown),
