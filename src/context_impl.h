@@ -74,8 +74,9 @@ typedef struct nj_build_stats {
 NJ_HIDDEN nj_status nj_kernels_for(nj_context *ctx, const nj_canon *c, nj_pass pass, nj_variant v, int load,
                                    nj_kernelset **out, nj_build_stats *st);
 NJ_HIDDEN char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_plan_params *pp);
-/* The signature of library module lib for gamma dtype dtype (pp: its nj_plan_library plan). Caller frees. */
-NJ_HIDDEN char *nj_lib_signature_text(nj_context *ctx, int32_t lib, int32_t dtype, const nj_plan_params *pp);
+/* The signature of library module lib for dtype (nj_lib_dtype's), and its plan into *pp (nj_plan_library).
+ * Caller frees; NULL for an unknown kernel or out of memory. */
+NJ_HIDDEN char *nj_lib_signature_text(nj_context *ctx, int32_t lib, int32_t dtype, nj_plan_params *pp);
 NJ_HIDDEN const char *nj_binary_ext(nj_context *ctx);
 NJ_HIDDEN void nj_kernelsets_free(nj_context *ctx);
 

@@ -31,13 +31,11 @@ static char *nj_explain_libraries(nj_context *ctx, const nj_canon *c, const nj_p
     nj_buf b;
     nj_buf_init(&b);
     nj_buf_append(&b, "", 0);
-    for (int32_t i = 0; i < pp->nlaunch; i++) {
-        int32_t lib = pp->launch[i].lib, j = 0;
-        while (j < i && pp->launch[j].lib != lib) j++;
-        if (lib == NJ_LIB_NONE || j < i) continue;
+    int32_t libs[NJ_MAX_LAUNCHES], n = nj_plan_libs(pp, libs);
+    for (int32_t k = 0; k < n; k++) {
+        int32_t lib = libs[k], dt = nj_lib_dtype(lib, c->dtype[NJ_OPD_PARAM]);
         nj_plan_params lp;
-        int32_t dt = nj_lib_dtype(lib, c->dtype[NJ_OPD_PARAM]);
-        char *sig = nj_plan_library(lib, &lp) == NJ_OK ? nj_lib_signature_text(ctx, lib, dt, &lp) : NULL;
+        char *sig = nj_lib_signature_text(ctx, lib, dt, &lp);
         if (!sig) {
             b.failed = true;
             break;

@@ -54,12 +54,13 @@ char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_plan_params
     return nj_buf_take(&b);
 }
 
-char *nj_lib_signature_text(nj_context *ctx, int32_t lib, int32_t dtype, const nj_plan_params *pp)
+char *nj_lib_signature_text(nj_context *ctx, int32_t lib, int32_t dtype, nj_plan_params *pp)
 {
+    if (nj_plan_library(lib, pp) != NJ_OK) return NULL;
     char *plan = nj_plan_text(pp);
     nj_buf b;
     nj_buf_init(&b);
-    if (plan && nj_lib_name(lib)) {
+    if (plan) {
         nj_buf_printf(&b, "normjit-signature\nlibrary %s\nparam %s\nplan %s\n", nj_lib_name(lib),
                       nj_dtype_name((nj_dtype)dtype), plan);
         nj_signature_tail(ctx, &b);
@@ -225,10 +226,8 @@ static nj_kernelset *nj_kernelset_ready(nj_context *ctx, const char *sig, int lo
 
 static void nj_lib_job_start(nj_lib_job *j)
 {
-    j->s = nj_plan_library(j->unit.lib, &j->pp);
-    if (j->s == NJ_OK && !(j->sig = nj_lib_signature_text(j->ctx, j->unit.lib, j->unit.dtype, &j->pp)))
-        j->s = nj_fail(NJ_ERR_OUT_OF_MEMORY, "library signature text");
-    if (j->s != NJ_OK) {
+    if (!(j->sig = nj_lib_signature_text(j->ctx, j->unit.lib, j->unit.dtype, &j->pp))) {
+        j->s = nj_fail(NJ_ERR_OUT_OF_MEMORY, "library %s: signature text", nj_lib_name(j->unit.lib));
         j->detail = strdup(nj_last_error());
         return;
     }
@@ -241,16 +240,13 @@ static void nj_lib_job_start(nj_lib_job *j)
 static int32_t nj_libs_start(nj_context *ctx, const nj_plan_params *pp, int32_t dtype, int load,
                              nj_lib_job jobs[NJ_MAX_LAUNCHES])
 {
-    int32_t n = 0;
-    for (int32_t i = 0; i < pp->nlaunch; i++) {
-        int32_t lib = pp->launch[i].lib, k = 0;
-        while (k < n && jobs[k].unit.lib != lib) k++;
-        if (lib == NJ_LIB_NONE || k < n) continue;
-        memset(&jobs[n], 0, sizeof jobs[n]);
-        jobs[n].ctx = ctx;
-        jobs[n].unit = (nj_unit){NULL, lib, nj_lib_dtype(lib, dtype), 0};
-        jobs[n].load = load;
-        nj_lib_job_start(&jobs[n++]);
+    int32_t libs[NJ_MAX_LAUNCHES], n = nj_plan_libs(pp, libs);
+    for (int32_t k = 0; k < n; k++) {
+        memset(&jobs[k], 0, sizeof jobs[k]);
+        jobs[k].ctx = ctx;
+        jobs[k].unit = (nj_unit){NULL, libs[k], nj_lib_dtype(libs[k], dtype), 0};
+        jobs[k].load = load;
+        nj_lib_job_start(&jobs[k]);
     }
     return n;
 }

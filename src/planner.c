@@ -166,24 +166,39 @@ int32_t nj_lib_dtype(int32_t lib, int32_t param_dtype)
     return lib > 0 && lib < NJ_LIB_COUNT && nj_libs[lib].typed ? param_dtype : NJ_DTYPE_NONE;
 }
 
+int32_t nj_plan_libs(const nj_plan_params *pp, int32_t libs[NJ_MAX_LAUNCHES])
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < pp->nlaunch; i++) {
+        int32_t lib = pp->launch[i].lib, k = 0;
+        while (k < n && libs[k] != lib) k++;
+        if (lib != NJ_LIB_NONE && k == n) libs[n++] = lib;
+    }
+    return n;
+}
+
+/* Appends a launch of library kernel lib (grid as nj_plan_add_launch's) with its run-time arguments. */
+static nj_launch *plan_add_lib(nj_plan_params *pp, int32_t lib, int64_t row_mult, int64_t row_div, int32_t grid_x,
+                               const int64_t arg[NJ_LIB_NARGS][2])
+{
+    nj_plan_add_launch(pp, nj_libs[lib].kernel, nj_libs[lib].block, row_mult, row_div, grid_x);
+    nj_launch *l = &pp->launch[pp->nlaunch - 1];
+    l->lib = lib;
+    memcpy(l->arg, arg, sizeof l->arg);
+    return l;
+}
+
 void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
 {
     /* a block per 32 columns (its 8 warps over the parts) */
-    nj_plan_add_launch(pp, nj_libs[NJ_LIB_COLSUM].kernel, nj_libs[NJ_LIB_COLSUM].block, 1, 1,
-                       (int32_t)((arg[NJ_COLSUM_NCOLS][0] + 31) / 32));
-    nj_launch *l = &pp->launch[pp->nlaunch - 1];
-    l->lib = NJ_LIB_COLSUM;
-    memcpy(l->arg, arg, sizeof l->arg);
+    nj_launch *l = plan_add_lib(pp, NJ_LIB_COLSUM, 1, 1, (int32_t)((arg[NJ_COLSUM_NCOLS][0] + 31) / 32), arg);
     if (l->arg[NJ_COLSUM_INNER][0] == 0 && l->arg[NJ_COLSUM_INNER][1] == 0) l->arg[NJ_COLSUM_INNER][0] = 1;
 }
 
 void nj_plan_add_merge(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
 {
     /* a block per 32 items (its 8 warps over the parts), items a batch row times the rows */
-    nj_plan_add_launch(pp, nj_libs[NJ_LIB_MERGE].kernel, nj_libs[NJ_LIB_MERGE].block, arg[NJ_MERGE_NITEMS][1], 32, 0);
-    nj_launch *l = &pp->launch[pp->nlaunch - 1];
-    l->lib = NJ_LIB_MERGE;
-    memcpy(l->arg, arg, sizeof l->arg);
+    plan_add_lib(pp, NJ_LIB_MERGE, arg[NJ_MERGE_NITEMS][1], 32, 0, arg);
 }
 
 nj_status nj_plan_library(int32_t lib, nj_plan_params *out)

@@ -29,10 +29,11 @@ typedef enum nj_family {
     NJ_FAMILY_LIBRARY = 6     /* a library module (nj_plan_library): no problem of its own */
 } nj_family;
 
-/* Library kernels: problem-independent steps (adding workspace partials into dgamma/dbeta) that every
- * plan launching them shares: one module per (kernel, gamma dtype), compiled once per cache, its
- * extents read from nj_kargs.lib at run time. A pass's own source is smaller by a kernel, and a
- * kernel costs NVRTC ~10 ms wherever it sits (README: what NVRTC costs). */
+/* Library kernels: problem-independent steps (adding workspace partials into dgamma/dbeta, merging the
+ * pieces of split walks) that every plan launching them shares: one module per kernel (and gamma dtype,
+ * for a kernel that writes dgamma: nj_lib_dtype), compiled once per cache, its extents read from
+ * nj_kargs.lib at run time. A pass's own source is smaller by a kernel, and a kernel costs NVRTC ~10 ms
+ * wherever it sits (README: what NVRTC costs). */
 typedef enum nj_lib_kernel {
     NJ_LIB_NONE = 0,
     /* out_a[col], out_b[col] (dgamma, dbeta; col < lib[0]) = the sums over the parts i < lib[1] of
@@ -140,6 +141,8 @@ NJ_HIDDEN const char *nj_lib_name(int32_t lib);
 /* The dtype a module of library kernel lib is built for, for a plan of gamma dtype param_dtype:
  * param_dtype for a kernel that writes dgamma/dbeta, NJ_DTYPE_NONE (one module) for the others. */
 NJ_HIDDEN int32_t nj_lib_dtype(int32_t lib, int32_t param_dtype);
+/* The distinct library kernels pp's launches name, into libs; returns how many. */
+NJ_HIDDEN int32_t nj_plan_libs(const nj_plan_params *pp, int32_t libs[NJ_MAX_LAUNCHES]);
 /* Distinct kernels of the plan's own source among the launches (library launches not counted). */
 NJ_HIDDEN int32_t nj_plan_kernel_count(const nj_plan_params *pp);
 /* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then
