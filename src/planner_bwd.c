@@ -193,9 +193,12 @@ static nj_status plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_
         bwd_plan_pgrad(c, dev, pp); /* none without gamma/beta */
         return NJ_OK;
     }
-    /* a fixed number of blocks (one partial row each): about half the threads an SM holds */
-    /* 512-thread blocks of long rows hold ~100 registers a thread: one block an SM */
-    int32_t per_sm = pp->block >= 512 ? 1 : 1024 / pp->block;
+    /* A fixed number of blocks (one partial row each), 1024 threads an SM. A 512-thread block whose
+     * threads own one vector chunk each fits twice (56-64 registers a thread); one that owns several
+     * chunks holds up to 128 registers a thread: one block an SM. On the H200, two 512-thread blocks
+     * an SM took the bf16 RMSNorm backward of 32768 x 4096 from 2.26 to 3.09 TB/s. */
+    int64_t one_chunk = (n / pp->vec + 31) / 32 * 32;
+    int32_t per_sm = pp->block < 512 ? 1024 / pp->block : pp->block == 512 && one_chunk <= 512 ? 2 : 1;
     int32_t nslot = sms * per_sm;
     nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot);
     /* slot k's partial row of gamma at [k][n], of beta at [nslot + k][n] */

@@ -17,7 +17,7 @@
  *   the library's merge: an (image, group)'s tile sums added in order into the two means;
  *   nj_bwd_cl_dx: dx of the tile, vector loads and stores;
  *   with gamma/beta, the library's column sum (NJ_LIB_COLSUM): a block per 32 channels adds every
- *            (image, tile) partial in a fixed order (8 warps over the partials, then warp 0 over the warps).
+ *            (image, tile) partial in a fixed order (its warps over the partials, then warp 0 over the warps).
  * The tiling is a function of the problem alone: the same work split and rounding on every run. */
 #include "planner.h"
 

@@ -34,6 +34,9 @@ if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error(
 -- Up to 16 values a thread, the first pass keeps xhat and g for the second (no re-read of x, dy and
 -- gamma, no recomputation): 32 more registers beside the 32 column sums at most.
 local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
+-- PF: the row loop fetches the next row while it works on this one (rows that stay in registers);
+-- not in 1024-thread blocks, whose 64 registers a thread spilled with it (GELU erf, sm_80 and sm_90)
+local PF = PGRAD and CACHE and B <= 512
 %}
 {{ bwd_typedefs() }}
 
@@ -75,6 +78,54 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 #pragma unroll
         for (int k = 0; k < V; k++) pg[c][k] = pb[c][k] = 0.0f;
 {% end %}
+{% if PF then %}
+    /* Row r + 1's x, dy, mean and rstd are fetched (as raw words) before row r's reduction, so the
+     * block keeps loads in flight through its barriers and arithmetic: with one row's loads at a time
+     * the H200 ran these kernels at ~1.5 TB/s. */
+    typedef nj_vec_io<V, nj_tx> nj_iox;
+    typedef nj_vec_io<V, nj_tdy> nj_iody;
+    unsigned xw_[CPT][nj_iox::W], dw_[CPT][nj_iody::W];
+    float mean_n = 0.0f, rstd_n = 0.0f;
+    const nj_i64 rstep = (nj_i64)gridDim.x * NJ_RPB;
+    nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR;
+{%   local function fetch(var, pre) %}
+        {
+        {{ split_index(var, kept, pre) }}
+        const nj_i64 fx = {{ offset("x", kept, pre) }};
+        const nj_i64 fdy = {{ offset("dy", kept, pre) }};
+        const nj_i64 fs = {{ offset("stats", kept, pre) }};
+{%     if F.center then %}
+        mean_n = A.mean[fs];
+{%     end %}
+        rstd_n = A.rstd[fs];
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+            const int ch = lane + c * NJ_TPR;
+            if (NCH % NJ_TPR == 0 || ch < NCH) {
+                nj_iox::fetch(X, fx + ch * V, xw_[c]);
+                nj_iody::fetch(DY, fdy + ch * V, dw_[c]);
+            }
+        }
+        }
+{%   end %}
+    if (row < nrows)
+{%   fetch("row", "q") %}
+    for (; row < nrows; row += rstep) {
+        unsigned xc_[CPT][nj_iox::W], dc_[CPT][nj_iody::W];
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+#pragma unroll
+            for (int k = 0; k < nj_iox::W; k++) xc_[c][k] = xw_[c][k];
+#pragma unroll
+            for (int k = 0; k < nj_iody::W; k++) dc_[c][k] = dw_[c][k];
+        }
+        const float mean = mean_n, rstd = rstd_n;
+        const nj_i64 nrow = row + rstep;
+        if (nrow < nrows)
+{%   fetch("nrow", "q") %}
+        {{ split_index("row", kept, "k") }}
+        const nj_i64 odx = {{ offset("dx", kept, "k") }};
+{% else %}
 {% if PGRAD then %}
     /* the plan's NSLOT blocks stride over the rows, each summing its rows' dgamma/dbeta terms */
     for (nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR; row < nrows;
@@ -89,6 +140,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         const nj_i64 os = {{ offset("stats", kept, "k") }};
         const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
         const float rstd = A.rstd[os];
+{% end %}
         float s1 = 0.0f, s2 = 0.0f;
 {% if CACHE then %}
         float xs_[CPT][V], gs_[CPT][V];
@@ -99,8 +151,13 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
             if (NCH % NJ_TPR == 0 || ch < NCH) {
                 const int j = ch * V;
                 float xv_[V], dv_[V];
+{% if PF then %}
+                nj_iox::convert(xc_[c], xv_);
+                nj_iody::convert(dc_[c], dv_);
+{% else %}
                 nj_load_vec<V>(X, ox + j, xv_);
                 nj_load_vec<V>(DY, ody + j, dv_);
+{% end %}
 {% load_params() %}
 #pragma unroll
                 for (int k = 0; k < V; k++) {

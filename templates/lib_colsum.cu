@@ -2,11 +2,12 @@
    backward pass left in the workspace. One module per gamma dtype serves every plan: the extents and
    the layout come at run time in A.lib (launch.c), so no problem is baked in, and a pass's own source
    is a kernel smaller. P: the library environment (codegen_env.c: nj_codegen_push_lib_env).
-   A block per 32 columns: lane l owns column 32 * blockIdx.x + l, warp w adds parts w, w + 8, ... and
-   warp 0 then the 8 warp sums, in that order: a fixed split and order, deterministic without atomics. #}
+   A block per 32 columns: lane l owns column 32 * blockIdx.x + l, warp w of the block's NW adds parts w,
+   w + NW, ... and warp 0 then the NW warp sums, in that order: a fixed split and order, deterministic
+   without atomics. NW comes with the launch (blockDim.x / 32, at most the library table's block / 32):
+   the plan sizes it to its parts, since each thread's chain of dependent loads is parts / NW long. #}
 {% include("prelude.cuh") %}
 {% local B = P.block %}
-{% local NW = B // 32 %}
 typedef {{ need(P.ctype.param, "a gamma dtype") }} nj_tparam;
 
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
@@ -14,23 +15,23 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     NJ_SHARED(float, nj_red, {{ 2 * B }});
     const bool wa = A.dgamma != 0, wb = A.dbeta != 0; /* uniform across the grid */
     if (!wa && !wb) return;
-    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const nj_i64 col = (nj_i64)blockIdx.x * 32 + lane, ncols = A.lib[0], nparts = A.lib[1], inner = A.lib[2];
     const nj_i64 so = A.lib[3], si = A.lib[4]; /* strides of the outer and inner part index */
     const float *WS = (const float *)A.workspace + col * A.lib[5];
     const float *PA = WS + A.lib[6], *PB = WS + A.lib[7];
     float a = 0.0f, b = 0.0f;
     if (col < ncols) {
-        /* part i = (i / inner, i % inner) at (i / inner) * so + (i % inner) * si, advanced {{ NW }} parts
-         * a step by additions: `wrap` carries the inner index over into the outer one */
-        nj_i64 s = wp, off = 0, step_s = {{ NW }}, step = 0; /* (wp and NW) / inner by subtraction: both < 64 */
+        /* part i = (i / inner, i % inner) at (i / inner) * so + (i % inner) * si, advanced nw parts a
+         * step by additions: `wrap` carries the inner index over into the outer one */
+        nj_i64 s = wp, off = 0, step_s = nw, step = 0; /* (wp and nw) / inner by subtraction: both <= 32 */
         while (s >= inner) s -= inner, off += so;
         while (step_s >= inner) step_s -= inner, step += so;
         off += s * si;
         step += step_s * si;
         const nj_i64 wrap = so - inner * si;
 #pragma unroll 2 /* two loads of each stream in flight a thread, as the per-problem walks */
-        for (nj_i64 i = wp; i < nparts; i += {{ NW }}) {
+        for (nj_i64 i = wp; i < nparts; i += nw) {
             a += PA[off]; /* both streams: every producer writes both partials, whatever it is asked for */
             b += PB[off];
             off += step;
@@ -46,7 +47,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     __syncthreads();
     if (wp == 0 && col < ncols) {
 #pragma unroll 1
-        for (int v = 1; v < {{ NW }}; v++) {
+        for (int v = 1; v < nw; v++) {
             a += nj_red[v * 32 + lane];
             b += nj_red[{{ B }} + v * 32 + lane];
         }

@@ -218,14 +218,21 @@ NJ_DEVICE unsigned nj_pack2(float lo, float hi, const nj_f16 *)
 #endif
 
 /* N consecutive elements as W 32-bit words: two 16-bit elements per word, or one float */
+/* fetch/convert split a load in two, so a loop can have the next item's words in flight (W registers,
+ * not N) while it works on this one. */
 template <int N, typename T> struct nj_vec_io {
     enum { W = N * (int)sizeof(T) / 4 };
+    NJ_DEVICE void fetch(const T *p, nj_i64 i, unsigned *w) { nj_words<W>::load(p + i, w); }
+    NJ_DEVICE void convert(const unsigned *w, float *out)
+    {
+#pragma unroll
+        for (int k = 0; k < W; k++) nj_unpack2(w[k], out[2 * k], out[2 * k + 1], (const T *)0);
+    }
     NJ_DEVICE void load(const T *p, nj_i64 i, float *out)
     {
         unsigned w[W];
-        nj_words<W>::load(p + i, w);
-#pragma unroll
-        for (int k = 0; k < W; k++) nj_unpack2(w[k], out[2 * k], out[2 * k + 1], (const T *)0);
+        fetch(p, i, w);
+        convert(w, out);
     }
     NJ_DEVICE void store(T *p, nj_i64 i, const float *in)
     {
@@ -237,33 +244,54 @@ template <int N, typename T> struct nj_vec_io {
 };
 /* floats: 16-byte pieces (eight floats are two accesses; each needs 16-byte alignment) */
 template <int N> struct nj_vec_io<N, float> {
-    enum { W = N < 4 ? N : 4 };
+    enum { P = N < 4 ? N : 4, W = N }; /* P: words an access */
+    NJ_DEVICE void fetch(const float *p, nj_i64 i, unsigned *w)
+    {
+#pragma unroll
+        for (int h = 0; h < N; h += P) nj_words<P>::load(p + i + h, w + h);
+    }
+    NJ_DEVICE void convert(const unsigned *w, float *out)
+    {
+#pragma unroll
+        for (int k = 0; k < N; k++) out[k] = __uint_as_float(w[k]);
+    }
     NJ_DEVICE void load(const float *p, nj_i64 i, float *out)
     {
 #pragma unroll
-        for (int h = 0; h < N; h += W) {
-            unsigned w[W];
-            nj_words<W>::load(p + i + h, w);
+        for (int h = 0; h < N; h += P) {
+            unsigned w[P];
+            nj_words<P>::load(p + i + h, w);
 #pragma unroll
-            for (int k = 0; k < W; k++) out[h + k] = __uint_as_float(w[k]);
+            for (int k = 0; k < P; k++) out[h + k] = __uint_as_float(w[k]);
         }
     }
     NJ_DEVICE void store(float *p, nj_i64 i, const float *in)
     {
 #pragma unroll
-        for (int h = 0; h < N; h += W) {
-            unsigned w[W];
+        for (int h = 0; h < N; h += P) {
+            unsigned w[P];
 #pragma unroll
-            for (int k = 0; k < W; k++) w[k] = __float_as_uint(in[h + k]);
-            nj_words<W>::store(p + i + h, w);
+            for (int k = 0; k < P; k++) w[k] = __float_as_uint(in[h + k]);
+            nj_words<P>::store(p + i + h, w);
         }
     }
 };
 template <> struct nj_vec_io<1, float> {
+    enum { W = 1 };
+    NJ_DEVICE void fetch(const float *p, nj_i64 i, unsigned *w) { w[0] = __float_as_uint(p[i]); }
+    NJ_DEVICE void convert(const unsigned *w, float *out) { out[0] = __uint_as_float(w[0]); }
     NJ_DEVICE void load(const float *p, nj_i64 i, float *out) { out[0] = p[i]; }
     NJ_DEVICE void store(float *p, nj_i64 i, const float *in) { p[i] = in[0]; }
 };
 template <typename T> struct nj_vec_io<1, T> {
+    enum { W = 1 };
+    NJ_DEVICE void fetch(const T *p, nj_i64 i, unsigned *w) { w[0] = p[i].bits; }
+    NJ_DEVICE void convert(const unsigned *w, float *out)
+    {
+        T t;
+        t.bits = (unsigned short)w[0];
+        out[0] = nj_to_f32(t);
+    }
     NJ_DEVICE void load(const T *p, nj_i64 i, float *out) { out[0] = nj_to_f32(p[i]); }
     NJ_DEVICE void store(T *p, nj_i64 i, const float *in) { p[i] = nj_from_f32<T>(in[0]); }
 };

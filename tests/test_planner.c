@@ -166,6 +166,35 @@ static void test_row_long(void **state)
     assert_int_equal(up.workspace_per_row, pp.workspace_per_row);
 }
 
+/* Row backward with gamma: a fixed number of slots (two 512-thread blocks an SM where each thread owns one
+ * vector chunk, one where it owns several), and the column sum's warps sized to the slots. */
+static void test_row_backward_slots(void **state)
+{
+    (void)state;
+    static const struct {
+        int32_t dtype;
+        int64_t n;
+        int32_t block, slots, colsum_block;
+    } want[] = {{NJ_BF16, 4096, 512, 264, 1024}, /* one chunk of 8 a thread: 2 blocks an SM */
+                {NJ_F32, 4096, 512, 132, 544},   /* two chunks of 4 a thread: 1; 132 parts: 17 warps */
+                {NJ_BF16, 8192, 1024, 132, 544}, /* 1024 threads: 1 */
+                {NJ_BF16, 2048, 256, 528, 1024}, /* 4 blocks of 256 an SM; 528 parts: 32 warps at most */
+                {NJ_F32, 512, 64, 2112, 1024}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        nj_canon c;
+        nj_plan_params pp;
+        tc_row(&c, want[i].dtype, want[i].n, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+        assert_int_equal(pp.nlaunch, 2);
+        assert_int_equal(pp.block, want[i].block);
+        assert_int_equal(pp.launch[0].grid_x, want[i].slots);
+        assert_string_equal(pp.launch[1].kernel, "nj_lib_colsum");
+        assert_int_equal(pp.launch[1].block[0], want[i].colsum_block);
+        assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], want[i].slots);
+        assert_int_equal(pp.workspace_fixed, (uint64_t)want[i].slots * want[i].n * 2 * sizeof(float));
+    }
+}
+
 /* Column problems with enough columns get coalesced column tiles; the rest the general family. */
 /* The unaligned variant: the same launches with vec 1 where the main plan uses vectors; the main plan
  * itself (one signature) where it does not. align_opds names what the launch must check. */
@@ -691,7 +720,7 @@ int main(void)
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
-        cmocka_unit_test(test_channels_last),
+        cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots),
     };
     return cmocka_run_group_tests_name("planner", tests, setup, NULL);
 }
