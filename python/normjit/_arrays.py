@@ -55,6 +55,9 @@ class View:
     def desc(self, axes=None):
         """nj_tensor_desc; `axes` optionally replaces (extents, strides)."""
         shape, strides = axes if axes is not None else (self.shape, self.strides)
+        if not 1 <= len(shape) <= _capi.MAX_RANK:
+            raise ArgumentError("NJ_ERR_BAD_RANK", f"rank {len(shape)} is out of range (1 to {_capi.MAX_RANK}"
+                                " axes, GroupNorm's C counting as two)")
         t = _capi.TensorDesc()
         t.dtype, t.rank = self.dtype, len(shape)
         for i, (e, s) in enumerate(zip(shape, strides)):

@@ -136,8 +136,10 @@ def _problem(spec, vx, flags, pdtype):
     p.param_dtype = pdtype
     p.reduce_axes = _mask(spec.reduce)
     p.feature_axes = _mask(spec.feature) if flags & (_capi.FLAG_SCALE | _capi.FLAG_BIAS) else 0
-    p.preset = _capi.PRESET[spec.preset]
-    p.groups = spec.groups if flags & (_capi.FLAG_SCALE | _capi.FLAG_BIAS) else 0
+    affine = flags & (_capi.FLAG_SCALE | _capi.FLAG_BIAS)
+    # the GroupNorm label names its G axis among the feature axes, which exist only with an affine
+    p.preset = _capi.PRESET["general" if spec.preset == "groupnorm" and not affine else spec.preset]
+    p.groups = spec.groups if affine else 0
     p.x = vx.desc(spec.logical(vx))
     return p
 
