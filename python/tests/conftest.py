@@ -22,3 +22,10 @@ if DEVICE == "cuda" and not torch.cuda.is_available():
 @pytest.fixture
 def device():
     return DEVICE
+
+
+def pytest_report_header(config):
+    import normjit
+    return (f"normjit {normjit.__version__} from {normjit.__file__}; C library {normjit.c_version()} at "
+            f"{normjit.library().path}; torch {torch.__version__}; device {DEVICE}; "
+            f"cache {os.environ['NORMJIT_CACHE_DIR']}")
