@@ -34,7 +34,7 @@ done
 "$py" -m venv --system-site-packages build/pyenv
 NORMJIT_CMAKE_BUILD_DIR="$PWD/build" build/pyenv/bin/python -m pip install -q --no-build-isolation ./python
 # one kernel cache for the whole session: each distinct kernel compiles once (pytest exits 5 on no tests)
-NORMJIT_CACHE_DIR="$PWD/build/pytest-cache" build/pyenv/bin/python -m pytest -p no:cacheprovider -q -ra python/tests
+NORMJIT_CACHE_DIR="$PWD/build/pytest-cache" build/pyenv/bin/python -m pytest -p no:cacheprovider -ra python/tests
 
 echo "== full test suite"
 ctest --test-dir build --output-on-failure -j "$jobs"

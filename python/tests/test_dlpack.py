@@ -6,6 +6,9 @@ import torch
 import normjit
 import reference
 from cases import close
+from conftest import DEVICE
+
+cpu_only = pytest.mark.skipif(DEVICE != "cpu", reason="NumPy arrays run on the CPU: covered by the CPU run")
 
 
 class DLPackOnly:
@@ -21,6 +24,7 @@ class DLPackOnly:
         return self.a.__dlpack_device__()
 
 
+@cpu_only
 def test_numpy_layer_norm_over_channels():
     x = np.random.default_rng(0).standard_normal((2, 8, 3, 5)).astype(np.float32)
     w = np.linspace(0.5, 1.5, 8, dtype=np.float32)
@@ -37,6 +41,7 @@ def test_numpy_layer_norm_over_channels():
     assert db is None
 
 
+@cpu_only
 def test_numpy_strided_f16():
     """A transposed float16 NumPy view: read in place, the output keeps its layout (order K)."""
     base = np.random.default_rng(1).standard_normal((12, 6)).astype(np.float16)
@@ -47,11 +52,14 @@ def test_numpy_strided_f16():
     close(y, ry, 2e-3, "y")
 
 
-def test_generic_producer():
+def test_generic_producer(device):
+    """An array known only by __dlpack__ (NumPy's on the CPU, a torch tensor's on CUDA)."""
     x = np.random.default_rng(2).standard_normal((4, 6, 5)).astype(np.float32)
-    y = normjit.group_norm(DLPackOnly(x), 2, None, None, 1e-5)
+    src = x if device == "cpu" else torch.from_numpy(x).to(device)
+    y = normjit.group_norm(DLPackOnly(src), 2, None, None, 1e-5)
+    y = y.cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
     ry, _, _, _ = reference.forward(x.reshape(4, 2, 3, 5), (2, 3), (1, 2))
-    close(np.asarray(y).reshape(4, 2, 3, 5), ry, 2e-5, "y")
+    close(y.reshape(4, 2, 3, 5), ry, 2e-5, "y")
 
 
 def test_torch_through_dlpack_bf16():
