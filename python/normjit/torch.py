@@ -78,6 +78,8 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, gy, gh, gmean, grstd):
     xs, w, b, mean, rstd = ctx.saved_tensors
     need = ctx.needs_input_grad
+    if gy is None:  # only h = x + residual was used
+        gy = torch.zeros_like(xs)
     need_dw, need_db = bool(w is not None and need[1]), bool(b is not None and need[2])
     dx, dw, db = _BWD(gy, xs, mean, rstd, w, b, *ctx.spec, need_dw, need_db)
     if ctx.has_residual and gh is not None and gh.numel():
@@ -142,13 +144,28 @@ if USES_TORCH_LIBRARY:
         USES_TORCH_LIBRARY, TORCH_LIBRARY_ERROR = False, f"{type(e).__name__}: {e}"
 
 
+def _compiling():
+    c = getattr(torch, "compiler", None)
+    return bool(c is not None and hasattr(c, "is_compiling") and c.is_compiling())
+
+
+def _needs_graph(*ts):
+    if _compiling():
+        return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+
+
 def _run(x, spec, weight, bias, eps, residual, return_stats, return_residual):
     if return_residual and residual is None:
         raise _core.ArgumentError("NJ_ERR_BAD_FLAGS", "return_residual needs a residual")
     if eps is None or not eps >= 0:
         raise _core.ArgumentError("NJ_ERR_BAD_ARGUMENT", f"eps must be >= 0 (got {eps})")
-    y, h, mean, rstd = _FWD(x, weight, bias, residual, list(spec.reduce), list(spec.feature), spec.rms, spec.act,
-                            spec.preset, spec.groups, float(eps))
+    if not return_stats and not _needs_graph(x, weight, bias, residual):
+        # inference (no_grad, or nothing requires grad, outside torch.compile): no statistics to save
+        y, h, mean, rstd = _core.forward(x, spec, weight, bias, float(eps), residual, return_residual, False)
+    else:
+        y, h, mean, rstd = _FWD(x, weight, bias, residual, list(spec.reduce), list(spec.feature), spec.rms,
+                                spec.act, spec.preset, spec.groups, float(eps))
     r = (y,) + ((h,) if return_residual else ())
     r += ((None if spec.rms else mean), rstd) if return_stats else ()
     return r if len(r) > 1 else y
