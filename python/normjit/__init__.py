@@ -6,7 +6,7 @@ path. `normjit.torch` holds autograd Functions and drop-in nn.Modules.
 """
 from ._errors import (ArgumentError, CacheError, CompileError, DeviceError, DtypeError, Error, LibraryError,
                       ShapeError, UnsupportedError)
-from ._core import library
+from ._core import context_info, library
 from .functional import (batch_norm, batch_norm_backward, group_norm, group_norm_backward, instance_norm,
                          instance_norm_backward, layer_norm, layer_norm_backward, norm, norm_backward, rms_norm,
                          rms_norm_backward)

@@ -94,7 +94,7 @@ def view(a, name="x"):
         return v
     if not hasattr(a, "__dlpack__"):
         raise ArgumentError("NJ_ERR_BAD_ARGUMENT", f"{name} ({type(a).__name__}) is not a DLPack array")
-    cap = a.__dlpack__()
+    cap = _export(a)
     dl = _DLTensor.from_address(_capsule_pointer(cap, b"dltensor"))
     code = (dl.dtype.code, dl.dtype.bits)
     if code not in _DL_DTYPES or dl.dtype.lanes != 1:
@@ -122,6 +122,25 @@ def view(a, name="x"):
     v.keep = cap  # the capsule's destructor releases the producer's buffer once we are done with it
     v.framework = type(a).__module__.split(".")[0]
     return v
+
+
+def consumer_stream(framework):
+    """The CUDA stream normjit launches on for a non-torch producer: CuPy's current stream, else the
+    legacy default stream (DLPack's stream=1)."""
+    if framework == "cupy":
+        return sys.modules["cupy"].cuda.get_current_stream().ptr or 1
+    return 1
+
+
+def _export(a):
+    # A CUDA producer is told the stream we launch on, so it orders its pending work before ours.
+    dev = a.__dlpack_device__() if hasattr(a, "__dlpack_device__") else None
+    if dev is not None and int(dev[0]) in (_DL_CUDA, _DL_CUDA_MANAGED):
+        try:
+            return a.__dlpack__(stream=consumer_stream(type(a).__module__.split(".")[0]))
+        except TypeError:  # a producer of the older protocol, without stream=
+            pass
+    return a.__dlpack__()
 
 
 # ---- output allocation, by the input's framework ----

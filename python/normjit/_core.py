@@ -8,7 +8,7 @@ import ctypes
 import threading
 
 from . import _capi
-from ._arrays import CPU, CUDA, DTYPE_NAMES, Allocator, view
+from ._arrays import CPU, CUDA, DTYPE_NAMES, Allocator, consumer_stream, view
 from ._errors import ArgumentError, DtypeError, ShapeError, error_for
 
 _lib = _capi.load()
@@ -150,10 +150,8 @@ def _stream(v):
     if v.framework == "torch":
         import torch
         return torch.cuda.current_stream(v.device[1]).cuda_stream or None
-    if v.framework == "cupy":
-        import cupy
-        return cupy.cuda.get_current_stream().ptr or None
-    return None  # other producers: the legacy default stream
+    s = consumer_stream(v.framework)  # other producers: the stream their array was exported for
+    return None if s == 1 else s
 
 
 def _plan(ctx, p, passes):
@@ -288,3 +286,16 @@ def describe(x, spec, weight=None, bias=None, passes=_capi.PASS_FORWARD):
     buf = ctypes.create_string_buffer(n.value + 1)
     check(_lib.nj_plan_describe(plan, buf, len(buf), None))
     return buf.value.decode()
+
+
+def context_info(device=("cpu", 0)):
+    """The context of a device ("cpu" or ("cuda", n)): backend, arch, cache root and cache counters."""
+    if isinstance(device, str):
+        device = (CPU, 0) if device == "cpu" else (CUDA, int(device.partition(":")[2] or 0))
+    ctx = context(device)
+    st = _capi.CacheStats()
+    check(_lib.nj_context_cache_stats(ctx, ctypes.byref(st)))
+    backend = {_capi.BACKEND_CUDA: "cuda", _capi.BACKEND_EMULATOR: "emulator"}.get(_lib.nj_context_backend(ctx))
+    return {"backend": backend, "arch": _lib.nj_context_arch(ctx),
+            "cache_dir": (_lib.nj_context_cache_dir(ctx) or b"").decode(),
+            **{name: getattr(st, name) for name, _ in _capi.CacheStats._fields_}}

@@ -87,3 +87,15 @@ def test_plan_describe(device):
     x = torch.randn(4, 32, device=device)
     text = _core.describe(x, _ln_spec(x, -1, False, None))
     assert "row" in text
+
+
+def test_context_shares_the_cache(device):
+    """One context per device, on the C library's cache root (NORMJIT_CACHE_DIR, as the CLI's)."""
+    import os
+    normjit.layer_norm(torch.randn(4, 32, device=device))
+    info = normjit.context_info(device)
+    assert info["backend"] == ("emulator" if device == "cpu" else "cuda")
+    assert os.path.realpath(info["cache_dir"]) == os.path.realpath(os.environ["NORMJIT_CACHE_DIR"])
+    normjit.layer_norm(torch.randn(9, 32, device=device))  # another batch: the same kernels, nothing built
+    after = normjit.context_info(device)
+    assert (after["compiles"], after["misses"]) == (info["compiles"], info["misses"])
