@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import normjit
 import reference
 from cases import CASES, DTYPES, TOL, close, f64, make
 
@@ -59,3 +60,24 @@ def test_forward_backward(case, dtype, layout, device):
         close(f64(db).reshape(rdb.shape), rdb, 4 * tol, "dbias")
     if layout != "sliced":
         assert dx.stride() == x.stride()
+
+
+@pytest.mark.parametrize("act", ["relu", "silu", "gelu", "gelu_tanh", "sigmoid"])
+def test_activations(act, device):
+    """Each fused activation, forward and backward (beta recomputes the activation's input)."""
+    x = make((5, 24), torch.float32, "contiguous", device, 11)
+    w = torch.linspace(0.5, 1.5, 24, device=device)
+    b = torch.linspace(-0.3, 0.3, 24, device=device)
+    y, mean, rstd = normjit.layer_norm(x, -1, w, b, activation=act, return_stats=True)
+    ry, _, _, _ = reference.forward(f64(x), (1,), (1,), f64(w), f64(b), act=act)
+    close(y, ry, 2e-5, "y")
+    tf = {"relu": torch.relu, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+          "sigmoid": torch.sigmoid, "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[act]
+    ty = tf(torch.nn.functional.layer_norm(x.cpu(), (24,), w.cpu(), b.cpu()))
+    close(y, f64(ty), 2e-5, "y vs torch")
+    dy = make((5, 24), torch.float32, "contiguous", device, 12)
+    dx, dw, db = normjit.layer_norm_backward(dy, x, mean, rstd, -1, w, b, activation=act)
+    rdx, rdw, rdb = reference.backward(f64(dy), f64(x), (1,), (1,), f64(w), f64(b), act=act)
+    close(dx, rdx, 1e-4, "dx")
+    close(dw, rdw, 1e-4, "dweight")
+    close(db, rdb, 1e-4, "dbias")
