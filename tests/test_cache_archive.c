@@ -54,6 +54,7 @@ static void test_export_import_roundtrip(void **state)
     assert_int_equal(tc_count_prefixed(f->dir, "cache.njar.tmp-"), 0);
     nj_cache *c2 = NULL;
     assert_int_equal(nj_cache_open(root2, 0, &c2), NJ_OK);
+    tc_set_key(c2);
     assert_int_equal(count_export_hits(c2), 0);
     assert_int_equal(nj_cache_import(c2, archive, &count, &rejected), NJ_OK);
     assert_int_equal(count, 5);
@@ -75,16 +76,18 @@ static void test_import_corrupt_archive_fail(void **state)
     uint8_t *img = tc_read_file(archive, &n);
     nj_cache *c2 = NULL;
     assert_int_equal(nj_cache_open(root2, 0, &c2), NJ_OK);
-    /* A flipped bit in the last entry's payload: that entry is rejected, the others arrive. */
-    img[n - 10] ^= 0x40;
+    tc_set_key(c2);
+    /* A flipped bit in the last entry's payload: its tag no longer verifies, so that entry is refused as
+     * untrusted; the others arrive. */
+    img[n - 40] ^= 0x40;
     tc_write_file(archive, img, n);
-    assert_int_equal(nj_cache_import(c2, archive, &count, &rejected), NJ_OK);
+    assert_int_equal(nj_cache_import(c2, archive, &count, &rejected), NJ_ERR_CACHE_UNTRUSTED);
     assert_int_equal(count, 4);
     assert_int_equal(rejected, 1);
     assert_int_equal(count_export_hits(c2), 4);
     assert_int_equal(nj_cache_clear(c2), NJ_OK);
     /* Truncated in the middle of an entry: what came before is imported, the status says damaged. */
-    img[n - 10] ^= 0x40;
+    img[n - 40] ^= 0x40;
     tc_write_file(archive, img, n - 500);
     assert_int_equal(nj_cache_import(c2, archive, &count, &rejected), NJ_ERR_CACHE_CORRUPT);
     assert_int_equal(count, 4);

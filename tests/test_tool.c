@@ -24,6 +24,10 @@
 
 static char nj_tmp[256];          /* per-test temporary directory */
 static const char *nj_child_cwd;  /* working directory of the next runs (NULL = inherited) */
+/* Extra NAME=VALUE settings of the next runs (NULL-terminated; the fault shim's), and the archive key
+ * every run gets. */
+static const char *nj_child_extra[8];
+#define NJ_TEST_KEY "normjit tool test key 0123456789"
 
 typedef struct nj_run {
     int status; /* exit code, or 128 + signal */
@@ -71,6 +75,10 @@ static void nj_child_env(char **env, size_t cap, char *store, size_t store_cap, 
     w = snprintf(store + used, store_cap - used, "XDG_CACHE_HOME=%s/xdg", nj_tmp);
     env[n++] = store + used;
     used += (size_t)w + 1;
+    w = snprintf(store + used, store_cap - used, "NORMJIT_CACHE_KEY=%s", NJ_TEST_KEY);
+    env[n++] = store + used;
+    used += (size_t)w + 1;
+    for (int i = 0; nj_child_extra[i] && n + 2 < cap; i++) env[n++] = (char *)nj_child_extra[i];
     if (backend) {
         snprintf(store + used, store_cap - used, "NORMJIT_BACKEND=%s", backend);
         env[n++] = store + used;
@@ -87,10 +95,10 @@ static nj_run nj_tool_v(const char *backend, const char *const *args)
     for (; args[argc - 1] && argc < 63; argc++) argv[argc] = (char *)args[argc - 1];
     argv[argc] = NULL;
     char outp[512], errp[512], store[8192];
-    char *env[16];
+    char *env[32];
     snprintf(outp, sizeof outp, "%s/stdout", nj_tmp);
     snprintf(errp, sizeof errp, "%s/stderr", nj_tmp);
-    nj_child_env(env, 16, store, sizeof store, backend);
+    nj_child_env(env, 32, store, sizeof store, backend);
     fflush(NULL);
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -153,6 +161,7 @@ static int nj_teardown(void **state)
 {
     (void)state;
     nj_child_cwd = NULL;
+    memset(nj_child_extra, 0, sizeof nj_child_extra);
     if (!getenv("NJ_TEST_KEEP")) nftw(nj_tmp, nj_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     return 0;
 }
