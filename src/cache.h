@@ -5,7 +5,9 @@
  * miss and is removed. Cross-process: per-key lock file (flock) with a timeout; look again after taking it.
  * Bounded: total size limit with LRU eviction (entry mtime is touched on hit). Root safety: dirs 0700,
  * files 0600; a root owned by another user, writable by group/others, or a symlink is refused
- * (NJ_ERR_CACHE_UNSAFE) and the caller carries on in memory. A read-only root serves hits. */
+ * (NJ_ERR_CACHE_UNSAFE) and the caller carries on in memory. A read-only root serves hits. Below the
+ * root nothing is reached through a symlink (openat + O_NOFOLLOW at every level). Locks: cache_lock.c;
+ * maintenance: cache_maint.c; signed archives: cache_archive.c. */
 #ifndef NJ_CACHE_H
 #define NJ_CACHE_H
 
