@@ -241,7 +241,7 @@ nj_status nj_cache_evict(nj_cache *c, uint64_t bound, const char *keep, uint64_t
     nj_status s = nj_cache_walk(c, nj_lru_cb, &l);
     if (s == NJ_OK && l.failed) s = nj_fail(NJ_ERR_OUT_OF_MEMORY, "cache: out of memory listing entries");
     if (s == NJ_OK) {
-        qsort(l.items, l.n, sizeof *l.items, nj_lru_cmp);
+        if (l.n) qsort(l.items, l.n, sizeof *l.items, nj_lru_cmp); /* qsort(NULL, 0) is undefined */
         *evicted = nj_lru_trim(c, &l, bound, keep);
         nj_cache_total_set(c, l.total);
         nj_cache_count(c, NJ_CC_EVICTIONS, *evicted);
