@@ -66,7 +66,8 @@ NJ_API uint32_t nj_version_number(void);
     X(NJ_ERR_EMULATOR, 30, "emulated kernel failed (barrier divergence, deadlock, fault)")   \
     X(NJ_ERR_HOST_COMPILER, 31, "host C++ compiler for the emulator failed or is missing")   \
     X(NJ_ERR_BAD_ARGUMENT, 32, "invalid argument")                                           \
-    X(NJ_ERR_INTERNAL, 33, "internal error")
+    X(NJ_ERR_INTERNAL, 33, "internal error")                                                 \
+    X(NJ_ERR_CACHE_UNTRUSTED, 34, "cache data not authenticated (no key, another key, or forged)")
 
 typedef enum nj_status {
 #define NJ_STATUS_ENUM_(name, code, text) name = code,
@@ -229,6 +230,13 @@ NJ_API void nj_context_destroy(nj_context *ctx);
 typedef struct nj_cache_stats {
     uint64_t hits_memory, hits_disk, misses, compiles, compile_failures, evictions, corrupt_entries;
     uint64_t disk_bytes, disk_entries;
+    /* Kernels compiled but not stored (no space, read-only root, I/O error); lock waits given up (a
+     * stopped holder, or the NORMJIT_CACHE_LOCK_TIMEOUT_MS bound), after which the kernel was compiled
+     * without the lock. */
+    uint64_t store_failures, lock_fallbacks;
+    /* NJ_OK when the disk cache is in use, else why the context works in memory only (e.g.
+     * NJ_ERR_CACHE_UNSAFE for a refused root; also logged at NJ_LOG_WARN when the context is created). */
+    int32_t disk_status;
 } nj_cache_stats;
 NJ_API nj_status nj_context_cache_stats(nj_context *ctx, nj_cache_stats *out);
 /* Backend actually in use, target arch, and the cache root ("" when memory only). Owned by the context. */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +63,20 @@ void nj_cache_count(nj_cache *c, nj_cache_counter which, uint64_t n)
     case NJ_CC_STORES: c->counters.stores += n; break;
     case NJ_CC_EVICTIONS: c->counters.evictions += n; break;
     case NJ_CC_CORRUPT: c->counters.corrupt += n; break;
+    case NJ_CC_STORE_NOSPACE: c->counters.store_nospace += n; break;
+    case NJ_CC_STORE_READ_ONLY: c->counters.store_read_only += n; break;
+    case NJ_CC_STORE_OTHER: c->counters.store_other += n; break;
+    case NJ_CC_LOCK_FALLBACKS: c->counters.lock_fallbacks += n; break;
+    case NJ_CC_UNTRUSTED: c->counters.untrusted += n; break;
     }
     pthread_mutex_unlock(&c->mu);
+}
+
+void nj_cache_count_store_failure(nj_cache *c, int e)
+{
+    if (e == ENOSPC || e == EDQUOT || e == EFBIG) nj_cache_count(c, NJ_CC_STORE_NOSPACE, 1);
+    else if (e == 0 || e == EROFS || e == EACCES || e == EPERM) nj_cache_count(c, NJ_CC_STORE_READ_ONLY, 1);
+    else nj_cache_count(c, NJ_CC_STORE_OTHER, 1);
 }
 
 void nj_cache_total_add(nj_cache *c, int64_t delta)
@@ -389,6 +402,43 @@ char *nj_cache_default_root(const char *explicit_root)
     return NULL;
 }
 
+/* ---- directories below the root ---- */
+
+int nj_cache_vdir_fd(const nj_cache *c) { return open(c->vdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }
+
+static int nj_cache_subdir_at(nj_cache *c, int vfd, const char *name, int create)
+{
+    int fd = openat(vfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 || !create || c->read_only) return fd;
+    if (errno == ELOOP || errno == ENOTDIR) {
+        if (nj_cache_remove_at(vfd, name) != 0) return -1; /* a link or file squatting the name */
+    } else if (errno != ENOENT) {
+        return -1;
+    }
+    if (mkdirat(vfd, name, 0700) != 0 && errno != EEXIST) return -1;
+    fd = openat(vfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) (void)fchmod(fd, 0700); /* the umask may have taken bits away */
+    return fd;
+}
+
+int nj_cache_sub_fd(nj_cache *c, const char *name, int create)
+{
+    int vfd = nj_cache_vdir_fd(c);
+    if (vfd < 0 && errno == ENOENT && create && !c->read_only) {
+        /* The version directory went away (cleared by hand): recreate it. */
+        char tmp[PATH_MAX];
+        nj_cache_pathf(tmp, "%s", c->vdir);
+        if (nj_cache_mkdirs(tmp) != NJ_OK) return -1;
+        vfd = nj_cache_vdir_fd(c);
+    }
+    if (vfd < 0) return -1;
+    int fd = nj_cache_subdir_at(c, vfd, name, create);
+    int e = errno;
+    close(vfd);
+    errno = e;
+    return fd;
+}
+
 /* ---- lookup ---- */
 
 void nj_cache_entry_free(nj_cache_entry *e)
@@ -400,19 +450,51 @@ void nj_cache_entry_free(nj_cache_entry *e)
     memset(e, 0, sizeof *e);
 }
 
-/* A bad entry is removed so the next put replaces it, but only if the path still names the file we
- * judged: another process may have renamed a good entry over it in the meantime. */
-static nj_status nj_cache_drop_bad(nj_cache *c, const char *path, const struct stat *judged, const char *why)
+/* Where an entry lives: shard "ab", file "<hash>.<ext>", and the full path for messages. */
+typedef struct nj_cache_key {
+    char hash[33], shard[3], name[64];
+    char path[PATH_MAX];
+} nj_cache_key;
+
+static nj_status nj_cache_key_of(const nj_cache *c, const char *signature, const char *ext, nj_cache_key *k)
+{
+    NJ_RETURN_IF(!nj_cache_ext_ok(ext), NJ_ERR_BAD_ARGUMENT, "cache: bad entry extension \"%s\"", ext ? ext : "");
+    size_t n = strlen(signature);
+    NJ_RETURN_IF(n == 0 || n > UINT32_MAX, NJ_ERR_BAD_ARGUMENT, "cache: signature length %zu out of range", n);
+    nj_hash_hex(signature, n, k->hash);
+    memcpy(k->shard, k->hash, 2);
+    k->shard[2] = '\0';
+    snprintf(k->name, sizeof k->name, "%s.%s", k->hash, ext);
+    NJ_RETURN_IF(nj_cache_entry_path(c, k->hash, ext, k->path) != 0, NJ_ERR_BAD_ARGUMENT,
+                 "cache: entry path too long");
+    return NJ_OK;
+}
+
+/* Removes an entry name below dfd, but only if it still names the file judged (another process may have
+ * renamed a good entry over it meanwhile), and its lock file with it. 1 when removed. */
+static int nj_cache_remove_judged(nj_cache *c, int dfd, const char *name, const struct stat *judged)
+{
+    struct stat now;
+    if (c->read_only || fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) != 0) return 0;
+    if (judged && (now.st_dev != judged->st_dev || now.st_ino != judged->st_ino)) return 0;
+    if (nj_cache_remove_at(dfd, name) != 0) return 0;
+    nj_cache_total_add(c, -(int64_t)now.st_size);
+    char hash[33];
+    memcpy(hash, name, 32);
+    hash[32] = '\0';
+    nj_cache_drop_lock(c, hash);
+    return 1;
+}
+
+/* A bad entry is removed so the next put replaces it. */
+static nj_status nj_cache_drop_bad(nj_cache *c, int dfd, const nj_cache_key *k, const struct stat *judged,
+                                   const char *why)
 {
     nj_cache_count(c, NJ_CC_CORRUPT, 1);
     nj_cache_count(c, NJ_CC_MISSES, 1);
-    struct stat now;
-    if (!c->read_only && lstat(path, &now) == 0 &&
-        (!judged || (now.st_dev == judged->st_dev && now.st_ino == judged->st_ino))) {
-        if (nj_cache_remove_path(path) == 0) nj_cache_total_add(c, -(int64_t)now.st_size);
-    }
-    return nj_fail(NJ_ERR_NOT_CACHED, "cache entry %s failed verification (%s)%s", path, why,
-                   c->read_only ? "; left in place on a read-only root" : "; removed");
+    int removed = dfd >= 0 && nj_cache_remove_judged(c, dfd, k->name, judged);
+    return nj_fail(NJ_ERR_NOT_CACHED, "cache entry %s failed verification (%s)%s", k->path, why,
+                   removed ? "; removed" : c->read_only ? "; left in place on a read-only root" : "; not removed");
 }
 
 static nj_status nj_cache_fill_entry(const nj_cache_view *v, nj_cache_entry *out)
@@ -433,53 +515,68 @@ static nj_status nj_cache_fill_entry(const nj_cache_view *v, nj_cache_entry *out
     return NJ_OK;
 }
 
-static nj_status nj_cache_key_path(const nj_cache *c, const char *signature, const char *ext, char path[PATH_MAX])
+static nj_status nj_cache_miss(nj_cache *c, const nj_cache_key *k, const char *what, int e)
 {
-    NJ_RETURN_IF(!nj_cache_ext_ok(ext), NJ_ERR_BAD_ARGUMENT, "cache: bad entry extension \"%s\"", ext ? ext : "");
-    size_t n = strlen(signature);
-    NJ_RETURN_IF(n == 0 || n > UINT32_MAX, NJ_ERR_BAD_ARGUMENT, "cache: signature length %zu out of range", n);
-    char hash[33];
-    nj_hash_hex(signature, n, hash);
-    NJ_RETURN_IF(nj_cache_entry_path(c, hash, ext, path) != 0, NJ_ERR_BAD_ARGUMENT, "cache: entry path too long");
-    return NJ_OK;
+    nj_cache_count(c, NJ_CC_MISSES, 1);
+    return nj_fail(NJ_ERR_NOT_CACHED, "no cache entry %s (%s%s%s)", k->path, what, e ? ": " : "", e ? strerror(e) : "");
+}
+
+/* Reads, verifies and copies out the entry open as fd. */
+static nj_status nj_cache_get_fd(nj_cache *c, int dfd, int fd, const char *signature, const nj_cache_key *k,
+                                 nj_cache_entry *out)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) return nj_cache_miss(c, k, "fstat", errno);
+    const char *why = NULL;
+    uint8_t *buf = nj_cache_read_fd(fd, &st, &why);
+    nj_cache_view v;
+    if (buf) why = nj_cache_check_image(buf, (size_t)st.st_size, signature, &v);
+    if (why) {
+        free(buf);
+        if (strcmp(why, "out of memory") == 0) return nj_fail(NJ_ERR_OUT_OF_MEMORY, "cache: out of memory");
+        return nj_cache_drop_bad(c, dfd, k, &st, why);
+    }
+    nj_status s = nj_cache_fill_entry(&v, out);
+    free(buf);
+    if (s == NJ_OK && !c->read_only) (void)futimens(fd, NULL); /* LRU: a hit makes the entry young */
+    if (s == NJ_OK) nj_cache_count(c, NJ_CC_HITS, 1);
+    return s;
 }
 
 nj_status nj_cache_get(nj_cache *c, const char *signature, const char *ext, nj_cache_entry *out)
 {
     NJ_RETURN_IF(!c || !signature || !ext || !out, NJ_ERR_NULL_POINTER, "nj_cache_get: NULL argument");
     memset(out, 0, sizeof *out);
-    char path[PATH_MAX];
-    NJ_TRY(nj_cache_key_path(c, signature, ext, path));
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ELOOP) return nj_cache_drop_bad(c, path, NULL, "a symbolic link");
-        int e = errno;
-        nj_cache_count(c, NJ_CC_MISSES, 1);
-        return nj_fail(NJ_ERR_NOT_CACHED, "no cache entry %s (%s)", path, strerror(e));
+    nj_cache_key k;
+    NJ_TRY(nj_cache_key_of(c, signature, ext, &k));
+    int dfd = nj_cache_sub_fd(c, k.shard, 0);
+    if (dfd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR) return nj_cache_drop_bad(c, -1, &k, NULL, "its shard is not a directory");
+        return nj_cache_miss(c, &k, "shard", errno);
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        nj_cache_count(c, NJ_CC_MISSES, 1);
-        return nj_fail(NJ_ERR_NOT_CACHED, "cache entry %s: fstat: %s", path, strerror(e));
-    }
-    const char *why = NULL;
-    uint8_t *buf = nj_cache_read_fd(fd, &st, &why);
-    nj_cache_view v;
-    if (buf) why = nj_cache_check_image(buf, (size_t)st.st_size, signature, &v);
-    if (why) {
-        close(fd);
-        free(buf);
-        if (strcmp(why, "out of memory") == 0) return nj_fail(NJ_ERR_OUT_OF_MEMORY, "cache: out of memory");
-        return nj_cache_drop_bad(c, path, &st, why);
-    }
-    nj_status s = nj_cache_fill_entry(&v, out);
-    free(buf);
-    if (s == NJ_OK && !c->read_only) (void)futimens(fd, NULL); /* LRU: a hit makes the entry young */
-    close(fd);
-    if (s == NJ_OK) nj_cache_count(c, NJ_CC_HITS, 1);
+    int fd = openat(dfd, k.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    nj_status s;
+    if (fd < 0)
+        s = errno == ELOOP ? nj_cache_drop_bad(c, dfd, &k, NULL, "a symbolic link") : nj_cache_miss(c, &k, "open", errno);
+    else
+        s = nj_cache_get_fd(c, dfd, fd, signature, &k, out);
+    if (fd >= 0) close(fd);
+    close(dfd);
     return s;
+}
+
+nj_status nj_cache_drop(nj_cache *c, const char *signature, const char *ext)
+{
+    NJ_RETURN_IF(!c || !signature || !ext, NJ_ERR_NULL_POINTER, "nj_cache_drop: NULL argument");
+    nj_cache_key k;
+    NJ_TRY(nj_cache_key_of(c, signature, ext, &k));
+    NJ_RETURN_IF(c->read_only, NJ_ERR_CACHE_IO, "cache root %s is read-only; %s left in place", c->root, k.path);
+    int dfd = nj_cache_sub_fd(c, k.shard, 0);
+    if (dfd < 0) return NJ_OK;
+    int removed = nj_cache_remove_judged(c, dfd, k.name, NULL);
+    close(dfd);
+    if (removed) nj_cache_count(c, NJ_CC_CORRUPT, 1);
+    return NJ_OK;
 }
 
 /* ---- publish ---- */
@@ -515,53 +612,72 @@ static int nj_cache_write_parts(int fd, const nj_cache_part *parts, int nparts, 
     return 0;
 }
 
-static nj_status nj_cache_ensure_subdir(const nj_cache *c, const char *hash, char dir[PATH_MAX])
+/* A new temp file below dfd (O_EXCL, never through a link); -1 with errno. */
+static int nj_cache_temp_at(int dfd, char name[64])
 {
-    nj_cache_pathf(dir, "%s/%.2s", c->vdir, hash);
-    if (mkdir(dir, 0700) == 0) {
-        NJ_RETURN_IF(chmod(dir, 0700) != 0, NJ_ERR_CACHE_IO, "cache: chmod %s: %s", dir, strerror(errno));
-    } else if (errno == ENOENT) {
-        /* The version directory went away (cleared by hand): recreate it. */
-        char tmp[PATH_MAX];
-        nj_cache_pathf(tmp, "%s", dir);
-        NJ_TRY(nj_cache_mkdirs(tmp));
-    } else if (errno != EEXIST) {
-        return nj_fail(NJ_ERR_CACHE_IO, "cache: cannot create %s: %s", dir, strerror(errno));
+    static atomic_uint seq;
+    for (int i = 0; i < 64; i++) {
+        snprintf(name, 64, NJ_CACHE_TEMP_PREFIX "%d-%llx-%u", (int)getpid(), (unsigned long long)nj_now_ns(),
+                 atomic_fetch_add(&seq, 1));
+        int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST) return fd;
     }
-    return NJ_OK;
+    errno = EEXIST;
+    return -1;
 }
 
-/* Temp file, write, fsync (a reader never sees data that is not on disk), rename over the final name. */
-static nj_status nj_cache_publish_parts(nj_cache *c, const char *hash, const char *ext, const nj_cache_part *parts,
-                                        int nparts, int64_t *added)
+/* Writes parts into the open temp file tmp below dfd and renames it over name; errno on failure. */
+static int nj_cache_fill_temp(int dfd, int fd, const char *tmp, const char *tmp_path, const char *name,
+                              const nj_cache_part *parts, int nparts, const char **step)
 {
-    NJ_RETURN_IF(c->read_only, NJ_ERR_CACHE_IO, "cache root %s is read-only; entry not stored", c->root);
-    char dir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX];
-    NJ_TRY(nj_cache_ensure_subdir(c, hash, dir));
-    nj_cache_pathf(tmp, "%s/" NJ_CACHE_TEMP_PREFIX "XXXXXX", dir);
-    NJ_RETURN_IF(nj_cache_entry_path(c, hash, ext, final) != 0, NJ_ERR_BAD_ARGUMENT, "cache: path too long");
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    NJ_RETURN_IF(fd < 0, NJ_ERR_CACHE_IO, "cache: cannot create a temp file in %s: %s", dir, strerror(errno));
-    const char *step = "fchmod";
+    *step = "fchmod";
     int rc = fchmod(fd, 0600);
-    if (rc == 0) step = "write", rc = nj_cache_write_parts(fd, parts, nparts, tmp);
-    if (rc == 0) step = "fsync", rc = fsync(fd);
-    int e = errno;
-    if (close(fd) != 0 && rc == 0) step = "close", rc = -1, e = errno;
-    struct stat old, fresh;
-    int had_old = 0;
-    if (rc == 0 && lstat(final, &old) == 0) {
-        had_old = S_ISREG(old.st_mode);
-        if (!S_ISREG(old.st_mode)) nj_cache_remove_path(final); /* a directory where the file should be */
+    if (rc == 0) *step = "write", rc = nj_cache_write_parts(fd, parts, nparts, tmp_path);
+    if (rc == 0) *step = "fsync", rc = fsync(fd);
+    int e = rc ? errno : 0;
+    if (close(fd) != 0 && rc == 0) *step = "close", rc = -1, e = errno;
+    struct stat old;
+    if (rc == 0 && fstatat(dfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(old.st_mode))
+        nj_cache_remove_at(dfd, name); /* a directory or link where the file should be */
+    if (rc == 0) *step = "rename", rc = renameat(dfd, tmp, dfd, name), e = rc ? errno : 0;
+    return rc == 0 ? 0 : (e ? e : EIO);
+}
+
+/* Temp file, write, fsync (a reader never sees data that is not on disk), rename over the final name.
+ * *err gets the errno of a failure (0 for a read-only root). */
+static nj_status nj_cache_publish_parts(nj_cache *c, const char *hash, const char *ext, const nj_cache_part *parts,
+                                        int nparts, int64_t *added, int *err)
+{
+    *err = 0;
+    NJ_RETURN_IF(c->read_only, NJ_ERR_CACHE_IO, "cache root %s is read-only; entry not stored", c->root);
+    char shard[3] = {hash[0], hash[1], '\0'}, name[64], tmp[64], final[PATH_MAX], tmp_path[PATH_MAX];
+    snprintf(name, sizeof name, "%s.%s", hash, ext);
+    NJ_RETURN_IF(nj_cache_entry_path(c, hash, ext, final) != 0, NJ_ERR_BAD_ARGUMENT, "cache: path too long");
+    int dfd = nj_cache_sub_fd(c, shard, 1);
+    if (dfd < 0) {
+        *err = errno;
+        return nj_fail(NJ_ERR_CACHE_IO, "cache: cannot open the directory of %s: %s", final, strerror(*err));
     }
-    if (rc == 0) step = "rename", rc = rename(tmp, final), e = errno;
-    if (rc != 0) {
-        unlink(tmp);
-        return nj_fail(NJ_ERR_CACHE_IO, "cache: %s of %s failed: %s", step, final, strerror(e));
+    int fd = nj_cache_temp_at(dfd, tmp);
+    if (fd < 0) {
+        *err = errno;
+        close(dfd);
+        return nj_fail(NJ_ERR_CACHE_IO, "cache: cannot create a temp file for %s: %s", final, strerror(*err));
+    }
+    nj_cache_pathf(tmp_path, "%s/%s/%s", c->vdir, shard, tmp);
+    struct stat old, fresh;
+    int had_old = fstatat(dfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(old.st_mode);
+    const char *step = "write";
+    *err = nj_cache_fill_temp(dfd, fd, tmp, tmp_path, name, parts, nparts, &step);
+    if (*err) {
+        unlinkat(dfd, tmp, 0);
+        close(dfd);
+        return nj_fail(NJ_ERR_CACHE_IO, "cache: %s of %s failed: %s", step, final, strerror(*err));
     }
     /* No fsync of the directory: it would make the rename itself survive a power loss, which a cache does
      * not need (a lost entry is a miss), and it cost ~0.7 ms of every cold compile here. */
-    int64_t size = lstat(final, &fresh) == 0 ? (int64_t)fresh.st_size : 0;
+    int64_t size = fstatat(dfd, name, &fresh, AT_SYMLINK_NOFOLLOW) == 0 ? (int64_t)fresh.st_size : 0;
+    close(dfd);
     *added = size - (had_old ? (int64_t)old.st_size : 0);
     return NJ_OK;
 }
@@ -570,7 +686,10 @@ nj_status nj_cache_publish_image(nj_cache *c, const char *hash, const char *ext,
                                  int64_t *added)
 {
     nj_cache_part part = {img, n};
-    return nj_cache_publish_parts(c, hash, ext, &part, 1, added);
+    int err = 0;
+    nj_status s = nj_cache_publish_parts(c, hash, ext, &part, 1, added, &err);
+    if (s == NJ_ERR_CACHE_IO) nj_cache_count_store_failure(c, err);
+    return s;
 }
 
 static void nj_cache_encode_header(uint8_t *h, uint32_t sig_len, uint32_t meta_len, uint64_t payload_len,
@@ -601,9 +720,12 @@ nj_status nj_cache_put(nj_cache *c, const char *signature, const char *ext, cons
 {
     NJ_RETURN_IF(!c || !signature || !ext, NJ_ERR_NULL_POINTER, "nj_cache_put: NULL argument");
     NJ_RETURN_IF(!payload && payload_size, NJ_ERR_NULL_POINTER, "nj_cache_put: NULL payload");
-    char path[PATH_MAX];
-    NJ_TRY(nj_cache_key_path(c, signature, ext, path));
-    NJ_RETURN_IF(c->read_only, NJ_ERR_CACHE_IO, "cache root %s is read-only; entry not stored", c->root);
+    nj_cache_key k;
+    NJ_TRY(nj_cache_key_of(c, signature, ext, &k));
+    if (c->read_only) {
+        nj_cache_count_store_failure(c, 0);
+        return nj_fail(NJ_ERR_CACHE_IO, "cache root %s is read-only; entry not stored", c->root);
+    }
     if (!meta) meta = "";
     size_t sig_len = strlen(signature), meta_len = strlen(meta);
     NJ_RETURN_IF(meta_len > UINT32_MAX, NJ_ERR_BAD_ARGUMENT, "nj_cache_put: meta too long");
@@ -620,74 +742,13 @@ nj_status nj_cache_put(nj_cache *c, const char *signature, const char *ext, cons
     uint8_t hdr[NJ_CACHE_HEADER_SIZE];
     nj_cache_encode_header(hdr, (uint32_t)sig_len, (uint32_t)meta_len, payload_size, body_sum);
     nj_cache_part parts[4] = {{hdr, sizeof hdr}, {signature, sig_len}, {meta, meta_len}, {payload, payload_size}};
-    char hash[33];
-    nj_hash_hex(signature, sig_len, hash);
     int64_t added = 0;
-    NJ_TRY(nj_cache_publish_parts(c, hash, ext, parts, 4, &added));
+    int err = 0;
+    nj_status s = nj_cache_publish_parts(c, k.hash, ext, parts, 4, &added, &err);
+    if (s == NJ_ERR_CACHE_IO) nj_cache_count_store_failure(c, err);
+    NJ_TRY(s);
     nj_cache_count(c, NJ_CC_STORES, 1);
     nj_cache_total_add(c, added);
-    nj_cache_after_store(c, hash, ext);
+    nj_cache_after_store(c, k.hash, ext);
     return NJ_OK;
-}
-
-/* ---- cross-process lock ---- */
-
-static nj_status nj_cache_open_lock(nj_cache *c, const char *path, int *fd)
-{
-    *fd = -1;
-    if (!c->read_only) {
-        *fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (*fd < 0 && errno == ENOENT) { /* locks/ removed by hand: recreate */
-            char dir[PATH_MAX];
-            nj_cache_pathf(dir, "%s/locks", c->vdir);
-            NJ_TRY(nj_cache_mkdirs(dir));
-            *fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-        }
-        NJ_RETURN_IF(*fd < 0, NJ_ERR_CACHE_IO, "cache lock %s: %s", path, strerror(errno));
-        (void)fchmod(*fd, 0600);
-        return NJ_OK;
-    }
-    /* Read-only: share a writer's existing lock file if there is one (flock works on read-only fds). */
-    *fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    return NJ_OK;
-}
-
-nj_status nj_cache_lock(nj_cache *c, const char *signature, int32_t timeout_ms, int *lock_fd)
-{
-    NJ_RETURN_IF(!c || !signature || !lock_fd, NJ_ERR_NULL_POINTER, "nj_cache_lock: NULL argument");
-    *lock_fd = -1;
-    size_t n = strlen(signature);
-    NJ_RETURN_IF(n == 0, NJ_ERR_BAD_ARGUMENT, "nj_cache_lock: empty signature");
-    char hash[33], path[PATH_MAX];
-    nj_hash_hex(signature, n, hash);
-    nj_cache_pathf(path, "%s/locks/%s.lock", c->vdir, hash);
-    int fd;
-    NJ_TRY(nj_cache_open_lock(c, path, &fd));
-    if (fd < 0) return NJ_OK;
-    uint64_t deadline = nj_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
-    for (;;) {
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) break;
-        if (errno != EWOULDBLOCK && errno != EINTR) {
-            int e = errno;
-            close(fd);
-            return nj_fail(NJ_ERR_CACHE_IO, "cache lock %s: %s", path, strerror(e));
-        }
-        if (timeout_ms >= 0 && nj_now_ns() >= deadline) {
-            close(fd);
-            return nj_fail(NJ_ERR_LOCK_TIMEOUT, "cache lock %s still held by another process after %d ms", path,
-                           (int)timeout_ms);
-        }
-        struct timespec ts = {0, 2 * 1000000L}; /* short: the holder is usually a compile of tens of ms */
-        nanosleep(&ts, NULL);
-    }
-    *lock_fd = fd;
-    return NJ_OK;
-}
-
-void nj_cache_unlock(nj_cache *c, int lock_fd)
-{
-    (void)c;
-    if (lock_fd < 0) return;
-    flock(lock_fd, LOCK_UN);
-    close(lock_fd);
 }

@@ -16,8 +16,10 @@
 #define NJ_CACHE_MAGIC "NJCACHE1"
 #define NJ_CACHE_HEADER_SIZE 48u
 #define NJ_CACHE_EXT_MAX 15u
-/* Files larger than this are never read into memory (no real kernel binary comes close). */
-#define NJ_CACHE_ENTRY_MAX ((uint64_t)1 << 32)
+/* Files larger than this are never read into memory, nor archive frames claiming more allocated: every
+ * size read from a cache file or an archive is checked against it first, so memory stays bounded
+ * whatever the input. The largest real entry (an emulator .so of a backward pass) is ~100 KiB. */
+#define NJ_CACHE_ENTRY_MAX ((uint64_t)64 << 20)
 /* A temp file older than this belongs to a writer that died; younger ones may still be in flight. */
 #define NJ_CACHE_STALE_TEMP_NS (60ull * 1000000000ull)
 #define NJ_CACHE_TEMP_PREFIX ".tmp-"
@@ -31,6 +33,8 @@ struct nj_cache {
     pthread_mutex_t gc_mu; /* one eviction pass at a time per handle */
     nj_cache_counters counters;
     uint64_t total; /* running estimate of the bytes of all entries */
+    size_t key_len; /* archive key (nj_cache_set_key); 0 = none */
+    uint8_t key[NJ_CACHE_KEY_MAX];
 };
 
 /* A parsed entry image; pointers into the checked buffer. */
@@ -43,7 +47,18 @@ typedef struct nj_cache_view {
     uint64_t payload_len;
 } nj_cache_view;
 
-typedef enum nj_cache_counter { NJ_CC_HITS, NJ_CC_MISSES, NJ_CC_STORES, NJ_CC_EVICTIONS, NJ_CC_CORRUPT } nj_cache_counter;
+typedef enum nj_cache_counter {
+    NJ_CC_HITS,
+    NJ_CC_MISSES,
+    NJ_CC_STORES,
+    NJ_CC_EVICTIONS,
+    NJ_CC_CORRUPT,
+    NJ_CC_STORE_NOSPACE,
+    NJ_CC_STORE_READ_ONLY,
+    NJ_CC_STORE_OTHER,
+    NJ_CC_LOCK_FALLBACKS,
+    NJ_CC_UNTRUSTED
+} nj_cache_counter;
 NJ_HIDDEN void nj_cache_count(nj_cache *c, nj_cache_counter which, uint64_t n);
 /* Adds delta (may be negative) to the size estimate, clamping at zero. */
 NJ_HIDDEN void nj_cache_total_add(nj_cache *c, int64_t delta);
@@ -63,20 +78,38 @@ NJ_HIDDEN int nj_cache_pathf(char out[PATH_MAX], const char *fmt, ...) NJ_PRINTF
 /* Entry path for a hash; 0 on success. */
 NJ_HIDDEN int nj_cache_entry_path(const nj_cache *c, const char *hash, const char *ext, char out[PATH_MAX]);
 
+/* Counts a store that failed with errno e (0: the root is read-only) under its reason. */
+NJ_HIDDEN void nj_cache_count_store_failure(nj_cache *c, int e);
+
+/* Directories below the root are only ever reached through these: the version directory opened with
+ * O_NOFOLLOW, and each directory below it ("ab" shards, "locks") opened with openat + O_NOFOLLOW |
+ * O_DIRECTORY. With create (writable root), a missing one is made, and a symlink or file in its place
+ * is removed first (the link itself: nothing it points to is touched). -1 with errno on failure. */
+NJ_HIDDEN int nj_cache_vdir_fd(const nj_cache *c);
+NJ_HIDDEN int nj_cache_sub_fd(nj_cache *c, const char *name, int create);
+/* Removes name below dfd: a file, or a directory tree (never following a symlink). 0 on success. */
+NJ_HIDDEN int nj_cache_remove_at(int dfd, const char *name);
+/* Removes the lock file of hash when no process holds it (after its entry went). */
+NJ_HIDDEN void nj_cache_drop_lock(nj_cache *c, const char *hash);
+/* Removes every lock file no process holds (gc, clear); *removed counts them. */
+NJ_HIDDEN void nj_cache_sweep_locks(nj_cache *c, uint64_t *removed);
+
 /* Reads a whole regular file opened as fd (st from fstat) into a malloc'd buffer; NULL with a reason. */
 NJ_HIDDEN uint8_t *nj_cache_read_fd(int fd, const struct stat *st, const char **why);
-/* Publishes an already-valid entry image atomically under hash/ext. *added gets the change in total bytes. */
+/* Publishes an already-valid entry image atomically under hash/ext. *added gets the change in total bytes;
+ * a failure is counted by reason (nj_cache_count_store_failure). */
 NJ_HIDDEN nj_status nj_cache_publish_image(nj_cache *c, const char *hash, const char *ext, const uint8_t *img,
                                            size_t n, int64_t *added);
-/* Removes a path: a file, or a directory tree where a file should be. 0 on success. */
-NJ_HIDDEN int nj_cache_remove_path(const char *path);
 /* Writes an archive or a temp file completely; 0 on success, errno kept. */
 NJ_HIDDEN int nj_cache_write_all(int fd, const void *data, size_t n);
 NJ_HIDDEN int nj_cache_fsync_dir(const char *dir);
 
-/* Directory walk over <vdir>/<2 hex>/: calls fn for every entry-named item (regular or not), removing
- * stale temp files on the way when the root is writable. fn returns nonzero to stop. */
-typedef int (*nj_cache_walk_fn)(void *user, const char *path, const char *ext, const struct stat *st);
+/* Directory walk over <vdir>/<2 hex>/: calls fn for every entry-named item (regular or not) with its shard
+ * directory's fd and name (use openat/unlinkat on them; path is for messages), removing stale temp files
+ * on the way when the root is writable. A shard that is a symlink is never entered (and is unlinked when
+ * the root is writable). fn returns nonzero to stop. */
+typedef int (*nj_cache_walk_fn)(void *user, int dfd, const char *name, const char *path, const char *ext,
+                                const struct stat *st);
 NJ_HIDDEN nj_status nj_cache_walk(nj_cache *c, nj_cache_walk_fn fn, void *user);
 /* Evicts oldest entries until the total is <= bound, never touching keep (may be NULL). */
 NJ_HIDDEN nj_status nj_cache_evict(nj_cache *c, uint64_t bound, const char *keep, uint64_t *evicted);

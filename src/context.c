@@ -50,6 +50,8 @@ static void nj_cache_setup(nj_context *ctx)
     char *root = nj_cache_default_root(ctx->opts.cache_dir);
     if (!root) {
         snprintf(ctx->cache_note, sizeof ctx->cache_note, "no cache root (HOME unset)");
+        nj_log(&ctx->log, NJ_LOG_WARN, "disk cache off, working in memory: %s", ctx->cache_note);
+        ctx->cache_status = NJ_ERR_CACHE_IO;
         return;
     }
     nj_status s = nj_cache_open(root, ctx->opts.cache_max_bytes, &ctx->cache);
@@ -57,6 +59,7 @@ static void nj_cache_setup(nj_context *ctx)
         snprintf(ctx->cache_note, sizeof ctx->cache_note, "%s: %s", nj_status_name(s), nj_last_error());
         nj_log(&ctx->log, NJ_LOG_WARN, "disk cache off, working in memory: %s", ctx->cache_note);
         ctx->cache = NULL;
+        ctx->cache_status = s;
         nj_error_clear();
     }
     free(root);
@@ -152,11 +155,14 @@ nj_status nj_context_cache_stats(nj_context *ctx, nj_cache_stats *out)
     out->misses = atomic_load(&ctx->misses);
     out->compiles = atomic_load(&ctx->compiles);
     out->compile_failures = atomic_load(&ctx->compile_failures);
+    out->disk_status = ctx->cache_status;
     if (ctx->cache) {
         nj_cache_counters cc;
         nj_cache_counters_get(ctx->cache, &cc);
         out->evictions = cc.evictions;
         out->corrupt_entries = cc.corrupt;
+        out->store_failures = cc.store_nospace + cc.store_read_only + cc.store_other;
+        out->lock_fallbacks = cc.lock_fallbacks;
         return nj_cache_usage(ctx->cache, &out->disk_bytes, &out->disk_entries);
     }
     return NJ_OK;

@@ -53,6 +53,7 @@ struct nj_context {
     nj_backend *backend;
     nj_cache *cache;
     char cache_note[512]; /* why the disk cache is off, when it is */
+    nj_status cache_status; /* NJ_OK, or why the disk cache is off (nj_cache_stats.disk_status) */
     pthread_mutex_t lock;
     pthread_cond_t built; /* signalled when a kernelset leaves state 0 */
     _Atomic(nj_plan_table *) table;

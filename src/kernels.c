@@ -5,10 +5,9 @@
 #include "context_impl.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define NJ_LOCK_TIMEOUT_MS 120000
 
 /* What a kernel set's source is rendered from: a pass's canonical problem c, or (c NULL) library kernel
  * lib. dtype: the gamma dtype, which a library module is built for. reserve: library modules compiling
@@ -88,7 +87,9 @@ static nj_status nj_kernels_load(nj_context *ctx, nj_kernelset *ks, const void *
     return NJ_OK;
 }
 
-/* Renders and compiles; the binary goes to the disk cache (best effort: a full disk only loses the entry). */
+/* Renders and compiles; the binary goes to the disk cache. A store that fails (full disk, read-only root)
+ * does not fail the call: the kernel serves from memory, and the cache counts the failure by reason
+ * (nj_cache_counters), which `normjit warmup` reports and fails on. */
 static nj_status nj_kernels_compile(nj_context *ctx, const nj_unit *u, const char *sig, nj_kernelset *ks,
                                     nj_compile_result *res)
 {
@@ -106,11 +107,11 @@ static nj_status nj_kernels_compile(nj_context *ctx, const nj_unit *u, const cha
     atomic_fetch_add(&ctx->compiles, 1);
     nj_last_compile_ms = res->millis;
     nj_log(&ctx->log, NJ_LOG_INFO, "compiled %s in %.1f ms", ks->hash, res->millis);
-    if (ctx->cache && !nj_cache_read_only(ctx->cache)) {
+    if (ctx->cache) {
         char *meta = nj_launches_to_text(&ks->params);
         nj_status ps = meta ? nj_cache_put(ctx->cache, sig, nj_binary_ext(ctx), meta, res->bin.data, res->bin.size)
                             : NJ_ERR_OUT_OF_MEMORY;
-        if (ps != NJ_OK) nj_log(&ctx->log, NJ_LOG_WARN, "cache store failed: %s", nj_last_error());
+        if (ps != NJ_OK) nj_log(&ctx->log, NJ_LOG_WARN, "cache store of %s failed: %s", ks->hash, nj_last_error());
         free(meta);
     }
     return NJ_OK;
@@ -128,6 +129,31 @@ static int nj_kernels_from_disk(nj_context *ctx, const char *sig, nj_kernelset *
     return 1;
 }
 
+/* An entry that verified but that the loader refused (a binary for another kernel, a cubin the driver
+ * rejects) is removed, so that it is rebuilt now and never served again. 1 when a rebuild may help. */
+static int nj_kernels_evict(nj_context *ctx, const char *sig, const nj_kernelset *ks)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", nj_last_error());
+    if (!ctx->cache || nj_cache_read_only(ctx->cache) || (ctx->opts.flags & NJ_CTX_NO_COMPILE)) return 0;
+    nj_log(&ctx->log, NJ_LOG_WARN, "cached kernel %s failed to load (%s); evicted, rebuilding", ks->hash, why);
+    return nj_cache_drop(ctx->cache, sig, nj_binary_ext(ctx)) == NJ_OK;
+}
+
+/* Compiles and loads ks after its cache entry was evicted. */
+static nj_status nj_kernels_rebuild(nj_context *ctx, const nj_unit *u, const char *sig, nj_kernelset *ks,
+                                    int32_t *compiled)
+{
+    atomic_fetch_add(&ctx->misses, 1);
+    nj_compile_result res;
+    memset(&res, 0, sizeof res);
+    nj_status s = nj_kernels_compile(ctx, u, sig, ks, &res);
+    if (s == NJ_OK) (*compiled)++;
+    if (s == NJ_OK) s = nj_kernels_load(ctx, ks, res.bin.data, res.bin.size);
+    nj_binary_free(&res.bin);
+    return s;
+}
+
 /* Builds ks (state 0, owned by the calling thread). */
 static nj_status nj_kernels_build(nj_context *ctx, const nj_unit *u, const char *sig, nj_kernelset *ks, int load,
                                   int32_t *compiled)
@@ -142,8 +168,9 @@ static nj_status nj_kernels_build(nj_context *ctx, const nj_unit *u, const char 
                      ks->hash, ctx->cache ? nj_cache_root(ctx->cache) : "memory only");
         /* Another process may be compiling the same key: wait for its lock, then look again. */
         if (ctx->cache && !nj_cache_read_only(ctx->cache) &&
-            nj_cache_lock(ctx->cache, sig, NJ_LOCK_TIMEOUT_MS, &lock_fd) != NJ_OK) {
-            nj_log(&ctx->log, NJ_LOG_WARN, "cache lock: %s; compiling anyway", nj_last_error());
+            nj_cache_lock(ctx->cache, sig, nj_cache_lock_timeout_ms(), &lock_fd) != NJ_OK) {
+            /* counted by the cache (lock_fallbacks); the store after the compile is still atomic */
+            nj_log(&ctx->log, NJ_LOG_WARN, "cache lock: %s; compiling without it", nj_last_error());
             lock_fd = -1;
         }
         if (lock_fd >= 0 && nj_kernels_from_disk(ctx, sig, ks, &e)) {
@@ -165,6 +192,7 @@ static nj_status nj_kernels_build(nj_context *ctx, const nj_unit *u, const char 
     }
     if (load) s = nj_kernels_load(ctx, ks, e.payload, e.payload_size);
     nj_cache_entry_free(&e);
+    if (s != NJ_OK && load && nj_kernels_evict(ctx, sig, ks)) return nj_kernels_rebuild(ctx, u, sig, ks, compiled);
     return s;
 }
 

@@ -161,6 +161,107 @@ static void test_usage_and_clear(void **state)
     assert_true(tc_get_matches(f->c, "usage 3", 300));
 }
 
+/* ---- symlinks below the root ---- */
+
+/* A shard directory replaced by a symlink to a directory outside the root, holding a valid-looking
+ * entry and a bystander file: lookups never read through the link, clear and gc never delete there,
+ * and a put replaces the link with a real directory instead of writing through it. */
+static void test_symlinked_shard(void **state)
+{
+    tc_fixture *f = *state;
+    const char *sig = "shard link";
+    char entry[PATH_MAX], shard[PATH_MAX], outside[PATH_MAX], planted[PATH_MAX], bystander[PATH_MAX];
+    tc_put_sig(f->c, sig, 400);
+    tc_entry_path(f->root, sig, TC_EXT, entry);
+    tc_parent_dir(entry, shard);
+    tc_pathf(outside, "%s/outside", f->dir);
+    assert_int_equal(rename(shard, outside), 0); /* the real entry now lies outside the root */
+    assert_int_equal(symlink(outside, shard), 0);
+    tc_pathf(planted, "%s/%s", outside, strrchr(entry, '/') + 1);
+    tc_pathf(bystander, "%s/bystander", outside);
+    tc_write_file(bystander, "keep me", 7);
+    nj_cache_entry e;
+    assert_int_equal(nj_cache_get(f->c, sig, TC_EXT, &e), NJ_ERR_NOT_CACHED);
+    assert_true(tc_exists(planted)); /* judged without following, deleted nowhere */
+    tc_tally t = {0, 0};
+    assert_int_equal(nj_cache_scan(f->c, 1, tc_tally_visit, &t), NJ_OK);
+    assert_int_equal(t.ok + t.bad, 0); /* the walk does not enter the link */
+    uint64_t evicted = 9;
+    assert_int_equal(nj_cache_gc(f->c, 0, &evicted), NJ_OK);
+    assert_int_equal(evicted, 0);
+    assert_int_equal(nj_cache_clear(f->c), NJ_OK);
+    assert_true(tc_exists(planted));
+    assert_true(tc_exists(bystander));
+    /* the writable walk removed the link itself; a put makes a real shard */
+    assert_int_equal(symlink(outside, shard), 0);
+    tc_put_sig(f->c, sig, 400);
+    struct stat st;
+    assert_int_equal(lstat(shard, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_true(tc_get_matches(f->c, sig, 400));
+    assert_int_equal(tc_count_prefixed(outside, ""), 4); /* ., .., the planted entry, the bystander */
+}
+
+/* The version directory itself a symlink: the cache refuses to walk it (and so to clear through it). */
+static void test_symlinked_version_dir_fail(void **state)
+{
+    tc_fixture *f = *state;
+    tc_put_sig(f->c, "vdir link", 300);
+    char vdir[PATH_MAX], outside[PATH_MAX];
+    tc_pathf(vdir, "%s/v%d", f->root, NJ_CACHE_FORMAT);
+    tc_pathf(outside, "%s/outside-v", f->dir);
+    assert_int_equal(rename(vdir, outside), 0);
+    assert_int_equal(symlink(outside, vdir), 0);
+    assert_int_equal(nj_cache_clear(f->c), NJ_ERR_CACHE_UNSAFE);
+    assert_false(tc_get_matches(f->c, "vdir link", 300));
+    char moved[PATH_MAX], hash[33];
+    nj_hash_hex("vdir link", 9, hash);
+    tc_pathf(moved, "%s/%.2s/%s.%s", outside, hash, hash, TC_EXT);
+    assert_true(tc_exists(moved));
+    nj_cache *c2 = NULL;
+    assert_int_equal(nj_cache_open(f->root, 0, &c2), NJ_ERR_CACHE_UNSAFE);
+}
+
+/* verify on a read-only handle reports the bad entry as not removed, and leaves it. */
+typedef struct removed_tally {
+    int bad, removed;
+} removed_tally;
+
+static void removed_visit(void *user, const char *path, const char *sig, uint64_t bytes, int64_t mtime, nj_status s,
+                          int removed)
+{
+    (void)path, (void)sig, (void)bytes, (void)mtime;
+    removed_tally *t = user;
+    t->bad += s != NJ_OK;
+    t->removed += removed;
+}
+
+static void test_verify_read_only_leaves_bad(void **state)
+{
+    tc_fixture *f = *state;
+    char entry[PATH_MAX];
+    tc_put_sig(f->c, "bad on ro", 300);
+    tc_entry_path(f->root, "bad on ro", TC_EXT, entry);
+    size_t n = 0;
+    uint8_t *img = tc_read_file(entry, &n);
+    img[n - 1] ^= 1;
+    tc_write_file(entry, img, n);
+    free(img);
+    nj_cache *ro = NULL;
+    assert_int_equal(nj_cache_open_ex(f->root, 0, NJ_CACHE_OPEN_READ_ONLY, &ro), NJ_OK);
+    removed_tally t = {0, 0};
+    assert_int_equal(nj_cache_scan(ro, 1, removed_visit, &t), NJ_OK);
+    assert_int_equal(t.bad, 1);
+    assert_int_equal(t.removed, 0);
+    assert_true(tc_exists(entry));
+    nj_cache_close(ro);
+    t = (removed_tally){0, 0};
+    assert_int_equal(nj_cache_scan(f->c, 1, removed_visit, &t), NJ_OK);
+    assert_int_equal(t.bad, 1);
+    assert_int_equal(t.removed, 1);
+    assert_false(tc_exists(entry));
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, tc_setup, tc_teardown)
@@ -169,6 +270,9 @@ int main(void)
         T(test_bound_keeps_newest),
         T(test_scan_verify_removes_bad),
         T(test_usage_and_clear),
+        T(test_symlinked_shard),
+        T(test_symlinked_version_dir_fail),
+        T(test_verify_read_only_leaves_bad),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

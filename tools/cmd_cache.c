@@ -21,13 +21,20 @@ static void nj_cache_help(FILE *f)
             "  gc [--max-bytes N]  evict least recently used entries down to N bytes (K/M/G suffixes;\n"
             "                      default 1G)\n"
             "  clear               remove every entry\n"
-            "  export FILE         write every valid entry into one archive file\n"
-            "  import FILE         add the entries of an archive, verifying each (rejected ones are reported)\n"
+            "  export FILE         write every valid entry into one archive file, each entry signed with the\n"
+            "                      cache key (HMAC-SHA256)\n"
+            "  import FILE         add the entries of an archive: each one's signature is checked with the\n"
+            "                      cache key, then the entry verified; forged, damaged and unstored entries\n"
+            "                      are counted and fail the command (exit 1)\n"
             "\n"
             "options:\n"
             "  --cache DIR         cache root (default: NORMJIT_CACHE_DIR, else ./cache in a normjit source tree,\n"
             "                      else $XDG_CACHE_HOME/normjit, else ~/.cache/normjit)\n"
-            "  -h, --help          this text\n");
+            "  -h, --help          this text\n"
+            "\n"
+            "The cache key (export and import): NORMJIT_CACHE_KEY_FILE, a file of this user not open to group\n"
+            "or others whose bytes (16 to 4096) are the key, else NORMJIT_CACHE_KEY. Use the same key on the\n"
+            "machines that export and import; without one, both refuse.\n");
 }
 
 /* Hash of an entry from its path: the file name without directory and extension. */
@@ -91,7 +98,7 @@ static void nj_cache_age(int64_t mtime, char *out, size_t cap)
 }
 
 typedef struct nj_cache_walk {
-    uint64_t count, bytes, bad;
+    uint64_t count, bytes, bad, removed;
     int verbose;
     /* stats: per-extension summary */
     char ext[8][16];
@@ -101,7 +108,7 @@ typedef struct nj_cache_walk {
 } nj_cache_walk;
 
 static void nj_cache_visit_ls(void *user, const char *path, const char *signature, uint64_t bytes, int64_t mtime,
-                              nj_status vs)
+                              nj_status vs, int removed)
 {
     nj_cache_walk *w = user;
     char hash[64], age[32], head[600], size[32];
@@ -113,10 +120,11 @@ static void nj_cache_visit_ls(void *user, const char *path, const char *signatur
     w->count++;
     w->bytes += bytes;
     (void)vs;
+    (void)removed;
 }
 
 static void nj_cache_visit_stats(void *user, const char *path, const char *signature, uint64_t bytes, int64_t mtime,
-                                 nj_status vs)
+                                 nj_status vs, int removed)
 {
     nj_cache_walk *w = user;
     const char *ext = nj_cache_ext_of(path);
@@ -133,17 +141,20 @@ static void nj_cache_visit_stats(void *user, const char *path, const char *signa
     w->bytes += bytes;
     (void)signature;
     (void)vs;
+    (void)removed;
 }
 
 static void nj_cache_visit_verify(void *user, const char *path, const char *signature, uint64_t bytes, int64_t mtime,
-                                  nj_status vs)
+                                  nj_status vs, int removed)
 {
     nj_cache_walk *w = user;
     w->count++;
     w->bytes += bytes;
     if (vs == NJ_OK) return;
     w->bad++;
-    printf("bad entry removed: %s: %s\n", path, nj_status_name(vs));
+    w->removed += (uint64_t)(removed != 0);
+    if (removed) printf("bad entry removed: %s: %s\n", path, nj_status_name(vs));
+    else printf("bad entry left in place (it could not be removed): %s: %s\n", path, nj_status_name(vs));
     (void)signature;
     (void)mtime;
 }
@@ -195,17 +206,42 @@ static int nj_cache_do_walk(nj_cache *c, int verify)
         return NJ_EXIT_FAIL;
     }
     char b[32];
-    if (verify)
+    if (verify && w.removed == w.bad)
         printf("%llu entries verified, %llu bad (removed), %llu good\n", (unsigned long long)w.count,
                (unsigned long long)w.bad, (unsigned long long)(w.count - w.bad));
+    else if (verify)
+        printf("%llu entries verified, %llu bad (%llu removed, %llu left in place%s), %llu good\n",
+               (unsigned long long)w.count, (unsigned long long)w.bad, (unsigned long long)w.removed,
+               (unsigned long long)(w.bad - w.removed), nj_cache_read_only(c) ? ": the root is read-only" : "",
+               (unsigned long long)(w.count - w.bad));
     else printf("%llu entries, %s\n", (unsigned long long)w.count, nj_tool_bytes(w.bytes, b, sizeof b));
     return w.bad ? NJ_EXIT_FAIL : NJ_EXIT_OK;
+}
+
+/* Import: every entry not stored is counted with its reason; any (or any rejected) fails the command. */
+static int nj_cache_do_import(nj_cache *c, const char *file)
+{
+    uint64_t n = 0, m = 0;
+    nj_status s = nj_cache_import(c, file, &n, &m);
+    nj_cache_counters k;
+    nj_cache_counters_get(c, &k);
+    uint64_t not_stored = k.store_nospace + k.store_read_only + k.store_other;
+    printf("imported %llu entries from %s, %llu rejected (%llu failed authentication), %llu not stored "
+           "(no space %llu, read-only %llu, other %llu)\n",
+           (unsigned long long)n, file, (unsigned long long)m, (unsigned long long)k.untrusted,
+           (unsigned long long)not_stored, (unsigned long long)k.store_nospace, (unsigned long long)k.store_read_only,
+           (unsigned long long)k.store_other);
+    if (s != NJ_OK) {
+        nj_tool_error(s, "cache import failed");
+        return NJ_EXIT_FAIL;
+    }
+    return m || not_stored ? NJ_EXIT_FAIL : NJ_EXIT_OK;
 }
 
 static int nj_cache_do_action(nj_cache *c, const char *action, const char *arg, uint64_t max_bytes)
 {
     nj_status s;
-    uint64_t n = 0, m = 0;
+    uint64_t n = 0;
     if (!strcmp(action, "ls")) return nj_cache_do_walk(c, 0);
     if (!strcmp(action, "verify")) return nj_cache_do_walk(c, 1);
     if (!strcmp(action, "stats")) return nj_cache_do_stats(c);
@@ -217,10 +253,7 @@ static int nj_cache_do_action(nj_cache *c, const char *action, const char *arg, 
     } else if (!strcmp(action, "export")) {
         if ((s = nj_cache_export(c, arg, &n)) == NJ_OK) printf("exported %llu entries to %s\n", (unsigned long long)n, arg);
     } else {
-        s = nj_cache_import(c, arg, &n, &m);
-        if (s == NJ_OK || m) printf("imported %llu entries from %s, %llu rejected\n", (unsigned long long)n, arg,
-                                    (unsigned long long)m);
-        if (s == NJ_OK && m) return NJ_EXIT_FAIL;
+        return nj_cache_do_import(c, arg);
     }
     if (s != NJ_OK) {
         nj_tool_error(s, "cache %s failed", action);

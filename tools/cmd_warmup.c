@@ -34,13 +34,19 @@ static void nj_warmup_help(FILE *f)
             "  --quiet             no progress output\n"
             "  -h, --help          this text\n"
             "\n"
-            "exit status: 0 when every problem is cached, 1 when any line failed, 2 on a usage error.\n");
+            "After the run, every problem is looked up again by a context that never compiles (what a\n"
+            "deployment with NJ_CTX_NO_COMPILE does): one whose kernels are not all in the cache is reported,\n"
+            "with the kernels that could not be stored and why (no space, read-only root, other).\n"
+            "\n"
+            "exit status: 0 when every problem is cached, 1 when any line failed or any problem is not in the\n"
+            "cache afterwards, 2 on a usage error.\n");
 }
 
 typedef struct nj_warm_item {
     const nj_manifest_line *src;
     nj_problem_desc desc;
     int parsed;
+    int failed; /* a pass failed during the run (already reported) */
 } nj_warm_item;
 
 typedef struct nj_warm_state {
@@ -51,6 +57,7 @@ typedef struct nj_warm_state {
     int next;          /* next item to take */
     int done;          /* items finished (any outcome) */
     int compiled, cached, failed; /* kernels compiled, kernels already cached, problems failed */
+    int missing;                  /* problems not all in the cache after the run */
     int tty, quiet;
     double t0;
     pthread_mutex_t lock;
@@ -102,6 +109,7 @@ static void nj_warm_one(nj_warm_state *st, nj_warm_item *it)
     st->compiled += compiled;
     st->cached += cached;
     if (failed) {
+        it->failed = 1;
         st->failed++;
         if (st->tty && !st->quiet) fprintf(stderr, "\r\033[K");
         fprintf(stderr, "%s:%d: %s: %s\n", it->src->file, it->src->line, it->src->text, err);
@@ -156,8 +164,44 @@ static nj_warm_item *nj_warm_parse(nj_manifest_line *lines, int n, int *failed, 
     return items;
 }
 
+/* Looks every problem up again through a context that never compiles, on the same cache: what a
+ * deployment with NJ_CTX_NO_COMPILE would fail on at request time. Returns -1 when that context cannot
+ * be made (the failure printed). */
+static int nj_warm_verify(nj_warm_state *st, uint32_t ctx_flags)
+{
+    nj_context_options o;
+    nj_context_options_init(&o);
+    o.backend = nj_context_backend(st->ctx);
+    o.arch = nj_context_arch(st->ctx);
+    o.cache_dir = nj_context_cache_dir(st->ctx);
+    o.flags = ctx_flags | NJ_CTX_NO_COMPILE;
+    nj_context *v = NULL;
+    nj_status s = nj_context_create(&o, &v);
+    if (s == NJ_OK && !nj_context_cache_dir(v)[0])
+        s = nj_fail(NJ_ERR_CACHE_IO, "the cache %s cannot be opened again", o.cache_dir);
+    if (s != NJ_OK) {
+        nj_tool_error(s, "cannot check the cache after the warmup");
+        nj_context_destroy(v);
+        return -1;
+    }
+    for (int i = 0; i < st->count; i++) {
+        nj_warm_item *it = &st->items[i];
+        if (!it->parsed || it->failed) continue;
+        s = nj_context_warm(v, &it->desc, st->passes, NULL, NULL);
+        if (s == NJ_OK) continue;
+        st->missing++;
+        fprintf(stderr, "%s:%d: %s: not in the cache after the warmup: %s: %s\n", it->src->file, it->src->line,
+                it->src->text, nj_status_name(s), nj_last_error()[0] ? nj_last_error() : nj_status_string(s));
+    }
+    nj_context_destroy(v);
+    return 0;
+}
+
 static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, double secs)
 {
+    nj_cache_counters k;
+    memset(&k, 0, sizeof k);
+    if (nj_context_disk_cache(ctx)) nj_cache_counters_get(nj_context_disk_cache(ctx), &k);
     printf("backend            %s (%s%d)\n", nj_tool_backend_name(nj_context_backend(ctx)), "sm_",
            (int)nj_context_arch(ctx));
     printf("cache              %s\n", nj_context_cache_dir(ctx)[0] ? nj_context_cache_dir(ctx) : "(memory only)");
@@ -165,6 +209,11 @@ static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, double secs)
     printf("kernels compiled   %d\n", st->compiled);
     printf("already cached     %d\n", st->cached);
     printf("failed             %d\n", st->failed);
+    printf("not stored         %llu (no space %llu, read-only %llu, other %llu)\n",
+           (unsigned long long)(k.store_nospace + k.store_read_only + k.store_other),
+           (unsigned long long)k.store_nospace, (unsigned long long)k.store_read_only,
+           (unsigned long long)k.store_other);
+    printf("missing after      %d\n", st->missing);
     printf("time               %.2f s\n", secs);
 }
 
@@ -277,8 +326,9 @@ int nj_cmd_warmup(int argc, char **argv)
     int jobs = a.target.jobs ? a.target.jobs : (int)(cores > 0 ? cores : 1);
     nj_warm_run(&st, jobs < n ? jobs : (n ? n : 1));
     if (st.tty && !st.quiet) fprintf(stderr, "\n");
+    int checked = nj_warm_verify(&st, a.target.ctx_flags);
     nj_warm_table(&st, ctx, nj_tool_now() - st.t0);
-    rc = st.failed ? NJ_EXIT_FAIL : NJ_EXIT_OK;
+    rc = st.failed || st.missing || checked < 0 ? NJ_EXIT_FAIL : NJ_EXIT_OK;
     pthread_mutex_destroy(&st.lock);
 out:
     free(st.items);

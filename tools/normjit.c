@@ -326,15 +326,38 @@ static char *nj_tool_trim(char *s)
     return s;
 }
 
+/* Reads one line of at most NJ_TOOL_LINE_MAX bytes into buf (NUL-terminated, newline dropped): 1 read,
+ * 0 at the end, -1 at an error. A NUL byte or an overlong line is an error of the manifest, reported as
+ * file:line (a NUL would otherwise cut the line short silently, and an endless line cost memory). */
+#define NJ_TOOL_LINE_MAX 4096
+static int nj_tool_manifest_line(FILE *f, const char *path, int lineno, char buf[NJ_TOOL_LINE_MAX + 1])
+{
+    size_t n = 0;
+    int ch, bad = 0;
+    while ((ch = getc(f)) != EOF && ch != '\n') {
+        if (ch == '\0' && !bad) bad = 1;
+        if (n == NJ_TOOL_LINE_MAX && !bad) bad = 2;
+        if (n < NJ_TOOL_LINE_MAX) buf[n++] = (char)ch;
+    }
+    buf[n] = '\0';
+    if (ferror(f)) return -1;
+    if (bad) {
+        fprintf(stderr, "normjit: %s:%d: %s\n", path, lineno,
+                bad == 1 ? "a NUL byte inside the line (a manifest is text): line refused"
+                         : "line longer than 4096 bytes: refused");
+        errno = EINVAL;
+        return -1;
+    }
+    return ch == EOF && n == 0 ? 0 : 1;
+}
+
 int nj_tool_read_manifest(const char *path, nj_manifest_line **lines, int *count, int *cap)
 {
     FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
     if (!f) return -1;
-    char *buf = NULL;
-    size_t bcap = 0;
-    int lineno = 0, rc = 0;
-    while (getline(&buf, &bcap, f) >= 0) {
-        lineno++;
+    char buf[NJ_TOOL_LINE_MAX + 1];
+    int lineno = 0, rc = 0, got;
+    while ((got = nj_tool_manifest_line(f, path, ++lineno, buf)) > 0) {
         char *t = nj_tool_trim(buf);
         if (!*t) continue;
         if (*count == *cap) {
@@ -359,8 +382,7 @@ int nj_tool_read_manifest(const char *path, nj_manifest_line **lines, int *count
         }
         (*count)++;
     }
-    if (ferror(f)) rc = -1;
-    free(buf);
+    if (got < 0) rc = -1;
     if (f != stdin) fclose(f);
     return rc;
 }

@@ -36,6 +36,8 @@ static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *
 
 void tc_rm_rf(const char *path) { nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
+void tc_set_key(nj_cache *c) { assert_int_equal(nj_cache_set_key(c, TC_KEY, strlen(TC_KEY)), NJ_OK); }
+
 int tc_setup(void **state)
 {
     tc_fixture *f = calloc(1, sizeof *f);
@@ -44,6 +46,7 @@ int tc_setup(void **state)
     if (!mkdtemp(f->dir)) return -1;
     tc_pathf(f->root, "%s/root", f->dir);
     if (nj_cache_open(f->root, 0, &f->c) != NJ_OK) return -1;
+    tc_set_key(f->c);
     *state = f;
     return 0;
 }
@@ -170,9 +173,10 @@ void tc_expect_corrupt_miss(nj_cache *c, const char *sig, const char *path)
     assert_false(tc_exists(path));
 }
 
-void tc_tally_visit(void *user, const char *path, const char *sig, uint64_t bytes, int64_t mtime, nj_status s)
+void tc_tally_visit(void *user, const char *path, const char *sig, uint64_t bytes, int64_t mtime, nj_status s,
+                    int removed)
 {
-    (void)path, (void)bytes, (void)mtime;
+    (void)path, (void)bytes, (void)mtime, (void)removed;
     tc_tally *t = user;
     if (s == NJ_OK && sig != NULL)
         t->ok++;

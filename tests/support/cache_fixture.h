@@ -10,6 +10,9 @@
 #include <time.h>
 
 #define TC_EXT "cubin"
+/* The archive key tc_setup gives its cache (nj_cache_set_key); a second cache that imports needs it too. */
+#define TC_KEY "normjit test key 0123456789abcdef"
+void tc_set_key(nj_cache *c);
 
 typedef struct tc_fixture {
     char dir[PATH_MAX];  /* mkdtemp directory, removed afterwards */
@@ -45,6 +48,7 @@ void tc_expect_corrupt_miss(nj_cache *c, const char *sig, const char *path);
 typedef struct tc_tally {
     int ok, bad;
 } tc_tally;
-void tc_tally_visit(void *user, const char *path, const char *sig, uint64_t bytes, int64_t mtime, nj_status s);
+void tc_tally_visit(void *user, const char *path, const char *sig, uint64_t bytes, int64_t mtime, nj_status s,
+                    int removed);
 
 #endif
