@@ -86,6 +86,10 @@ NJ_API const char *nj_last_error(void);
 typedef enum nj_dtype { NJ_DTYPE_NONE = 0, NJ_F32 = 1, NJ_F16 = 2, NJ_BF16 = 3 } nj_dtype;
 
 #define NJ_MAX_RANK 8
+/* Most elements a tensor may have (2^48, far beyond any device's memory), and element offsets reach at
+ * most 2^60: larger problems are refused by validation with NJ_ERR_OVERFLOW, so that no product the
+ * planner forms (grids, workspace sizes, offsets) can overflow 64 bits. */
+#define NJ_MAX_ELEMENTS (INT64_C(1) << 48)
 
 /* A strided tensor: extents and strides in elements (not bytes), outermost axis first by convention. */
 typedef struct nj_tensor_desc {
@@ -259,7 +263,11 @@ typedef struct nj_forward_args {
     float *mean, *rstd; /* NJ_FLAG_SAVE_STATS; mean is NULL under RMS */
     void *workspace;
     void *stream;
+    size_t workspace_size; /* bytes at `workspace`: less than nj_plan_workspace_size is refused before any
+                              launch (NJ_ERR_BAD_ARGUMENT). Added in 0.1 revision 2: a struct_size of
+                              NJ_FORWARD_ARGS_SIZE_V1 (without it) is still accepted, unchecked. */
 } nj_forward_args;
+#define NJ_FORWARD_ARGS_SIZE_V1 offsetof(nj_forward_args, workspace_size)
 
 typedef struct nj_backward_args {
     uint32_t struct_size;
@@ -269,7 +277,9 @@ typedef struct nj_backward_args {
     void *dgamma, *dbeta; /* in param dtype; NULL to skip */
     void *workspace;
     void *stream;
+    size_t workspace_size; /* as in nj_forward_args; NJ_BACKWARD_ARGS_SIZE_V1 structs lack it */
 } nj_backward_args;
+#define NJ_BACKWARD_ARGS_SIZE_V1 offsetof(nj_backward_args, workspace_size)
 
 NJ_API nj_status nj_forward(nj_plan *plan, const nj_forward_args *args);
 NJ_API nj_status nj_backward(nj_plan *plan, const nj_backward_args *args);

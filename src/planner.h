@@ -166,6 +166,13 @@ NJ_HIDDEN void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_dev
 /* Threads of a block that walks n elements of one statistic. */
 NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
 
+/* Workspace bytes of a plan for `rows` batch rows (nj_plan_check has verified it fits in 64 bits for the
+ * problem's batch). */
+static inline size_t nj_plan_params_workspace(const nj_plan_params *pp, int64_t rows)
+{
+    return (size_t)(pp->workspace_fixed + (uint64_t)rows * pp->workspace_per_row);
+}
+
 /* Grid of a launch for `rows` batch rows: (n, 1, 1) for n blocks up to max_x (0: 2^31 - 1), else (x, y, 1)
  * with x * y >= n (the kernels number blocks with nj_block_item and skip those past n). NJ_ERR_OVERFLOW
  * past 65535 rows of blocks, which no device's memory can fill at CUDA's width. */

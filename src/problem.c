@@ -61,6 +61,12 @@ static int32_t param_dtype(const nj_problem_desc *p)
 
 /* ---- Validation ---- */
 
+/* Largest element offset an operand may reach: byte offsets (up to 8 bytes an element, plus a vector's
+ * reach) then stay far inside int64, in the kernels and in the launch code's alignment checks. The
+ * element-count limit, NJ_MAX_ELEMENTS, keeps every product the planner forms (grids, workspace, rows x
+ * blocks) inside 64 bits; nj_plan_check verifies the results for the problem's batch. */
+#define NJ_MAX_SPAN (INT64_C(1) << 60)
+
 /* Largest element offset, sum of (extent-1)*stride; 0 for a zero-size tensor. False on overflow. */
 static bool offset_span(int32_t rank, const int64_t *ext, const int64_t *str, int64_t *span)
 {
@@ -127,15 +133,15 @@ static nj_status check_x(const nj_problem_desc *p)
                      (long long)x->extents[i]);
         /* Zero-size tensors are valid, but their other extents still size loops and statistics. */
         int64_t e = x->extents[i] ? x->extents[i] : 1;
-        NJ_RETURN_IF(__builtin_mul_overflow(prod, e, &prod), NJ_ERR_OVERFLOW,
-                     "x.extents: the product overflows 64 bits at axis %d", i);
+        NJ_RETURN_IF(__builtin_mul_overflow(prod, e, &prod) || prod > NJ_MAX_ELEMENTS, NJ_ERR_OVERFLOW,
+                     "x.extents: more than 2^48 elements (NJ_MAX_ELEMENTS) at axis %d", i);
     }
     for (int i = 0; i < x->rank; i++)
         NJ_RETURN_IF(x->strides[i] < 0, NJ_ERR_BAD_STRIDE, "x.strides[%d] = %lld is negative", i,
                      (long long)x->strides[i]);
     int64_t span;
-    NJ_RETURN_IF(!offset_span(x->rank, x->extents, x->strides, &span), NJ_ERR_OVERFLOW,
-                 "x.strides: element offsets overflow 64 bits");
+    NJ_RETURN_IF(!offset_span(x->rank, x->extents, x->strides, &span) || span > NJ_MAX_SPAN, NJ_ERR_OVERFLOW,
+                 "x.strides: element offsets reach past 2^60 (byte offsets would overflow 64 bits)");
     return NJ_OK;
 }
 
@@ -192,8 +198,8 @@ static nj_status check_operand(const nj_problem_desc *p, int o)
                          (long long)t->strides[i]);
         }
         int64_t span;
-        NJ_RETURN_IF(!offset_span(x->rank, x->extents, t->strides, &span), NJ_ERR_OVERFLOW,
-                     "%s.strides: element offsets overflow 64 bits", name);
+        NJ_RETURN_IF(!offset_span(x->rank, x->extents, t->strides, &span) || span > NJ_MAX_SPAN, NJ_ERR_OVERFLOW,
+                     "%s.strides: element offsets reach past 2^60 (byte offsets would overflow 64 bits)", name);
     }
     if (opd_is_output(o))
         NJ_RETURN_IF(overlaps(x->rank, x->extents, opd_strides(p, o)), NJ_ERR_OVERLAP,

@@ -163,7 +163,7 @@ static void nj_path(char *out, size_t cap, const char *name) { snprintf(out, cap
 static const char nj_small_manifest[] = "# two small problems\n"
                                         "rmsnorm f32 *x256 flags=scale\n"
                                         "\n"
-                                        "layernorm f16 *x512 flags=scale,bias   # trailing comment\n";
+                                        "layernorm f16 *x512 flags=scale,bias param=f32   # trailing comment\n";
 
 /* ---- help and usage ---- */
 
