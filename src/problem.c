@@ -532,3 +532,35 @@ char *nj_canon_text(const nj_canon *c)
     nj_buf_printf(&b, "]");
     return nj_buf_take(&b);
 }
+
+/* ---- Sizes of the small operands (normjit.h: layouts) ---- */
+
+nj_status nj_problem_stat_count(const nj_problem_desc *p, int64_t *count)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!count, NJ_ERR_NULL_POINTER, "nj_problem_stat_count: count is NULL");
+    NJ_TRY(validate(p));
+    int64_t n = 1; /* within NJ_MAX_ELEMENTS: validated */
+    for (int i = 0; i < p->x.rank; i++)
+        if (!(p->reduce_axes >> i & 1u)) n *= p->x.extents[i];
+    *count = n;
+    return NJ_OK;
+}
+
+nj_status nj_problem_param_extents(const nj_problem_desc *p, int32_t *rank, int64_t extents[NJ_MAX_RANK],
+                                   int64_t *count)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!rank || !extents || !count, NJ_ERR_NULL_POINTER, "nj_problem_param_extents: NULL output");
+    NJ_TRY(validate(p));
+    int32_t r = 0;
+    int64_t n = 1;
+    for (int i = 0; has_param(p) && i < p->x.rank; i++)
+        if (p->feature_axes >> i & 1u) {
+            extents[r++] = p->x.extents[i];
+            n *= p->x.extents[i];
+        }
+    *rank = r;
+    *count = has_param(p) ? n : 0; /* no feature axis: one scalar gamma */
+    return NJ_OK;
+}
