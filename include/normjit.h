@@ -275,7 +275,9 @@ typedef enum nj_pass { NJ_PASS_FORWARD = 1, NJ_PASS_BACKWARD = 2 } nj_pass;
 
 /* Looks up or builds the plan for a problem, with the kernels of `passes` (nj_pass bits, at least one)
  * compiled or loaded from the disk cache. The context owns the plan. A later call with an equal problem is a
- * lock-free-read table hit: no allocation, no compile. */
+ * lock-free-read table hit: no allocation, no compile. The backward pass of a problem with scale or bias
+ * is NJ_ERR_UNSUPPORTED past 2^31 - 1 gamma elements, or past 2^31 - 1 elements per batch row and gamma
+ * element (its deterministic column sums index in 32 bits). */
 NJ_API nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes, nj_plan **out);
 /* Describes the plan (family, block, vector width, launches, signatures) in text. Same buffer rules as
  * nj_problem_to_text. */
