@@ -256,8 +256,11 @@ static void raw_axes(const nj_problem_desc *p, const nj_canon *c, nj_canon_axis 
 static bool can_merge(const nj_canon_axis *outer, const nj_canon_axis *inner)
 {
     if (outer->reduce != inner->reduce || outer->feature != inner->feature) return false;
-    for (int o = 0; o < NJ_OPD_COUNT; o++)
-        if (outer->stride[o] != inner->stride[o] * inner->extent) return false;
+    for (int o = 0; o < NJ_OPD_COUNT; o++) {
+        /* a zero-size problem's strides are not bounded by any span (fuzz_plan found the overflow) */
+        int64_t reach;
+        if (__builtin_mul_overflow(inner->stride[o], inner->extent, &reach) || outer->stride[o] != reach) return false;
+    }
     return true;
 }
 
