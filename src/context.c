@@ -11,6 +11,7 @@
 
 void nj_context_options_init(nj_context_options *o)
 {
+    if (!o) return;
     memset(o, 0, sizeof *o);
     o->struct_size = sizeof *o;
 }

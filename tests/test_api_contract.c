@@ -79,6 +79,7 @@ static void test_null_accessors(void **state)
     expect_status(nj_synchronize(NULL, NULL), NJ_ERR_NULL_POINTER, NULL);
     nj_context_destroy(NULL);
     nj_mem_free(NULL, NULL);
+    nj_context_options_init(NULL);
 }
 
 /* Issues 19 and 21: unknown context flags and out-of-range options were accepted silently. */
