@@ -80,13 +80,24 @@ NJ_API const char *nj_status_name(nj_status s);
 /* One-line description of the code. Static storage. */
 NJ_API const char *nj_status_string(nj_status s);
 /* Detail of the last failure on the calling thread (field name, NVRTC log, path, CUresult name...).
- * Owned by the library; valid until the next normjit call on this thread. Empty string if none. */
+ * Owned by the library; valid until the next normjit call on this thread. Every function returning an
+ * nj_status clears it on entry, so after a call that returned NJ_OK it is the empty string; functions
+ * returning something else (nj_status_name, nj_context_arch, nj_plan_workspace_size, ...) leave it alone.
+ *
+ * Contract of every public function: a NULL where a pointer is required is NJ_ERR_NULL_POINTER (the
+ * accessors that return a value give a neutral one: NJ_BACKEND_AUTO, 0, "", 0 bytes); unknown flag bits are
+ * NJ_ERR_BAD_FLAGS; out-of-range options and counts are NJ_ERR_BAD_ARGUMENT (or the axis/rank status),
+ * checked before any array is read; nothing is written through an output pointer on failure. */
 NJ_API const char *nj_last_error(void);
 
 /* ---- Tensors ---- */
 typedef enum nj_dtype { NJ_DTYPE_NONE = 0, NJ_F32 = 1, NJ_F16 = 2, NJ_BF16 = 3 } nj_dtype;
 
 #define NJ_MAX_RANK 8
+/* Most elements a tensor may have (2^48, far beyond any device's memory), and element offsets reach at
+ * most 2^60: larger problems are refused by validation with NJ_ERR_OVERFLOW, so that no product the
+ * planner forms (grids, workspace sizes, offsets) can overflow 64 bits. */
+#define NJ_MAX_ELEMENTS (INT64_C(1) << 48)
 
 /* A strided tensor: extents and strides in elements (not bytes), outermost axis first by convention. */
 typedef struct nj_tensor_desc {
@@ -152,8 +163,27 @@ typedef struct nj_problem_desc {
 /* Checks a descriptor; on failure the status names the class and nj_last_error() names the field. */
 NJ_API nj_status nj_problem_validate(const nj_problem_desc *p);
 
+/* Layouts of the small operands (all contiguous, row-major, dense):
+ * - gamma, beta, dgamma, dbeta: x restricted to feature_axes, in x's axis order: element (i_a, i_b, ...)
+ *   over the feature axes a < b < ... sits at the row-major index over their extents. Their dtype is
+ *   param_dtype (NJ_DTYPE_NONE = float32; the presets set it to x's dtype).
+ * - mean, rstd: float32, x restricted to the kept axes (every axis not in reduce_axes), in x's axis order,
+ *   row-major. Under RMS normalization (no NJ_FLAG_CENTER) mean is neither written nor read.
+ * Training: the forward pass must have NJ_FLAG_SAVE_STATS to write mean and rstd; the backward pass reads
+ * exactly those (with the same x, gamma and beta) and does not recompute them. Without SAVE_STATS the
+ * forward is inference only. */
+/* Number of mean (and of rstd) values a problem has: the product of x's kept extents. */
+NJ_API nj_status nj_problem_stat_count(const nj_problem_desc *p, int64_t *count);
+/* Extents of gamma/beta (x's feature extents in axis order) into extents[0 .. *rank - 1], and their
+ * element count; rank 0 and count 0 when the problem has no scale or bias (rank 0, count 1: one scalar
+ * gamma when it has no feature axis). extents holds NJ_MAX_RANK. */
+NJ_API nj_status nj_problem_param_extents(const nj_problem_desc *p, int32_t *rank, int64_t extents[NJ_MAX_RANK],
+                                          int64_t *count);
+
 /* Presets. Each zero-fills *p first. `flags` are nj_flags (NJ_FLAG_CENTER is set or cleared by the preset);
- * dtype is x's dtype, used for every activation tensor. */
+ * dtype is x's dtype, used for every activation tensor AND for gamma/beta (param_dtype = dtype, as a
+ * framework module's weights): for float32 weights with half-precision activations set
+ * p->param_dtype = NJ_F32 after the call. channels_last is 0 or 1 (else NJ_ERR_BAD_ARGUMENT). */
 /* PyTorch LayerNorm: normalize (and scale) over the last `last_k` axes of a contiguous tensor. */
 NJ_API nj_status nj_preset_layernorm(nj_problem_desc *p, nj_dtype dtype, int32_t rank, const int64_t *extents,
                                      int32_t last_k, uint32_t flags);
@@ -176,9 +206,11 @@ NJ_API nj_status nj_preset_batchnorm(nj_problem_desc *p, nj_dtype dtype, int32_t
                                      int32_t channels_last, uint32_t flags);
 
 /* Text form, one line (used by manifests, logs and the tool). Writes at most cap bytes incl. the NUL;
- * *len (if not NULL) gets the length needed. NJ_ERR_BAD_ARGUMENT if cap is too small. */
+ * *len (if not NULL) gets the length needed. NJ_ERR_BAD_ARGUMENT if cap is too small. A batch axis is
+ * printed as `*` with `batch=N` beside it: nj_problem_from_text gives back an equal problem (same
+ * nj_problem_validate result, same kernels, same batch). */
 NJ_API nj_status nj_problem_to_text(const nj_problem_desc *p, char *buf, size_t cap, size_t *len);
-/* Parses one line. A `*` batch extent is read as `batch_default`. */
+/* Parses one line. A `*` batch extent is read as `batch=` when the line has one, else `batch_default`. */
 NJ_API nj_status nj_problem_from_text(const char *text, int64_t batch_default, nj_problem_desc *p);
 
 /* ---- Context ---- */
@@ -211,7 +243,7 @@ typedef struct nj_context_options {
     int32_t device;           /* CUDA device ordinal */
     uint32_t flags;           /* nj_context_flags */
     int32_t max_parallel_compiles; /* cores NVRTC compiles use at once, process-wide (a source of several
-                                      kernels takes idle ones); 0 = number of cores */
+                                      kernels takes idle ones); 0 = number of cores; negative: refused */
     uint64_t cache_max_bytes; /* 0 = 1 GiB */
     const char *cache_dir;    /* NULL = NORMJIT_CACHE_DIR, $XDG_CACHE_HOME/normjit, ~/.cache/normjit; copied */
     uint64_t seed;            /* emulator shuffle seed */
@@ -222,7 +254,8 @@ typedef struct nj_context_options {
 
 /* Fills defaults (struct_size set, everything else automatic). */
 NJ_API void nj_context_options_init(nj_context_options *o);
-/* Creates a context; opts may be NULL. The caller destroys it. */
+/* Creates a context; opts may be NULL. The caller destroys it. Unknown flag bits are NJ_ERR_BAD_FLAGS;
+ * a backend, log level, arch, device or max_parallel_compiles out of range is NJ_ERR_BAD_ARGUMENT. */
 NJ_API nj_status nj_context_create(const nj_context_options *opts, nj_context **out);
 /* Destroys the context and every plan it owns. NULL is a no-op. */
 NJ_API void nj_context_destroy(nj_context *ctx);
@@ -239,7 +272,8 @@ typedef struct nj_cache_stats {
     int32_t disk_status;
 } nj_cache_stats;
 NJ_API nj_status nj_context_cache_stats(nj_context *ctx, nj_cache_stats *out);
-/* Backend actually in use, target arch, and the cache root ("" when memory only). Owned by the context. */
+/* Backend actually in use, target arch, and the cache root ("" when memory only). Owned by the context.
+ * A NULL context gives NJ_BACKEND_AUTO, 0 and "". */
 NJ_API nj_backend_kind nj_context_backend(const nj_context *ctx);
 NJ_API int32_t nj_context_arch(const nj_context *ctx);
 NJ_API const char *nj_context_cache_dir(const nj_context *ctx);
@@ -247,14 +281,17 @@ NJ_API const char *nj_context_cache_dir(const nj_context *ctx);
 /* ---- Plans ---- */
 typedef enum nj_pass { NJ_PASS_FORWARD = 1, NJ_PASS_BACKWARD = 2 } nj_pass;
 
-/* Looks up or builds the plan for a problem, with the kernels of `passes` (nj_pass bits) compiled or
- * loaded from the disk cache. The context owns the plan. A later call with an equal problem is a
- * lock-free-read table hit: no allocation, no compile. */
+/* Looks up or builds the plan for a problem, with the kernels of `passes` (nj_pass bits, at least one)
+ * compiled or loaded from the disk cache. The context owns the plan. A later call with an equal problem is a
+ * lock-free-read table hit: no allocation, no compile. The backward pass of a problem with scale or bias
+ * is NJ_ERR_UNSUPPORTED past 2^31 - 1 gamma elements, or past 2^31 - 1 elements per batch row and gamma
+ * element (its deterministic column sums index in 32 bits). */
 NJ_API nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes, nj_plan **out);
 /* Describes the plan (family, block, vector width, launches, signatures) in text. Same buffer rules as
  * nj_problem_to_text. */
 NJ_API nj_status nj_plan_describe(const nj_plan *plan, char *buf, size_t cap, size_t *len);
-/* Bytes of device workspace a pass needs (0 when none); pass it 16-byte aligned (cudaMalloc's are). */
+/* Bytes of device workspace a pass needs for the plan's batch (0 when none, and 0 for a NULL plan); pass
+ * it 16-byte aligned (cudaMalloc's are) with its size in the args' workspace_size. */
 NJ_API size_t nj_plan_workspace_size(const nj_plan *plan, nj_pass pass);
 
 /* Arguments: device pointers (host pointers under the emulator) laid out as the descriptor says.
@@ -267,7 +304,11 @@ typedef struct nj_forward_args {
     float *mean, *rstd; /* NJ_FLAG_SAVE_STATS; mean is NULL under RMS */
     void *workspace;
     void *stream;
+    size_t workspace_size; /* bytes at `workspace`: less than nj_plan_workspace_size is refused before any
+                              launch (NJ_ERR_BAD_ARGUMENT). Added in 0.1 revision 2: a struct_size of
+                              NJ_FORWARD_ARGS_SIZE_V1 (without it) is still accepted, unchecked. */
 } nj_forward_args;
+#define NJ_FORWARD_ARGS_SIZE_V1 offsetof(nj_forward_args, workspace_size)
 
 typedef struct nj_backward_args {
     uint32_t struct_size;
@@ -277,7 +318,9 @@ typedef struct nj_backward_args {
     void *dgamma, *dbeta; /* in param dtype; NULL to skip */
     void *workspace;
     void *stream;
+    size_t workspace_size; /* as in nj_forward_args; NJ_BACKWARD_ARGS_SIZE_V1 structs lack it */
 } nj_backward_args;
+#define NJ_BACKWARD_ARGS_SIZE_V1 offsetof(nj_backward_args, workspace_size)
 
 NJ_API nj_status nj_forward(nj_plan *plan, const nj_forward_args *args);
 NJ_API nj_status nj_backward(nj_plan *plan, const nj_backward_args *args);

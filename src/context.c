@@ -11,6 +11,7 @@
 
 void nj_context_options_init(nj_context_options *o)
 {
+    if (!o) return;
     memset(o, 0, sizeof *o);
     o->struct_size = sizeof *o;
 }
@@ -77,13 +78,36 @@ static nj_plan_table *nj_table_new(size_t cap)
     return t;
 }
 
+#define NJ_CTX_FLAGS_ALL                                                                                   \
+    (NJ_CTX_NO_COMPILE | NJ_CTX_NO_DISK_CACHE | NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON | NJ_CTX_EMU_SMALL_GRID)
+
+/* Out-of-range options are caller bugs (an uninitialized field, a negative count): refused by name rather
+ * than read as something else. */
+static nj_status nj_options_check(const nj_context_options *o)
+{
+    NJ_RETURN_IF(o->struct_size != sizeof *o, NJ_ERR_BAD_STRUCT_SIZE, "nj_context_options.struct_size is %u, expected %zu",
+                 o->struct_size, sizeof *o);
+    NJ_RETURN_IF(o->flags & ~(uint32_t)NJ_CTX_FLAGS_ALL, NJ_ERR_BAD_FLAGS,
+                 "nj_context_options.flags = 0x%x has unknown bits 0x%x", o->flags, o->flags & ~(uint32_t)NJ_CTX_FLAGS_ALL);
+    NJ_RETURN_IF(o->backend < NJ_BACKEND_AUTO || o->backend > NJ_BACKEND_COMPILE_ONLY, NJ_ERR_BAD_ARGUMENT,
+                 "nj_context_options.backend = %d is not an nj_backend_kind", o->backend);
+    NJ_RETURN_IF(o->arch < 0 || o->arch > 1000, NJ_ERR_BAD_ARGUMENT,
+                 "nj_context_options.arch = %d: an SM number such as 80 or 90, or 0", o->arch);
+    NJ_RETURN_IF(o->device < 0, NJ_ERR_BAD_ARGUMENT, "nj_context_options.device = %d is negative", o->device);
+    NJ_RETURN_IF(o->max_parallel_compiles < 0, NJ_ERR_BAD_ARGUMENT,
+                 "nj_context_options.max_parallel_compiles = %d is negative (0 = number of cores)",
+                 o->max_parallel_compiles);
+    NJ_RETURN_IF(o->log_level < NJ_LOG_OFF || o->log_level > NJ_LOG_DEBUG, NJ_ERR_BAD_ARGUMENT,
+                 "nj_context_options.log_level = %d is not an nj_log_level", o->log_level);
+    return NJ_OK;
+}
+
 nj_status nj_context_create(const nj_context_options *opts, nj_context **out)
 {
     nj_error_clear();
     NJ_RETURN_IF(!out, NJ_ERR_NULL_POINTER, "nj_context_create: out is NULL");
     *out = NULL;
-    NJ_RETURN_IF(opts && opts->struct_size != sizeof *opts, NJ_ERR_BAD_STRUCT_SIZE,
-                 "nj_context_options.struct_size is %u, expected %zu", opts->struct_size, sizeof *opts);
+    if (opts) NJ_TRY(nj_options_check(opts));
     nj_context *ctx = calloc(1, sizeof *ctx);
     NJ_RETURN_IF(!ctx, NJ_ERR_OUT_OF_MEMORY, "context");
     if (opts) ctx->opts = *opts;
@@ -135,14 +159,15 @@ void nj_context_destroy(nj_context *ctx)
 
 nj_backend_kind nj_context_backend(const nj_context *ctx)
 {
+    if (!ctx) return NJ_BACKEND_AUTO;
     const char *n = ctx->backend->ops->name;
     if (strcmp(n, "emulator") == 0) return NJ_BACKEND_EMULATOR;
     if (strcmp(n, "compile-only") == 0) return NJ_BACKEND_COMPILE_ONLY;
     return NJ_BACKEND_CUDA;
 }
 
-int32_t nj_context_arch(const nj_context *ctx) { return ctx->backend->props.arch; }
-const char *nj_context_cache_dir(const nj_context *ctx) { return ctx->cache ? nj_cache_root(ctx->cache) : ""; }
+int32_t nj_context_arch(const nj_context *ctx) { return ctx ? ctx->backend->props.arch : 0; }
+const char *nj_context_cache_dir(const nj_context *ctx) { return ctx && ctx->cache ? nj_cache_root(ctx->cache) : ""; }
 nj_cache *nj_context_disk_cache(nj_context *ctx) { return ctx->cache; }
 
 nj_status nj_context_cache_stats(nj_context *ctx, nj_cache_stats *out)
@@ -298,8 +323,8 @@ nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes
 {
     nj_error_clear();
     NJ_RETURN_IF(!ctx || !p || !out, NJ_ERR_NULL_POINTER, "nj_plan_get: ctx, problem and out are required");
-    NJ_RETURN_IF(passes & ~(uint32_t)(NJ_PASS_FORWARD | NJ_PASS_BACKWARD), NJ_ERR_BAD_ARGUMENT,
-                 "passes = 0x%x: only NJ_PASS_FORWARD and NJ_PASS_BACKWARD bits", passes);
+    NJ_RETURN_IF(passes == 0 || passes & ~(uint32_t)(NJ_PASS_FORWARD | NJ_PASS_BACKWARD), NJ_ERR_BAD_ARGUMENT,
+                 "passes = 0x%x: NJ_PASS_FORWARD, NJ_PASS_BACKWARD or both", passes);
     NJ_RETURN_IF(p->struct_size != sizeof *p, NJ_ERR_BAD_STRUCT_SIZE, "nj_problem_desc.struct_size is %u, expected %zu",
                  p->struct_size, sizeof *p);
     nj_plan *plan;
@@ -360,5 +385,5 @@ size_t nj_plan_workspace_size(const nj_plan *plan, nj_pass pass)
 {
     nj_plan_params pp;
     if (!plan || nj_plan_pass(&plan->canon, pass, &plan->ctx->backend->props, &pp) != NJ_OK) return 0;
-    return (size_t)(pp.workspace_fixed + (uint64_t)plan->rows * pp.workspace_per_row);
+    return nj_plan_params_workspace(&pp, plan->rows); /* within 64 bits: nj_plan_check */
 }

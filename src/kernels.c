@@ -199,7 +199,9 @@ static nj_status nj_kernels_build(nj_context *ctx, const nj_unit *u, const char 
 static nj_kernelset *nj_kernelset_find(nj_context *ctx, const char *hash, int load)
 {
     for (nj_kernelset *k = ctx->sets; k; k = k->next)
-        if (strcmp(k->hash, hash) == 0 && (k->module || !load || k->state != 1)) return k;
+        /* state first: a set being built (state 0) gets its module written by the builder without the
+         * lock; it is read only once state 1 (set under the lock, after the load) says it is final */
+        if (strcmp(k->hash, hash) == 0 && (k->state != 1 || !load || k->module)) return k;
     return NULL;
 }
 

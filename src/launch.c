@@ -38,7 +38,8 @@ static bool nj_args_fit(const nj_plan *plan, const nj_plan_params *pp, const nj_
     return true;
 }
 
-static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream)
+/* ws_cap: the caller's workspace_size, or SIZE_MAX for an old struct version that does not carry it. */
+static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream, size_t ws_cap)
 {
     nj_kernelset *ks;
     NJ_TRY(nj_plan_ensure(plan, pass, NJ_VARIANT_MAIN, &ks));
@@ -48,8 +49,11 @@ static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream)
     ka->rows = plan->rows;
     memcpy(ka->bstride, plan->bstride, sizeof ka->bstride);
     /* A zero batch leaves only fixed-grid launches (e.g. zeroing dgamma/dbeta, the sum over nothing). */
-    size_t ws = (size_t)(ks->params.workspace_fixed + (uint64_t)plan->rows * ks->params.workspace_per_row);
+    size_t ws = nj_plan_params_workspace(&ks->params, plan->rows);
     NJ_RETURN_IF(ws && !ka->workspace, NJ_ERR_NULL_POINTER, "this plan needs %zu bytes of workspace", ws);
+    NJ_RETURN_IF(ws && ws_cap < ws, NJ_ERR_BAD_ARGUMENT,
+                 "workspace_size = %zu bytes is less than the %zu bytes this plan needs (nj_plan_workspace_size)",
+                 ws_cap, ws);
     NJ_RETURN_IF(ws && !nj_addr_fits(ka->workspace, 16), NJ_ERR_BAD_ARGUMENT,
                  "the workspace must be 16-byte aligned (got %p)", ka->workspace);
     nj_backend *b = plan->ctx->backend;
@@ -79,12 +83,28 @@ static nj_status nj_forward_check(const nj_plan *plan, const nj_forward_args *a)
     return nj_want(a->rstd, f & NJ_FLAG_SAVE_STATS, "rstd");
 }
 
-nj_status nj_forward(nj_plan *plan, const nj_forward_args *a)
+/* The caller's args copied into a full-size struct: an older struct version (shorter, without
+ * workspace_size) is read only up to its own size. *ws_cap: workspace_size, SIZE_MAX when absent. */
+static nj_status nj_args_in(const void *args, uint32_t size, size_t v1, size_t full, size_t ws_off, void *out,
+                            size_t *ws_cap, const char *name)
+{
+    NJ_RETURN_IF(size != full && size != v1, NJ_ERR_BAD_STRUCT_SIZE, "%s.struct_size is %u, expected %zu (or %zu)",
+                 name, size, full, v1);
+    memset(out, 0, full);
+    memcpy(out, args, size);
+    if (size == v1) *ws_cap = SIZE_MAX;
+    else memcpy(ws_cap, (const char *)out + ws_off, sizeof *ws_cap);
+    return NJ_OK;
+}
+
+nj_status nj_forward(nj_plan *plan, const nj_forward_args *args)
 {
     nj_error_clear();
-    NJ_RETURN_IF(!plan || !a, NJ_ERR_NULL_POINTER, "nj_forward: plan and args are required");
-    NJ_RETURN_IF(a->struct_size != sizeof *a, NJ_ERR_BAD_STRUCT_SIZE, "nj_forward_args.struct_size is %u, expected %zu",
-                 a->struct_size, sizeof *a);
+    NJ_RETURN_IF(!plan || !args, NJ_ERR_NULL_POINTER, "nj_forward: plan and args are required");
+    nj_forward_args full, *a = &full;
+    size_t ws_cap = SIZE_MAX;
+    NJ_TRY(nj_args_in(args, args->struct_size, NJ_FORWARD_ARGS_SIZE_V1, sizeof full,
+                      offsetof(nj_forward_args, workspace_size), &full, &ws_cap, "nj_forward_args"));
     NJ_RETURN_IF(!(a->eps >= 0.0f), NJ_ERR_BAD_ARGUMENT, "eps must be >= 0 (got %g)", (double)a->eps);
     NJ_TRY(nj_forward_check(plan, a));
     nj_kargs ka;
@@ -99,7 +119,7 @@ nj_status nj_forward(nj_plan *plan, const nj_forward_args *a)
     ka.rstd = a->rstd;
     ka.workspace = a->workspace;
     ka.eps = a->eps;
-    return nj_run(plan, NJ_PASS_FORWARD, &ka, a->stream);
+    return nj_run(plan, NJ_PASS_FORWARD, &ka, a->stream, ws_cap);
 }
 
 static nj_status nj_backward_check(const nj_plan *plan, const nj_backward_args *a)
@@ -119,12 +139,14 @@ static nj_status nj_backward_check(const nj_plan *plan, const nj_backward_args *
     return nj_want(a->beta, f & NJ_FLAG_BIAS, "beta (needed to recompute the activation input)");
 }
 
-nj_status nj_backward(nj_plan *plan, const nj_backward_args *a)
+nj_status nj_backward(nj_plan *plan, const nj_backward_args *args)
 {
     nj_error_clear();
-    NJ_RETURN_IF(!plan || !a, NJ_ERR_NULL_POINTER, "nj_backward: plan and args are required");
-    NJ_RETURN_IF(a->struct_size != sizeof *a, NJ_ERR_BAD_STRUCT_SIZE,
-                 "nj_backward_args.struct_size is %u, expected %zu", a->struct_size, sizeof *a);
+    NJ_RETURN_IF(!plan || !args, NJ_ERR_NULL_POINTER, "nj_backward: plan and args are required");
+    nj_backward_args full, *a = &full;
+    size_t ws_cap = SIZE_MAX;
+    NJ_TRY(nj_args_in(args, args->struct_size, NJ_BACKWARD_ARGS_SIZE_V1, sizeof full,
+                      offsetof(nj_backward_args, workspace_size), &full, &ws_cap, "nj_backward_args"));
     NJ_TRY(nj_backward_check(plan, a));
     nj_kargs ka;
     memset(&ka, 0, sizeof ka);
@@ -138,7 +160,7 @@ nj_status nj_backward(nj_plan *plan, const nj_backward_args *a)
     ka.dgamma = a->dgamma;
     ka.dbeta = a->dbeta;
     ka.workspace = a->workspace;
-    return nj_run(plan, NJ_PASS_BACKWARD, &ka, a->stream);
+    return nj_run(plan, NJ_PASS_BACKWARD, &ka, a->stream, ws_cap);
 }
 
 /* ---- memory helpers: forwarded to the context's backend ---- */

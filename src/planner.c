@@ -20,6 +20,7 @@
 #include "planner.h"
 #include "planner_bwd.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,12 @@ static int32_t plan_round32(int64_t n) { return (int32_t)(plan_ceil_div(n, 32) *
 void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult, int64_t row_div,
                         int32_t grid_x)
 {
+    /* the library kernels' callers write through launch[nlaunch - 1]: on overflow that stays the last
+     * real launch (a plan that nj_plan_check refuses anyway), never a slot past the array */
+    if (pp->nlaunch >= NJ_MAX_LAUNCHES) {
+        pp->overflow = 1;
+        return;
+    }
     nj_launch *l = &pp->launch[pp->nlaunch++];
     memset(l, 0, sizeof *l);
     snprintf(l->kernel, sizeof l->kernel, "%s", kernel);
@@ -377,6 +384,14 @@ static nj_status plan_fwd_column(const nj_canon *c, const nj_device_props *dev, 
     return NJ_OK;
 }
 
+static nj_status plan_forward(const nj_canon *c, const nj_device_props *dev, nj_plan_params *out)
+{
+    if (c->kind == NJ_KIND_ROW || plan_rowlike(c) > 0) return plan_fwd_row(c, dev, out);
+    if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_COLUMN_MIN) return plan_fwd_column(c, dev, out);
+    if (nj_plan_cl_ok(c, NJ_PASS_FORWARD)) return nj_plan_fwd_channels_last(c, dev, out);
+    return plan_fwd_general(c, dev, out);
+}
+
 nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *out)
 {
     NJ_RETURN_IF(!c || !dev || !out, NJ_ERR_NULL_POINTER, "planner: NULL argument");
@@ -387,17 +402,16 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
     NJ_RETURN_IF(c->kind < NJ_KIND_ROW || c->kind > NJ_KIND_GENERAL, NJ_ERR_INTERNAL, "planner: unknown canonical kind %d",
                  c->kind);
     out->pass = pass;
+    nj_status s;
     switch (pass) {
-    case NJ_PASS_FORWARD:
-        if (c->kind == NJ_KIND_ROW || plan_rowlike(c) > 0) return plan_fwd_row(c, dev, out);
-        if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_COLUMN_MIN)
-            return plan_fwd_column(c, dev, out);
-        if (nj_plan_cl_ok(c, NJ_PASS_FORWARD)) return nj_plan_fwd_channels_last(c, dev, out);
-        return plan_fwd_general(c, dev, out);
-    case NJ_PASS_BACKWARD:
-        return nj_plan_backward(c, dev, out);
+    case NJ_PASS_FORWARD: s = plan_forward(c, dev, out); break;
+    case NJ_PASS_BACKWARD: s = nj_plan_backward(c, dev, out); break;
+    default: return nj_fail(NJ_ERR_BAD_ARGUMENT, "planner: unknown pass %d", (int)pass);
     }
-    return nj_fail(NJ_ERR_BAD_ARGUMENT, "planner: unknown pass %d", (int)pass);
+    if (s == NJ_OK) s = nj_plan_check(c, out, dev);
+    /* a broken invariant is a planner bug: debug builds stop at it, release builds return the status */
+    assert(s != NJ_ERR_INTERNAL && "planner invariant broken (nj_last_error names it)");
+    return s;
 }
 
 nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,

@@ -64,7 +64,11 @@ enum {
 };
 enum { NJ_MERGE_SUMS = 0, NJ_MERGE_STATS = 1, NJ_MERGE_RMS = 2 };
 
-#define NJ_MAX_LAUNCHES 4
+/* Launches a pass may hold. The longest plans today take 5 (a split column backward whose dgamma/dbeta go
+ * through the general walk and its column sum: part, merge, dx, pgrad, colsum); nj_plan_add_launch refuses
+ * to write past the array (the plan becomes NJ_ERR_INTERNAL, never an overflow). Part of the launch
+ * metadata format (nj_launches_from_text accepts up to this many). */
+#define NJ_MAX_LAUNCHES 8
 
 /* grid_x > 0: the grid is (grid_x, grid_y, grid_z). Else ceil(rows * row_mult / row_div) blocks, a block per
  * work item, at most grid_x_cap when that is set (the plan's grid_loop: the kernel loops over the items),
@@ -99,10 +103,19 @@ typedef struct nj_plan_params {
                             elements, and whose batch stride a multiple of vec (PARAM has none), for the
                             launch to use these kernels; else the unaligned variant runs */
     int32_t nlaunch;
+    int32_t overflow;    /* nj_plan_add_launch was asked for more than NJ_MAX_LAUNCHES launches (a bug):
+                            nj_plan_pass turns it into NJ_ERR_INTERNAL */
     nj_launch launch[NJ_MAX_LAUNCHES];
     uint64_t workspace_per_row; /* workspace bytes = workspace_fixed + rows * workspace_per_row */
     uint64_t workspace_fixed;
 } nj_plan_params;
+
+/* The invariants later stages rely on, checked on a finished plan: launch count within the array (no
+ * overflow), blocks of 1 to the device's threads in multiples of 32, fixed grids within CUDA's limits,
+ * positive row multipliers, library arguments in range, vector width 1/2/4/8, split >= 1, workspace sizes
+ * that cannot overflow for any batch the problem validated. NJ_ERR_INTERNAL with the broken invariant
+ * named (and an assert in debug builds: a violation is a planner bug, never the caller's input). */
+NJ_HIDDEN nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_device_props *dev);
 
 NJ_HIDDEN nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *out);
 
@@ -122,7 +135,8 @@ NJ_HIDDEN nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device
 NJ_HIDDEN nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
 
 /* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) blocks.
- * Shared by the forward and backward planners. */
+ * Shared by the forward and backward planners. Past NJ_MAX_LAUNCHES it appends nothing and sets
+ * pp->overflow (checked by nj_plan_check). */
 NJ_HIDDEN void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult,
                                   int64_t row_div, int32_t grid_x);
 /* Pieces of each walk of the column family (1: none), forward and backward alike. */
@@ -151,6 +165,13 @@ NJ_HIDDEN int32_t nj_plan_kernel_count(const nj_plan_params *pp);
 NJ_HIDDEN void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev);
 /* Threads of a block that walks n elements of one statistic. */
 NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
+
+/* Workspace bytes of a plan for `rows` batch rows (nj_plan_check has verified it fits in 64 bits for the
+ * problem's batch). */
+static inline size_t nj_plan_params_workspace(const nj_plan_params *pp, int64_t rows)
+{
+    return (size_t)(pp->workspace_fixed + (uint64_t)rows * pp->workspace_per_row);
+}
 
 /* Grid of a launch for `rows` batch rows: (n, 1, 1) for n blocks up to max_x (0: 2^31 - 1), else (x, y, 1)
  * with x * y >= n (the kernels number blocks with nj_block_item and skip those past n). NJ_ERR_OVERFLOW

@@ -37,12 +37,25 @@ nj_status nj_tensor_contiguous(nj_tensor_desc *t, nj_dtype dtype, int32_t rank, 
     return NJ_OK;
 }
 
-static void desc_init(nj_problem_desc *p, nj_preset preset, uint32_t flags)
+/* gamma/beta take x's dtype, as a framework's module weights do (PyTorch's LayerNorm(..., dtype=bf16)):
+ * a half-precision gamma passed to a preset-built problem must never be read as float32. A caller keeping
+ * float32 master weights sets p->param_dtype = NJ_F32 after the preset (or `param=f32` in the text). */
+static void desc_init(nj_problem_desc *p, nj_preset preset, uint32_t flags, int32_t dtype)
 {
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
     p->flags = flags;
     p->preset = preset;
+    p->param_dtype = dtype;
+}
+
+/* 0 or 1: anything else is a caller bug (a bool passed through a wider int), refused rather than read
+ * as channels-last. */
+static nj_status check_channels_last(int32_t channels_last)
+{
+    NJ_RETURN_IF(channels_last != 0 && channels_last != 1, NJ_ERR_BAD_ARGUMENT,
+                 "channels_last = %d: must be 0 (channels first) or 1 (channels last)", channels_last);
+    return NJ_OK;
 }
 
 static nj_status check_common(const nj_problem_desc *p, nj_dtype dtype)
@@ -70,7 +83,7 @@ nj_status nj_preset_layernorm(nj_problem_desc *p, nj_dtype dtype, int32_t rank, 
 {
     nj_error_clear();
     NJ_TRY(check_common(p, dtype));
-    desc_init(p, NJ_PRESET_LAYERNORM, flags | NJ_FLAG_CENTER);
+    desc_init(p, NJ_PRESET_LAYERNORM, flags | NJ_FLAG_CENTER, dtype);
     NJ_TRY(last_axes(p, dtype, rank, extents, last_k));
     return nj_problem_validate(p);
 }
@@ -80,7 +93,7 @@ nj_status nj_preset_rmsnorm(nj_problem_desc *p, nj_dtype dtype, int32_t rank, co
 {
     nj_error_clear();
     NJ_TRY(check_common(p, dtype));
-    desc_init(p, NJ_PRESET_RMSNORM, flags & ~(uint32_t)NJ_FLAG_CENTER);
+    desc_init(p, NJ_PRESET_RMSNORM, flags & ~(uint32_t)NJ_FLAG_CENTER, dtype);
     NJ_TRY(last_axes(p, dtype, rank, extents, last_k));
     return nj_problem_validate(p);
 }
@@ -93,11 +106,14 @@ nj_status nj_preset_layernorm_axes(nj_problem_desc *p, const nj_tensor_desc *x, 
     NJ_RETURN_IF(!p, NJ_ERR_NULL_POINTER, "problem descriptor is NULL");
     NJ_RETURN_IF(!x, NJ_ERR_NULL_POINTER, "x descriptor is NULL");
     NJ_RETURN_IF(naxes > 0 && !axes, NJ_ERR_NULL_POINTER, "axes is NULL with naxes = %d", naxes);
-    desc_init(p, NJ_PRESET_LAYERNORM, flags | NJ_FLAG_CENTER);
+    desc_init(p, NJ_PRESET_LAYERNORM, flags | NJ_FLAG_CENTER, x->dtype);
     p->x = *x;
     NJ_RETURN_IF(x->rank < 1 || x->rank > NJ_MAX_RANK, NJ_ERR_BAD_RANK, "x.rank = %d is outside 1..%d", x->rank,
                  NJ_MAX_RANK);
     NJ_RETURN_IF(naxes <= 0, NJ_ERR_EMPTY_REDUCTION, "naxes = %d: no axis to normalize over", naxes);
+    /* counted before the array is read: an axis list longer than the rank lists one twice or reads past
+     * what the caller passed */
+    NJ_RETURN_IF(naxes > x->rank, NJ_ERR_BAD_AXIS, "naxes = %d exceeds x.rank = %d", naxes, x->rank);
     for (int i = 0; i < naxes; i++) {
         int32_t a = axes[i] < 0 ? axes[i] + x->rank : axes[i];
         NJ_RETURN_IF(a < 0 || a >= x->rank, NJ_ERR_BAD_AXIS, "axes[%d] = %d is outside x's rank %d", i, axes[i],
@@ -123,7 +139,8 @@ nj_status nj_preset_instancenorm(nj_problem_desc *p, nj_dtype dtype, int32_t ran
 {
     nj_error_clear();
     NJ_TRY(check_common(p, dtype));
-    desc_init(p, NJ_PRESET_INSTANCENORM, flags | NJ_FLAG_CENTER);
+    desc_init(p, NJ_PRESET_INSTANCENORM, flags | NJ_FLAG_CENTER, dtype);
+    NJ_TRY(check_channels_last(channels_last));
     NJ_TRY(check_nc_rank(rank, 3, 5));
     NJ_TRY(fill_contiguous(&p->x, rank, extents));
     p->x.dtype = dtype;
@@ -171,7 +188,8 @@ nj_status nj_preset_groupnorm(nj_problem_desc *p, nj_dtype dtype, int32_t rank, 
 {
     nj_error_clear();
     NJ_TRY(check_common(p, dtype));
-    desc_init(p, NJ_PRESET_GROUPNORM, flags | NJ_FLAG_CENTER);
+    desc_init(p, NJ_PRESET_GROUPNORM, flags | NJ_FLAG_CENTER, dtype);
+    NJ_TRY(check_channels_last(channels_last));
     NJ_TRY(check_nc_rank(rank, 2, NJ_MAX_RANK - 1)); /* one more axis after the split */
     NJ_RETURN_IF(!extents, NJ_ERR_NULL_POINTER, "extents is NULL");
     NJ_RETURN_IF(extents[1] < 0, NJ_ERR_BAD_EXTENT, "extents[1] (C) = %lld is negative", (long long)extents[1]);
@@ -192,7 +210,8 @@ nj_status nj_preset_batchnorm(nj_problem_desc *p, nj_dtype dtype, int32_t rank, 
 {
     nj_error_clear();
     NJ_TRY(check_common(p, dtype));
-    desc_init(p, NJ_PRESET_BATCHNORM, flags | NJ_FLAG_CENTER);
+    desc_init(p, NJ_PRESET_BATCHNORM, flags | NJ_FLAG_CENTER, dtype);
+    NJ_TRY(check_channels_last(channels_last));
     NJ_TRY(check_nc_rank(rank, 2, NJ_MAX_RANK));
     NJ_RETURN_IF(!extents, NJ_ERR_NULL_POINTER, "extents is NULL");
     NJ_TRY(nc_view(&p->x, rank, extents, channels_last, 0));

@@ -61,6 +61,12 @@ static int32_t param_dtype(const nj_problem_desc *p)
 
 /* ---- Validation ---- */
 
+/* Largest element offset an operand may reach: byte offsets (up to 8 bytes an element, plus a vector's
+ * reach) then stay far inside int64, in the kernels and in the launch code's alignment checks. The
+ * element-count limit, NJ_MAX_ELEMENTS, keeps every product the planner forms (grids, workspace, rows x
+ * blocks) inside 64 bits; nj_plan_check verifies the results for the problem's batch. */
+#define NJ_MAX_SPAN (INT64_C(1) << 60)
+
 /* Largest element offset, sum of (extent-1)*stride; 0 for a zero-size tensor. False on overflow. */
 static bool offset_span(int32_t rank, const int64_t *ext, const int64_t *str, int64_t *span)
 {
@@ -127,15 +133,15 @@ static nj_status check_x(const nj_problem_desc *p)
                      (long long)x->extents[i]);
         /* Zero-size tensors are valid, but their other extents still size loops and statistics. */
         int64_t e = x->extents[i] ? x->extents[i] : 1;
-        NJ_RETURN_IF(__builtin_mul_overflow(prod, e, &prod), NJ_ERR_OVERFLOW,
-                     "x.extents: the product overflows 64 bits at axis %d", i);
+        NJ_RETURN_IF(__builtin_mul_overflow(prod, e, &prod) || prod > NJ_MAX_ELEMENTS, NJ_ERR_OVERFLOW,
+                     "x.extents: more than 2^48 elements (NJ_MAX_ELEMENTS) at axis %d", i);
     }
     for (int i = 0; i < x->rank; i++)
         NJ_RETURN_IF(x->strides[i] < 0, NJ_ERR_BAD_STRIDE, "x.strides[%d] = %lld is negative", i,
                      (long long)x->strides[i]);
     int64_t span;
-    NJ_RETURN_IF(!offset_span(x->rank, x->extents, x->strides, &span), NJ_ERR_OVERFLOW,
-                 "x.strides: element offsets overflow 64 bits");
+    NJ_RETURN_IF(!offset_span(x->rank, x->extents, x->strides, &span) || span > NJ_MAX_SPAN, NJ_ERR_OVERFLOW,
+                 "x.strides: element offsets reach past 2^60 (byte offsets would overflow 64 bits)");
     return NJ_OK;
 }
 
@@ -192,8 +198,8 @@ static nj_status check_operand(const nj_problem_desc *p, int o)
                          (long long)t->strides[i]);
         }
         int64_t span;
-        NJ_RETURN_IF(!offset_span(x->rank, x->extents, t->strides, &span), NJ_ERR_OVERFLOW,
-                     "%s.strides: element offsets overflow 64 bits", name);
+        NJ_RETURN_IF(!offset_span(x->rank, x->extents, t->strides, &span) || span > NJ_MAX_SPAN, NJ_ERR_OVERFLOW,
+                     "%s.strides: element offsets reach past 2^60 (byte offsets would overflow 64 bits)", name);
     }
     if (opd_is_output(o))
         NJ_RETURN_IF(overlaps(x->rank, x->extents, opd_strides(p, o)), NJ_ERR_OVERLAP,
@@ -250,8 +256,11 @@ static void raw_axes(const nj_problem_desc *p, const nj_canon *c, nj_canon_axis 
 static bool can_merge(const nj_canon_axis *outer, const nj_canon_axis *inner)
 {
     if (outer->reduce != inner->reduce || outer->feature != inner->feature) return false;
-    for (int o = 0; o < NJ_OPD_COUNT; o++)
-        if (outer->stride[o] != inner->stride[o] * inner->extent) return false;
+    for (int o = 0; o < NJ_OPD_COUNT; o++) {
+        /* a zero-size problem's strides are not bounded by any span (fuzz_plan found the overflow) */
+        int64_t reach;
+        if (__builtin_mul_overflow(inner->stride[o], inner->extent, &reach) || outer->stride[o] != reach) return false;
+    }
     return true;
 }
 
@@ -525,4 +534,36 @@ char *nj_canon_text(const nj_canon *c)
     }
     nj_buf_printf(&b, "]");
     return nj_buf_take(&b);
+}
+
+/* ---- Sizes of the small operands (normjit.h: layouts) ---- */
+
+nj_status nj_problem_stat_count(const nj_problem_desc *p, int64_t *count)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!count, NJ_ERR_NULL_POINTER, "nj_problem_stat_count: count is NULL");
+    NJ_TRY(validate(p));
+    int64_t n = 1; /* within NJ_MAX_ELEMENTS: validated */
+    for (int i = 0; i < p->x.rank; i++)
+        if (!(p->reduce_axes >> i & 1u)) n *= p->x.extents[i];
+    *count = n;
+    return NJ_OK;
+}
+
+nj_status nj_problem_param_extents(const nj_problem_desc *p, int32_t *rank, int64_t extents[NJ_MAX_RANK],
+                                   int64_t *count)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!rank || !extents || !count, NJ_ERR_NULL_POINTER, "nj_problem_param_extents: NULL output");
+    NJ_TRY(validate(p));
+    int32_t r = 0;
+    int64_t n = 1;
+    for (int i = 0; has_param(p) && i < p->x.rank; i++)
+        if (p->feature_axes >> i & 1u) {
+            extents[r++] = p->x.extents[i];
+            n *= p->x.extents[i];
+        }
+    *rank = r;
+    *count = has_param(p) ? n : 0; /* no feature axis: one scalar gamma */
+    return NJ_OK;
 }

@@ -7,9 +7,10 @@
  *   token   := dtype | layout | shape | key '=' value
  *   dtype   := f32 | f16 | bf16
  *   layout  := 'n' 'c' [dhwl]*  (channels first)  |  'n' [dhwl]+ 'c'  (channels last); one letter per axis
- *   shape   := dim ('x' dim)*   with dim := integer | '*'   ('*' only for axis 0: reads as batch_default)
+ *   shape   := dim ('x' dim)*   with dim := integer | '*'   ('*' only for axis 0: reads as batch=, else
+ *              batch_default)
  *   list    := integer (',' integer)*
- *   keys    := dtype=dtype shape=shape strides=list reduce=list feature=list|none groups=integer
+ *   keys    := dtype=dtype shape=shape batch=integer strides=list reduce=list feature=list|none groups=integer
  *              param=dtype flags=(center|scale|bias|residual|resout|stats),...|none
  *              act=none|relu|silu|gelu_tanh|gelu_erf|sigmoid  axes=list  last=integer
  *              OP.dtype=dtype OP.strides=list   with OP := y | res | resout | dy | dx
@@ -116,6 +117,9 @@ static char *problem_text(const nj_problem_desc *p)
         if (i == 0 && star) nj_buf_printf(&b, "*");
         else nj_buf_printf(&b, "%s%lld", i ? "x" : "", (long long)x->extents[i]);
     }
+    /* '*' keeps the batch a run-time extent (a manifest line serves every batch); batch= says which one
+     * this problem had, so that print -> parse is exact */
+    if (star) nj_buf_printf(&b, " batch=%lld", (long long)x->extents[0]);
     nj_buf_printf(&b, " strides=");
     print_list(&b, x->strides, x->rank);
     nj_buf_printf(&b, " reduce=");
@@ -161,6 +165,7 @@ typedef struct nj_parsed {
     int32_t rank, nstrides, nreduce, nfeature, naxes;
     bool star, have_flags;
     uint32_t flags;
+    int64_t batch; /* batch=N: the extent a '*' stands for (-1: batch_default) */
     int64_t extents[NJ_MAX_RANK], strides[NJ_MAX_RANK];
     int64_t reduce[NJ_MAX_LIST], feature[NJ_MAX_LIST], axes[NJ_MAX_LIST];
     nj_text_opd opd[NJ_TEXT_OPDS];
@@ -326,6 +331,8 @@ static nj_status parse_key(nj_parsed *r, const char *tok)
         if (r->nfeature < 0) return bad(tok, "malformed axis list");
     } else if (strcmp(key, "axes") == 0) {
         if ((r->naxes = parse_list(val, r->axes, NJ_MAX_LIST)) < 0) return bad(tok, "malformed axis list");
+    } else if (strcmp(key, "batch") == 0) {
+        if (!parse_int(val, &r->batch) || r->batch < 0) return bad(tok, "expected a non-negative integer");
     } else if (strcmp(key, "groups") == 0) {
         return parse_int_key(tok, val, 0, &r->groups);
     } else if (strcmp(key, "last") == 0) {
@@ -386,6 +393,7 @@ static void parsed_init(nj_parsed *r)
     memset(r, 0, sizeof *r);
     r->last_k = -1;
     r->groups = -1;
+    r->batch = -1;
     r->layout_rank = -1;
     r->nstrides = r->nreduce = r->nfeature = r->naxes = -1;
     r->flags = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS;
@@ -517,7 +525,8 @@ nj_status nj_problem_from_text(const char *text, int64_t batch_default, nj_probl
     nj_parsed r;
     parsed_init(&r);
     NJ_TRY(tokenize(text, &r));
-    if (r.star) r.extents[0] = batch_default;
+    NJ_RETURN_IF(r.batch >= 0 && !r.star, NJ_ERR_PARSE, "problem text: batch= needs a '*' as the shape's first extent");
+    if (r.star) r.extents[0] = r.batch >= 0 ? r.batch : batch_default;
     nj_problem_desc d;
     NJ_TRY(build_problem(&r, &d));
     *p = d;

@@ -545,6 +545,7 @@ static void test_presets(void **state)
      * and gamma, constant along H*W, is one scalar per float4-wide chunk of x */
     int64_t img[4] = {2, 32, 16, 16};
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 0, aff), NJ_OK);
+    p.param_dtype = NJ_F32; /* float32 master weights: 16-byte vectors hold 4 of gamma */
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_GENERAL);
     assert_int_equal(c.reduce_size, 1024);

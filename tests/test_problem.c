@@ -361,7 +361,7 @@ static void test_canon_layernorm_llm(void **state)
     assert_false(key_eq(&ka, &kd));
     assert_false(key_eq(&ka, &ke));
     assert_int_equal(c.dtype[NJ_OPD_X], NJ_BF16);
-    assert_int_equal(c.dtype[NJ_OPD_PARAM], NJ_F32);
+    assert_int_equal(c.dtype[NJ_OPD_PARAM], NJ_BF16); /* presets: gamma/beta in x's dtype */
     assert_int_equal(c.dtype[NJ_OPD_STATS], NJ_F32);
     assert_int_equal(c.dtype[NJ_OPD_RES], NJ_DTYPE_NONE);
     nj_problem_desc r;
@@ -604,7 +604,7 @@ static void test_canon_key_garbage(void **state)
     dirty.struct_size = sizeof dirty;
     dirty.flags = clean.flags;
     dirty.activation = NJ_ACT_SILU;
-    dirty.param_dtype = 0;
+    dirty.param_dtype = clean.param_dtype;
     dirty.reduce_axes = clean.reduce_axes;
     dirty.feature_axes = clean.feature_axes;
     dirty.preset = NJ_PRESET_LAYERNORM;
@@ -652,7 +652,7 @@ static void test_canon_text(void **state)
     assert_null(strstr(ta, "111")); /* batch 37*3 never appears */
     assert_non_null(strstr(ta, "4096"));
     assert_null(strchr(ta, '\n'));
-    assert_string_equal(ta, "kind=row dt=bf16/bf16/-/-/bf16/bf16/f32/f32 flags=center,scale,bias act=none "
+    assert_string_equal(ta, "kind=row dt=bf16/bf16/-/-/bf16/bf16/bf16/f32 flags=center,scale,bias act=none "
                             "rs=4096 ki=1 ps=4096 axes=[*:k|4096:rf:1,1,0,0,1,1,1,0]");
     free(ta);
     free(tb);
@@ -681,7 +681,7 @@ static void test_canon_for_pass(void **state)
     nj_canon_for_pass(&cf, NJ_PASS_BACKWARD, &vf);
     char *a = nj_canon_text(&vp), *b = nj_canon_text(&vf);
     assert_string_equal(a, b);
-    assert_string_equal(a, "kind=row dt=bf16/-/-/-/bf16/bf16/f32/f32 flags=scale act=none rs=2048 ki=1 ps=2048 "
+    assert_string_equal(a, "kind=row dt=bf16/-/-/-/bf16/bf16/bf16/f32 flags=scale act=none rs=2048 ki=1 ps=2048 "
                            "axes=[*:k|2048:rf:1,0,0,0,1,1,1,0]");
     free(a), free(b);
     assert_int_equal(vf.present & (1u << NJ_OPD_Y | 1u << NJ_OPD_RES | 1u << NJ_OPD_RESOUT), 0);
@@ -691,7 +691,7 @@ static void test_canon_for_pass(void **state)
     nj_canon_for_pass(&cf, NJ_PASS_FORWARD, &vf);
     a = nj_canon_text(&vp), b = nj_canon_text(&vf);
     assert_string_not_equal(a, b);
-    assert_string_equal(a, "kind=row dt=bf16/bf16/-/-/-/-/f32/f32 flags=scale act=none rs=2048 ki=1 ps=2048 "
+    assert_string_equal(a, "kind=row dt=bf16/bf16/-/-/-/-/bf16/f32 flags=scale act=none rs=2048 ki=1 ps=2048 "
                            "axes=[*:k|2048:rf:1,1,0,0,0,0,1,0]");
     free(a), free(b);
     assert_int_equal(vf.dtype[NJ_OPD_RES], NJ_BF16);
@@ -794,8 +794,8 @@ static void test_text_exact_print(void **state)
     char buf[512];
     size_t len;
     ok(nj_problem_to_text(&p, buf, sizeof buf, &len));
-    const char *want = "groupnorm dtype=f16 shape=*x32x4x64x64 strides=524288,16384,4096,64,1 reduce=2,3,4 "
-                       "feature=1,2 groups=32 param=f32 flags=center,scale,bias act=silu";
+    const char *want = "groupnorm dtype=f16 shape=*x32x4x64x64 batch=16 strides=524288,16384,4096,64,1 "
+                       "reduce=2,3,4 feature=1,2 groups=32 param=f16 flags=center,scale,bias act=silu";
     assert_string_equal(buf, want);
     /* buffer rules: too small fails and reports the length; exact fit works */
     char small[16];
@@ -808,9 +808,11 @@ static void test_text_exact_print(void **state)
     free(exact);
     nj_problem_desc q;
     ok(nj_problem_from_text(want, 5, &q));
-    assert_int_equal(q.x.extents[0], 5);
+    assert_int_equal(q.x.extents[0], 16); /* batch= wins over the default: print -> parse is exact */
     assert_int_equal(q.groups, 32);
     assert_int_equal(q.activation, NJ_ACT_SILU);
+    ok(nj_problem_from_text("groupnorm dtype=f16 shape=*x32x4x64x64 reduce=2,3,4 feature=1,2 groups=32", 5, &q));
+    assert_int_equal(q.x.extents[0], 5); /* a bare '*' reads as batch_default */
     p.struct_size = 0;
     expect_status(nj_problem_to_text(&p, buf, sizeof buf, NULL), NJ_ERR_BAD_STRUCT_SIZE, "struct_size");
 }

@@ -362,6 +362,7 @@ static nj_status nj_chk_fwd_alloc(nj_chk_run *r, nj_plan *plan, nj_chk_fwd *f)
     }
     size_t ws = nj_plan_workspace_size(plan, NJ_PASS_FORWARD);
     if (ws) NJ_TRY(nj_mem_alloc(r->ctx, ws, &f->ws.dev));
+    f->ws.elems = (int64_t)ws; /* bytes */
     if (!f->ry || (f->ro.t.rank && !f->rro) || (f->mean.t.rank && !f->rmean) || (f->rstd.t.rank && !f->rrstd))
         return NJ_ERR_OUT_OF_MEMORY;
     return NJ_OK;
@@ -423,6 +424,7 @@ static nj_status nj_chk_forward(nj_chk_run *r, nj_plan *plan)
     a.mean = f.mean.dev;
     a.rstd = f.rstd.dev;
     a.workspace = f.ws.dev;
+    a.workspace_size = (size_t)f.ws.elems;
     if (s == NJ_OK) s = nj_forward(plan, &a);
     if (s == NJ_OK) s = nj_synchronize(r->ctx, NULL);
     nj_chk_buf *outs[] = {&f.y, &f.ro, &f.mean, &f.rstd};
@@ -473,6 +475,7 @@ static nj_status nj_chk_bwd_alloc(nj_chk_run *r, nj_plan *plan, nj_chk_bwd *b)
     NJ_TRY(nj_chk_stats_input(r, &b->rstd, r->ref_rstd));
     size_t ws = nj_plan_workspace_size(plan, NJ_PASS_BACKWARD);
     if (ws) NJ_TRY(nj_mem_alloc(r->ctx, ws, &b->ws.dev));
+    b->ws.elems = (int64_t)ws; /* bytes */
     if (!b->rdx || (b->dgamma.t.rank && !b->rdgamma) || (b->dbeta.t.rank && !b->rdbeta)) return NJ_ERR_OUT_OF_MEMORY;
     return NJ_OK;
 }
@@ -522,6 +525,7 @@ static nj_status nj_chk_backward(nj_chk_run *r, nj_plan *plan)
     a.dgamma = b.dgamma.dev;
     a.dbeta = b.dbeta.dev;
     a.workspace = b.ws.dev;
+    a.workspace_size = (size_t)b.ws.elems;
     if (s == NJ_OK) s = nj_backward(plan, &a);
     if (s == NJ_OK) s = nj_synchronize(r->ctx, NULL);
     nj_chk_buf *outs[] = {&b.dx, &b.dgamma, &b.dbeta};

@@ -155,6 +155,7 @@ typedef struct nj_perf_run {
     const nj_problem_desc *p;
     nj_plan *plan;
     void *buf[NJ_PERF_NBUF];
+    size_t ws_bytes; /* bytes at buf[NJ_PERF_WS] */
     double bytes[2]; /* least bytes moved: forward, backward */
 } nj_perf_run;
 
@@ -198,6 +199,7 @@ static nj_status nj_perf_alloc(nj_perf_run *r, uint32_t passes)
         if (w > ws) ws = w;
     }
     if (ws) NJ_PERF_TRY(nj_mem_alloc(r->ctx, ws, &r->buf[NJ_PERF_WS]));
+    r->ws_bytes = ws;
     double stats = (f & NJ_FLAG_SAVE_STATS) ? (double)nstat * ((f & NJ_FLAG_CENTER) ? 8.0 : 4.0) : 0.0;
     double params = (double)nparam * ps * (((f & NJ_FLAG_SCALE) != 0) + ((f & NJ_FLAG_BIAS) != 0));
     double residual = (double)numel * es_x * (((f & NJ_FLAG_RESIDUAL) != 0) + ((f & NJ_FLAG_RESIDUAL_OUT) != 0));
@@ -222,7 +224,8 @@ static nj_status nj_perf_call(nj_perf_run *r, nj_pass pass)
     if (pass == NJ_PASS_FORWARD) {
         nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = b[NJ_PERF_X], .residual = b[NJ_PERF_RES],
                              .gamma = b[NJ_PERF_GAMMA], .beta = b[NJ_PERF_BETA], .y = b[NJ_PERF_Y],
-                             .residual_out = b[NJ_PERF_RESOUT], .workspace = b[NJ_PERF_WS]};
+                             .residual_out = b[NJ_PERF_RESOUT], .workspace = b[NJ_PERF_WS],
+                             .workspace_size = r->ws_bytes};
         if (f & NJ_FLAG_SAVE_STATS) {
             a.rstd = b[NJ_PERF_RSTD];
             if (f & NJ_FLAG_CENTER) a.mean = b[NJ_PERF_MEAN];
@@ -231,7 +234,8 @@ static nj_status nj_perf_call(nj_perf_run *r, nj_pass pass)
     }
     nj_backward_args a = {.struct_size = sizeof a, .dy = b[NJ_PERF_DY], .x = b[NJ_PERF_X], .gamma = b[NJ_PERF_GAMMA],
                           .beta = b[NJ_PERF_BETA], .rstd = b[NJ_PERF_RSTD], .dx = b[NJ_PERF_DX],
-                          .dgamma = b[NJ_PERF_DGAMMA], .dbeta = b[NJ_PERF_DBETA], .workspace = b[NJ_PERF_WS]};
+                          .dgamma = b[NJ_PERF_DGAMMA], .dbeta = b[NJ_PERF_DBETA], .workspace = b[NJ_PERF_WS],
+                          .workspace_size = r->ws_bytes};
     if (f & NJ_FLAG_CENTER) a.mean = b[NJ_PERF_MEAN];
     return nj_backward(r->plan, &a);
 }

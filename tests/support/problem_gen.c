@@ -48,6 +48,30 @@ static void random_operand(nj_pg_rng *r, const nj_problem_desc *p, int pad, nj_t
     random_layout(r, t->rank, t->extents, pad, t->strides);
 }
 
+/* Extents of planner-scale problems: 1 and sizes each family's thresholds sit between (warp rows up to
+ * 1024, register rows, 16K, split from 2^18 and 4096-row column walks), primes around them. */
+static const int64_t nj_pg_wide_ext[] = {1,    1,    1,     2,     3,     5,     7,      8,      13,     16,
+                                         31,   32,   33,    64,    97,    127,   128,    255,    257,    1000,
+                                         1024, 1031, 4093,  4096,  8191,  16384, 16411,  65536,  131071, 262144,
+                                         262147, 1000003};
+
+static void wide_extents(nj_pg_rng *r, int64_t max_elems, nj_problem_desc *p)
+{
+    int n = (int)NJ_ARRAY_LEN(nj_pg_wide_ext);
+    for (int i = 0; i < p->x.rank; i++) p->x.extents[i] = nj_pg_wide_ext[nj_pg_int(r, 0, n - 1)];
+    for (;;) { /* shrink the largest extent until the product fits */
+        int64_t prod = 1;
+        int big = 0;
+        for (int i = 0; i < p->x.rank; i++) {
+            prod = prod > max_elems ? prod : prod * p->x.extents[i];
+            if (p->x.extents[i] > p->x.extents[big]) big = i;
+        }
+        if (prod <= max_elems) break;
+        p->x.extents[big] = nj_pg_wide_ext[nj_pg_int(r, 0, 12)];
+    }
+    if (nj_pg_int(r, 0, 63) == 0) p->x.extents[nj_pg_int(r, 0, p->x.rank - 1)] = 0;
+}
+
 void nj_pg_problem(nj_pg_rng *r, const nj_pg_opts *opts, nj_problem_desc *p)
 {
     int max_rank = opts && opts->max_rank ? opts->max_rank : 5;
@@ -57,7 +81,10 @@ void nj_pg_problem(nj_pg_rng *r, const nj_pg_opts *opts, nj_problem_desc *p)
     p->struct_size = sizeof *p;
     p->x.dtype = (int32_t)nj_pg_int(r, 1, 3);
     p->x.rank = (int32_t)nj_pg_int(r, 1, max_rank);
-    for (int i = 0; i < p->x.rank; i++) p->x.extents[i] = nj_pg_int(r, 0, 2) == 0 ? 1 : nj_pg_int(r, 1, max_ext);
+    if (opts && opts->wide)
+        wide_extents(r, opts->max_elems > 0 ? opts->max_elems : INT64_C(1) << 36, p);
+    else
+        for (int i = 0; i < p->x.rank; i++) p->x.extents[i] = nj_pg_int(r, 0, 2) == 0 ? 1 : nj_pg_int(r, 1, max_ext);
     random_layout(r, p->x.rank, p->x.extents, pad, p->x.strides);
     int broadcast = bcast && nj_pg_int(r, 0, 5) == 0;
     if (broadcast) p->x.strides[nj_pg_int(r, 0, p->x.rank - 1)] = 0;

@@ -22,9 +22,14 @@ typedef struct nj_pg_opts {
     int64_t max_extent;  /* per axis, >= 1; 0 = 4 */
     int32_t allow_pad;   /* gaps between axes in memory */
     int32_t allow_broadcast; /* x (and input operands) may have a stride-0 axis */
+    /* Planner-scale problems (property tests, never allocated): extents drawn from a list of 1, small and
+     * large primes and powers of two (up to ~10^6), a zero extent one problem in 64, and the largest
+     * extents shrunk until x has at most max_elems elements (0 = 2^36). max_extent is then ignored. */
+    int32_t wide;
+    int64_t max_elems;
 } nj_pg_opts;
 
-/* A valid random problem: x in a random memory order (optionally padded, optionally with a broadcast
+/* A valid random problem (nj_problem_validate accepts it): x in a random memory order (optionally padded, optionally with a broadcast
  * axis), random reduce/feature sets, flags, activation and dtypes, and y/residual/residual_out/dy/dx either
  * "like x" or with their own random non-overlapping layouts. opts may be NULL. */
 void nj_pg_problem(nj_pg_rng *r, const nj_pg_opts *opts, nj_problem_desc *p);

@@ -174,7 +174,7 @@ NJ_UNUSED static void nj_path(char *out, size_t cap, const char *name) { snprint
 NJ_UNUSED static const char nj_small_manifest[] = "# two small problems\n"
                                         "rmsnorm f32 *x256 flags=scale\n"
                                         "\n"
-                                        "layernorm f16 *x512 flags=scale,bias   # trailing comment\n";
+                                        "layernorm f16 *x512 flags=scale,bias param=f32   # trailing comment\n";
 
 /* Warms the forward kernels of the small manifest into cache dir `cache` (two entries). */
 NJ_UNUSED static void nj_warm_small(const char *cache)

@@ -1,0 +1,61 @@
+/* Planner invariants (planner.h: nj_plan_check): what codegen, the cache metadata and the launch code
+ * assume of every plan, checked once on each finished plan rather than trusted. A broken invariant is a
+ * planner bug (NJ_ERR_INTERNAL, naming it); a grid or workspace that the problem's own batch would
+ * overflow is the caller's input (NJ_ERR_OVERFLOW). */
+#include "planner.h"
+
+#define NJ_CHECK_GRID_YZ_MAX 65535
+
+static nj_status check_launch(const nj_plan_params *pp, int32_t i, int32_t maxt)
+{
+    const nj_launch *l = &pp->launch[i];
+    NJ_RETURN_IF(!l->kernel[0], NJ_ERR_INTERNAL, "planner: launch %d has no kernel", (int)i);
+    NJ_RETURN_IF(l->lib < NJ_LIB_NONE || l->lib >= NJ_LIB_COUNT, NJ_ERR_INTERNAL, "planner: launch %d: library %d",
+                 (int)i, (int)l->lib);
+    NJ_RETURN_IF(l->block[0] < 32 || l->block[0] > maxt || l->block[0] % 32 != 0 || l->block[1] != 1 ||
+                     l->block[2] != 1,
+                 NJ_ERR_INTERNAL, "planner: %s: block %dx%dx%d (1-D, whole warps, at most %d threads)", l->kernel,
+                 l->block[0], l->block[1], l->block[2], (int)maxt);
+    if (l->grid_x > 0) {
+        NJ_RETURN_IF(l->grid_y < 1 || l->grid_y > NJ_CHECK_GRID_YZ_MAX || l->grid_z < 1 ||
+                         l->grid_z > NJ_CHECK_GRID_YZ_MAX,
+                     NJ_ERR_INTERNAL, "planner: %s: fixed grid %dx%dx%d", l->kernel, l->grid_x, l->grid_y, l->grid_z);
+    } else {
+        NJ_RETURN_IF(l->grid_x < 0 || l->row_mult < 1 || l->row_div < 1 || l->grid_x_cap < 0 ||
+                         l->grid_x_cap > 0x7fffffffLL,
+                     NJ_ERR_INTERNAL, "planner: %s: grid %d, %lld blocks per %lld rows, cap %lld", l->kernel,
+                     l->grid_x, (long long)l->row_mult, (long long)l->row_div, (long long)l->grid_x_cap);
+    }
+    NJ_RETURN_IF(l->shmem > 0xC000u, NJ_ERR_INTERNAL, "planner: %s: %u bytes of dynamic shared memory", l->kernel,
+                 l->shmem);
+    return NJ_OK;
+}
+
+nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_device_props *dev)
+{
+    NJ_RETURN_IF(!c || !pp || !dev, NJ_ERR_NULL_POINTER, "planner check: NULL argument");
+    NJ_RETURN_IF(pp->overflow, NJ_ERR_INTERNAL, "planner: a %s plan needs more than %d launches",
+                 pp->pass == NJ_PASS_BACKWARD ? "backward" : "forward", NJ_MAX_LAUNCHES);
+    NJ_RETURN_IF(pp->nlaunch < 1 || pp->nlaunch > NJ_MAX_LAUNCHES, NJ_ERR_INTERNAL, "planner: %d launches",
+                 (int)pp->nlaunch);
+    NJ_RETURN_IF(!pp->template_name, NJ_ERR_INTERNAL, "planner: no template");
+    NJ_RETURN_IF(pp->vec != 1 && pp->vec != 2 && pp->vec != 4 && pp->vec != 8, NJ_ERR_INTERNAL,
+                 "planner: vector width %d", (int)pp->vec);
+    NJ_RETURN_IF(pp->split < 1 || pp->rows_per_block < 1 || pp->regs_cache < 0, NJ_ERR_INTERNAL,
+                 "planner: split %d, rows per block %d, registers %d", (int)pp->split, (int)pp->rows_per_block,
+                 (int)pp->regs_cache);
+    int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
+    for (int32_t i = 0; i < pp->nlaunch; i++) NJ_TRY(check_launch(pp, i, maxt));
+    /* The problem's own batch: every grid within CUDA's limits, the workspace within 64 bits. */
+    int64_t rows = c->axes[0].extent;
+    for (int32_t i = 0; i < pp->nlaunch; i++) {
+        uint32_t grid[3];
+        NJ_TRY(nj_launch_grid(&pp->launch[i], rows, 0, grid));
+    }
+    uint64_t per = 0, ws = 0;
+    NJ_RETURN_IF(rows < 0 || __builtin_mul_overflow((uint64_t)rows, pp->workspace_per_row, &per) ||
+                     __builtin_add_overflow(per, pp->workspace_fixed, &ws) || ws > (uint64_t)INT64_MAX,
+                 NJ_ERR_OVERFLOW, "planner: workspace of %llu + %lld x %llu bytes overflows",
+                 (unsigned long long)pp->workspace_fixed, (long long)rows, (unsigned long long)pp->workspace_per_row);
+    return NJ_OK;
+}
