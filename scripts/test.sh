@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a new machine, build, and run the whole test suite (what CI runs).
 # Under CI (CI=true) the unit tests also run once under AddressSanitizer + UndefinedBehaviorSanitizer
-# first; the plain -Werror build and the full suite run last, so the run ends with ctest's summary.
+# first; the plain -Werror build, its install check and the full suite run last, so the run ends with
+# ctest's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -21,4 +22,7 @@ fi
 echo "== build (-Werror) and full test suite"
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNJ_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
+echo "== install into a temporary prefix; consumers via find_package and pkg-config (scripts/check-install.sh)"
+bash scripts/check-install.sh build
+echo "== full test suite"
 ctest --test-dir build --output-on-failure -j "$jobs"
