@@ -34,6 +34,22 @@ use_prefix() {
     NORMJIT_CACHE_DIR=$work/cache-$how-shared "$b/consumer"
     NORMJIT_CACHE_DIR=$work/cache-$how-static "$b/consumer_static"
   done
+  # The README's two pkg-config commands, as written there (app.c being the consumer, which also needs -lm).
+  local app=$P/share/doc/normjit/examples/consumer/consumer.c
+  export PKG_CONFIG_PATH=$P/$libdir/pkgconfig
+  # shellcheck disable=SC2046
+  cc "$app" $(pkg-config --cflags --libs normjit) -Wl,-rpath,$(pkg-config --variable=libdir normjit) -lm -o "$work/app"
+  # shellcheck disable=SC2046
+  cc "$app" $(pkg-config --cflags normjit) $(pkg-config --variable=libdir normjit)/libnormjit.a \
+    $(pkg-config --static --libs-only-l normjit | sed 's/-lnormjit//') -o "$work/app_static"
+  unset PKG_CONFIG_PATH
+  readelf -d "$work/app" | grep -q 'NEEDED.*libnormjit\.so\.' || { echo "check-install: app lacks libnormjit.so" >&2; return 1; }
+  for f in "$work/app_static" "$work/consumer-find_package/consumer_static" "$work/consumer-pkg-config/consumer_static"; do
+    ! readelf -d "$f" | grep 'NEEDED.*libnormjit' || { echo "check-install: $f needs libnormjit.so" >&2; return 1; }
+  done
+  echo "-- the README's pkg-config commands (shared, static):"
+  NORMJIT_CACHE_DIR=$work/cache-app "$work/app"
+  NORMJIT_CACHE_DIR=$work/cache-app-static "$work/app_static"
   "$P/bin/normjit" check --backend emulator --pass fwd,bwd 'layernorm f32 *x300 flags=scale,bias'
   printf 'rmsnorm f16 *x4096 flags=scale\n' >"$work/one.txt"
   "$P/bin/normjit" warmup --arch sm_90 --passes fwd --quiet "$work/one.txt"
