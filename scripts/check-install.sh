@@ -15,7 +15,10 @@ set -euo pipefail
 # Step 3, run inside the private mount namespace: PREFIX LIBDIR WORK
 use_prefix() {
   local P=$1 libdir=$2 work=$3 gen=()
-  [ -d "$P" ] && [ -n "$libdir" ] && [ -d "$work" ] || { echo "check-install: use_prefix '$*'" >&2; return 1; }
+  if [ ! -d "$P" ] || [ -z "$libdir" ] || [ ! -d "$work" ]; then
+    echo "check-install: use_prefix '$*'" >&2
+    return 1
+  fi
   command -v ninja >/dev/null && gen=(-G Ninja)
   export NORMJIT_CACHE_DIR=$work/cache
   unset NORMJIT_TEMPLATE_DIR NORMJIT_BACKEND
@@ -71,7 +74,7 @@ fail() { echo "check-install: $*" >&2; exit 1; }
 
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:[A-Z]*=//p' "$build/CMakeCache.txt")
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$build/CMakeCache.txt")
-[ -n "$version" ] && [ -n "$libdir" ] || fail "no version or libdir in $build/CMakeCache.txt"
+if [ -z "$version" ] || [ -z "$libdir" ]; then fail "no version or libdir in $build/CMakeCache.txt"; fi
 major=${version%%.*}
 
 cmake --install "$build" --prefix "$tmp/staged" >"$tmp/install.log" || { cat "$tmp/install.log"; exit 1; }
