@@ -2,8 +2,8 @@
 # Set up a new machine, build, and run the whole test suite (what CI runs).
 # Under CI (CI=true) the unit tests also run once under AddressSanitizer + UndefinedBehaviorSanitizer
 # first, then each libFuzzer target for NJ_FUZZ_SECONDS (NJ_FUZZ=1 alone), then the thread suites under
-# ThreadSanitizer; then the plain -Werror build, the Python package's pytest suite (emulator), and the full
-# ctest suite last, so the run ends with ctest's summary.
+# ThreadSanitizer; then the plain -Werror build, its install check, the Python package's pytest suite
+# (emulator), and the full ctest suite last, so the run ends with ctest's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -51,6 +51,8 @@ fi
 echo "== build (-Werror)"
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNJ_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
+echo "== install into a temporary prefix; consumers via find_package and pkg-config (scripts/check-install.sh)"
+bash scripts/check-install.sh build
 
 # The Python package, installed the README's way into a virtual environment that sees Debian's torch,
 # numpy and pytest, then its tests on the emulator (the installed copy, not the source tree, is imported).
