@@ -260,7 +260,10 @@ NJ_API nj_status nj_context_create(const nj_context_options *opts, nj_context **
 /* Destroys the context and every plan it owns. NULL is a no-op. */
 NJ_API void nj_context_destroy(nj_context *ctx);
 
+/* Set struct_size = sizeof(nj_cache_stats) before the call: the library fills the fields that fit in it, so
+ * a caller built against an older header (fewer fields at the end) keeps working. */
 typedef struct nj_cache_stats {
+    uint32_t struct_size;
     uint64_t hits_memory, hits_disk, misses, compiles, compile_failures, evictions, corrupt_entries;
     uint64_t disk_bytes, disk_entries;
     /* Kernels compiled but not stored (no space, read-only root, I/O error); lock waits given up (a

@@ -170,10 +170,25 @@ int32_t nj_context_arch(const nj_context *ctx) { return ctx ? ctx->backend->prop
 const char *nj_context_cache_dir(const nj_context *ctx) { return ctx && ctx->cache ? nj_cache_root(ctx->cache) : ""; }
 nj_cache *nj_context_disk_cache(nj_context *ctx) { return ctx->cache; }
 
+static nj_status context_cache_stats(nj_context *ctx, nj_cache_stats *out);
+
 nj_status nj_context_cache_stats(nj_context *ctx, nj_cache_stats *out)
 {
     nj_error_clear();
     NJ_RETURN_IF(!ctx || !out, NJ_ERR_NULL_POINTER, "nj_context_cache_stats: NULL argument");
+    /* the first version with struct_size ends at disk_status; later fields are written only if they fit */
+    size_t want = out->struct_size;
+    NJ_RETURN_IF(want < offsetof(nj_cache_stats, disk_status) + sizeof(int32_t), NJ_ERR_BAD_STRUCT_SIZE,
+                 "nj_context_cache_stats: struct_size %zu (set it to sizeof(nj_cache_stats))", want);
+    nj_cache_stats st;
+    nj_status s = context_cache_stats(ctx, &st);
+    memcpy(out, &st, want < sizeof st ? want : sizeof st);
+    out->struct_size = (uint32_t)want;
+    return s;
+}
+
+static nj_status context_cache_stats(nj_context *ctx, nj_cache_stats *out)
+{
     memset(out, 0, sizeof *out);
     out->hits_memory = atomic_load(&ctx->hits_memory);
     out->hits_disk = atomic_load(&ctx->hits_disk);

@@ -51,6 +51,29 @@ static nj_context *emu_context(void)
     return ctx;
 }
 
+/* nj_cache_stats grew fields (store_failures, lock_fallbacks, disk_status): a caller's struct_size bounds
+ * what is written, so an older, shorter struct is never written past; an unset size is refused. */
+static void test_cache_stats_size(void **state)
+{
+    (void)state;
+    nj_context *ctx = emu_context();
+    unsigned char buf[sizeof(nj_cache_stats) + 16];
+    memset(buf, 0xA5, sizeof buf);
+    nj_cache_stats *st = (nj_cache_stats *)buf;
+    st->struct_size = 0;
+    expect_status(nj_context_cache_stats(ctx, st), NJ_ERR_BAD_STRUCT_SIZE, "struct_size");
+    size_t v1 = offsetof(nj_cache_stats, disk_status) + sizeof(int32_t);
+    st->struct_size = (uint32_t)v1;
+    expect_status(nj_context_cache_stats(ctx, st), NJ_OK, NULL);
+    assert_int_equal(st->struct_size, v1);
+    assert_int_equal(st->disk_status, NJ_OK);
+    for (size_t i = v1; i < sizeof buf; i++) assert_int_equal(buf[i], 0xA5); /* nothing past it */
+    nj_cache_stats full = {.struct_size = sizeof full};
+    expect_status(nj_context_cache_stats(ctx, &full), NJ_OK, NULL);
+    assert_int_equal(full.struct_size, sizeof full);
+    nj_context_destroy(ctx);
+}
+
 /* Issue 19 item 5: the accessors crashed on NULL. */
 static void test_null_accessors(void **state)
 {
@@ -59,7 +82,7 @@ static void test_null_accessors(void **state)
     assert_int_equal(nj_context_arch(NULL), 0);
     assert_string_equal(nj_context_cache_dir(NULL), "");
     assert_int_equal(nj_plan_workspace_size(NULL, NJ_PASS_FORWARD), 0);
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     expect_status(nj_context_cache_stats(NULL, &st), NJ_ERR_NULL_POINTER, NULL);
     expect_status(nj_context_create(NULL, NULL), NJ_ERR_NULL_POINTER, "out");
     expect_status(nj_plan_get(NULL, NULL, NJ_PASS_FORWARD, NULL), NJ_ERR_NULL_POINTER, NULL);
@@ -390,7 +413,7 @@ int main(void)
         cmocka_unit_test(test_overflow_refused),   cmocka_unit_test(test_five_launch_plan),
         cmocka_unit_test(test_launch_bound_fail),  cmocka_unit_test(test_workspace_size_fail),
         cmocka_unit_test(test_last_error_cleared), cmocka_unit_test(test_preset_param_dtype),
-        cmocka_unit_test(test_layout_helpers),
+        cmocka_unit_test(test_layout_helpers),     cmocka_unit_test(test_cache_stats_size),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -98,7 +98,7 @@ static void test_entry_failing_at_use_rebuilt(void **state)
     nj_context_destroy(ctx);
     ctx = emu_context(f->root, 0);
     assert_int_equal(plan_fwd(ctx), NJ_OK);
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 1); /* the main kernel, rebuilt */
     assert_int_equal(st.corrupt_entries, 1);
@@ -141,7 +141,7 @@ static void test_refused_root_visible(void **state)
     nj_context *ctx = NULL;
     assert_int_equal(nj_context_create(&o, &ctx), NJ_OK);
     assert_string_equal(nj_context_cache_dir(ctx), "");
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.disk_status, NJ_ERR_CACHE_UNSAFE);
     assert_int_equal(seen.warns, 1);

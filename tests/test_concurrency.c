@@ -99,7 +99,7 @@ static void test_threads_plan_and_launch(void **state)
             if (jobs[i].errors) fail_msg("round %d thread %d: %d errors %s", round, i, jobs[i].errors, jobs[i].detail);
         }
     }
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     /* 5 distinct problems (one shared, four odd row lengths): each compiled or loaded once */
     assert_true(st.compiles + st.hits_disk <= 5 * 2);

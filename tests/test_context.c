@@ -192,7 +192,7 @@ static void test_disk_reuse_and_batch(void **state)
     nj_context *ctx = emu_context(f->dir, 0);
     assert_true(run_layernorm(ctx, 8, 64) < 1.0);
     assert_true(run_layernorm(ctx, 3, 64) < 1.0); /* other batch: same kernels */
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 1);
     assert_true(st.disk_entries >= 1);
@@ -213,7 +213,7 @@ static void test_misaligned_runs_unaligned_variant(void **state)
 {
     fixture *f = *state;
     nj_context *ctx = emu_context(f->dir, NJ_CTX_EMU_POISON);
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     assert_true(run_layernorm(ctx, 6, 256) < 1.0);
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 1); /* the main kernels only */
@@ -246,7 +246,7 @@ static void test_channels_last_variants(void **state)
 {
     fixture *f = *state;
     nj_context *ctx = emu_context(f->dir, NJ_CTX_EMU_POISON | NJ_CTX_EMU_SHUFFLE);
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     assert_true(run_groupnorm_nhwc_at(ctx, 0) < 1.0);
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 2); /* the pass's source and the library's merge */
@@ -281,7 +281,7 @@ static void test_split_rows(void **state)
     assert_true(run_layernorm(ctx, 3, 1 << 18) < 1.0);
     assert_true(run_layernorm_at(ctx, 2, 1 << 18, 1) < 1.0);
     assert_true(run_layernorm(ctx, 2, 300001) < 1.0); /* odd: vec 1, a short last piece */
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 3);
     nj_problem_desc p;
@@ -379,7 +379,7 @@ static void test_single_flight_threads(void **state)
     race_arg r[8];
     race(ctx, true, r);
     for (int i = 0; i < 8; i++) assert_ptr_equal(r[i].plan, r[0].plan);
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     nj_context_cache_stats(ctx, &st);
     assert_int_equal(st.compiles, 1);
     nj_context_destroy(ctx);
@@ -430,7 +430,7 @@ static void test_zero_size_launches_nothing(void **state)
     a.y = (void *)(uintptr_t)0x2005;
     a.gamma = (const void *)(uintptr_t)0x3007;
     assert_int_equal(nj_forward(plan, &a), NJ_OK);
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 1);
     nj_context_destroy(ctx);
@@ -505,7 +505,7 @@ static void test_library_module_shared(void **state)
     nj_plan *plan;
     assert_int_equal(nj_problem_from_text("layernorm f32 *x160 flags=scale,bias", 4, &p), NJ_OK);
     assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_BACKWARD, &plan), NJ_OK);
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     nj_context_cache_stats(ctx, &st);
     assert_int_equal(st.compiles, 0);
     assert_int_equal(st.hits_disk, 2);
@@ -519,7 +519,7 @@ static void test_library_single_flight_threads(void **state)
     nj_context *ctx = emu_context(f->dir, 0);
     race_arg r[8];
     race(ctx, false, r);
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     nj_context_cache_stats(ctx, &st);
     assert_int_equal(st.compiles, 8 + 1);
     nj_context_destroy(ctx);

@@ -50,23 +50,27 @@ class ContextOptions(Structure):
 class ForwardArgs(Structure):
     _fields_ = [("struct_size", c_uint32), ("eps", c_float), ("x", c_void_p), ("residual", c_void_p),
                 ("gamma", c_void_p), ("beta", c_void_p), ("y", c_void_p), ("residual_out", c_void_p),
-                ("mean", c_void_p), ("rstd", c_void_p), ("workspace", c_void_p), ("stream", c_void_p)]
+                ("mean", c_void_p), ("rstd", c_void_p), ("workspace", c_void_p), ("stream", c_void_p),
+                ("workspace_size", c_size_t)]
 
 
 class BackwardArgs(Structure):
     _fields_ = [("struct_size", c_uint32), ("dy", c_void_p), ("x", c_void_p), ("gamma", c_void_p),
                 ("beta", c_void_p), ("mean", c_void_p), ("rstd", c_void_p), ("dx", c_void_p),
-                ("dgamma", c_void_p), ("dbeta", c_void_p), ("workspace", c_void_p), ("stream", c_void_p)]
+                ("dgamma", c_void_p), ("dbeta", c_void_p), ("workspace", c_void_p), ("stream", c_void_p),
+                ("workspace_size", c_size_t)]
 
 
 class CacheStats(Structure):
-    _fields_ = [(n, c_uint64) for n in ("hits_memory", "hits_disk", "misses", "compiles", "compile_failures",
-                                        "evictions", "corrupt_entries", "disk_bytes", "disk_entries")]
+    _fields_ = [("struct_size", c_uint32)] + [
+        (n, c_uint64) for n in ("hits_memory", "hits_disk", "misses", "compiles", "compile_failures", "evictions",
+                                "corrupt_entries", "disk_bytes", "disk_entries", "store_failures", "lock_fallbacks")
+    ] + [("disk_status", c_int32)]
 
 
 # The sizes this package was written for (x86-64 / aarch64 LP64); checked against ctypes at import.
-EXPECTED_SIZES = {TensorDesc: 136, ProblemDesc: 848, ContextOptions: 72, ForwardArgs: 88, BackwardArgs: 96,
-                  CacheStats: 72}
+EXPECTED_SIZES = {TensorDesc: 136, ProblemDesc: 848, ContextOptions: 72, ForwardArgs: 96, BackwardArgs: 104,
+                  CacheStats: 104}
 
 _SIGNATURES = {
     "nj_version": (c_char_p, []),

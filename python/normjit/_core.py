@@ -206,6 +206,7 @@ def forward(x, spec, weight=None, bias=None, eps=1e-5, residual=None, want_resid
         keep = None
         if ws:
             keep, a.workspace = alloc.workspace(ws)
+            a.workspace_size = ws
         a.stream = _stream(vx)
         check(_lib.nj_forward(plan, ctypes.byref(a)))
         del keep  # the framework's allocator orders its reuse after the stream's work (torch)
@@ -255,6 +256,7 @@ def backward(dy, x, mean, rstd, spec, weight=None, bias=None, need_dx=True, need
         keep = None
         if ws:
             keep, a.workspace = alloc.workspace(ws)
+            a.workspace_size = ws
         a.stream = _stream(vx)
         check(_lib.nj_backward(plan, ctypes.byref(a)))
         del keep
@@ -294,8 +296,9 @@ def context_info(device=("cpu", 0)):
         device = (CPU, 0) if device == "cpu" else (CUDA, int(device.partition(":")[2] or 0))
     ctx = context(device)
     st = _capi.CacheStats()
+    st.struct_size = ctypes.sizeof(st)
     check(_lib.nj_context_cache_stats(ctx, ctypes.byref(st)))
     backend = {_capi.BACKEND_CUDA: "cuda", _capi.BACKEND_EMULATOR: "emulator"}.get(_lib.nj_context_backend(ctx))
     return {"backend": backend, "arch": _lib.nj_context_arch(ctx),
             "cache_dir": (_lib.nj_context_cache_dir(ctx) or b"").decode(),
-            **{name: getattr(st, name) for name, _ in _capi.CacheStats._fields_}}
+            **{name: getattr(st, name) for name, _ in _capi.CacheStats._fields_ if name != "struct_size"}}
