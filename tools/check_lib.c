@@ -338,7 +338,7 @@ static double nj_chk_input_rms(const nj_chk_run *r)
     double s = 0;
     for (int64_t i = 0; i < r->numel; i++) {
         double v = nj_chk_load(r->h.host, nj_chk_offset(&r->h.t, &it), (nj_dtype)r->h.t.dtype);
-        s += v * v;
+        if (isfinite(v)) s += v * v; /* a NaN (--nan) marks its own set, not the others' scale */
         nj_chk_next(&r->h.t, &it);
     }
     return r->numel ? sqrt(s / (double)r->numel) : 0.0;
