@@ -22,6 +22,8 @@ local NW = B // 32
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 PGRAD_LAUNCH = SPLIT > 1 and 3 or 2 -- the parameter-gradient launches follow the dx ones
+-- the correction of the saved mean (bwd_lib.cuh) where a block walks its whole set
+BWD_DL = SPLIT == 1 and "dl" or nil
 -- the walk indices a block covers: the whole reduction, or its piece
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + threadIdx.x" or "threadIdx.x"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
@@ -61,6 +63,18 @@ NJ_KERNEL({{ name }}, {{ B }})
         const nj_i64 os = {{ offset("stats", kept, "k") }};
         const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
         const float rstd = A.rstd[os];
+{% if SPLIT == 1 and F.center then %}
+        float dl = 0.0f;
+        if (fabsf(mean) * rstd > NJ_FIX_RATIO) { /* uniform over the block (bwd_lib.cuh: BWD_DL) */
+            float c_ = 0.0f;
+{{ walk_unroll(1) }}
+            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
+                {{ split_index("i", red, "r", IT) }}
+                c_ += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;
+            }
+            dl = nj_block_sum<{{ NW }}>(c_, nj_scratch) * (1.0f / (float)NJ_N);
+        }
+{% end %}
 {% if mode == "dx" then %}
         /* the statistic's two sums from its pieces' (nj_bwd_dx_part), warp 0, a fixed order */
         __syncthreads(); /* nj_scratch: the previous piece's readers are done */

@@ -4,6 +4,7 @@
    when the plan's dgamma/dbeta launch is nj_bwd_pgrad. With few feature elements each walk is split
    (SP pieces, the partials summed in order by the library's column sum, lib_colsum.cu). #}
 {%
+BWD_DL = nil -- walks across sets: no set correction here (bwd_lib.cuh)
 local F = P.flags
 local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
 -- offset of operand opd with feature axes indexed by f<a> and the others by n<a>

@@ -6,6 +6,7 @@
    split writes a partial row to the workspace and the library's column sum (lib_colsum.cu) adds the
    NJ_S partials of a feature element in split order. Fixed split, fixed order: deterministic. #}
 {%
+BWD_DL = nil -- walks across sets: no set correction here (bwd_lib.cuh)
 local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
 local cax = P.rank
 local EC = P.axes[cax].extent

@@ -45,6 +45,7 @@ local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
 {% end %}
 
 {% local BETA_USED = F.bias and P.act ~= "none" %}
+{% BWD_DL = "dl" %}
 {% local function element(c, k) %}
 {{ bwd_element("xv_[k]", "dv_[k]", {g = "gv_[k]", b = "bv_[k]"}, "                    ") }}
 {% end %}
@@ -89,6 +90,27 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         const nj_i64 os = {{ offset("stats", kept, "k") }};
         const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
         const float rstd = A.rstd[os];
+        float dl = 0.0f;
+{% if F.center then %}
+        if (fabsf(mean) * rstd > NJ_FIX_RATIO) { /* uniform over the row (bwd_lib.cuh: BWD_DL) */
+            float c_ = 0.0f;
+{{ CUNROLL }}
+            for (int c = 0; c < CPT; c++) {
+                const int ch = lane + c * NJ_TPR;
+                if (NCH % NJ_TPR == 0 || ch < NCH) {
+                    float xv_[V];
+                    nj_load_vec<V>(X, ox + ch * V, xv_);
+#pragma unroll
+                    for (int k = 0; k < V; k++) c_ += (xv_[k] - mean) * rstd;
+                }
+            }
+{% if RPB > 1 then %}
+            dl = nj_warp_sum(c_) * (1.0f / (float)NJ_N);
+{% else %}
+            dl = nj_block_sum<{{ NW }}>(c_, scratch) * (1.0f / (float)NJ_N);
+{% end %}
+        }
+{% end %}
         float s1 = 0.0f, s2 = 0.0f;
 {% if CACHE then %}
         float xs_[CPT][V], gs_[CPT][V];

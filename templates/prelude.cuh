@@ -442,6 +442,10 @@ NJ_DEVICE float nj_rstd_scaled(float var_s, nj_shift sh, float eps)
     return es <= 3.402823466e38f ? rsqrtf(var_s + es) * sh.inv : rsqrtf(eps);
 }
 
+/* Backward (bwd_lib.cuh): above this |mean| * rstd the saved float32 mean's rounding (|mean| * 2^-25)
+ * moves xhat by more than 1e-6, and a set's correction is summed first. */
+#define NJ_FIX_RATIO 16.0f
+
 /* ---- activations (applied after the affine) and their derivatives d act(u) / du ---- */
 #define NJ_SQRT_2_OVER_PI 0.7978845608028654f
 #define NJ_INV_SQRT_2 0.7071067811865476f
