@@ -60,8 +60,24 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* One numerical regime of the generated inputs (tools/check_lib.h). */
+typedef struct regime {
+    const char *name;
+    double offset, scale, eps;
+    int nan;
+    uint32_t passes;
+} regime;
+
+static int check_regime(matrix_state *m, const char *line, const regime *g, uint64_t seed);
+
 /* Checks one problem line; returns 1 when it passed. */
 static int check_line(matrix_state *m, const char *line, double offset, uint64_t seed)
+{
+    regime g = {"", offset, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
+    return check_regime(m, line, &g, seed);
+}
+
+static int check_regime(matrix_state *m, const char *line, const regime *g, uint64_t seed)
 {
     nj_problem_desc p;
     nj_status s = nj_problem_from_text(line, 3, &p);
@@ -69,15 +85,19 @@ static int check_line(matrix_state *m, const char *line, double offset, uint64_t
     nj_check_options o;
     nj_check_options_init(&o);
     o.seed = seed;
-    o.offset = offset;
-    o.passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
+    o.offset = g->offset;
+    o.scale = g->scale;
+    o.eps = g->eps;
+    o.nan = g->nan;
+    o.passes = g->passes;
     nj_check_report rep;
     memset(&rep, 0, sizeof rep);
     s = nj_check_problem(m->ctx, &p, &o, &rep);
     m->run++;
     if (s == NJ_OK && rep.pass) return 1;
     m->failed++;
-    fprintf(stderr, "FAIL %s (offset %g, seed %llu)\n", line, offset, (unsigned long long)seed);
+    fprintf(stderr, "FAIL %s (regime %s: offset %g, scale %g, eps %g%s; seed %llu)\n", line, g->name, g->offset,
+            g->scale, g->eps, g->nan ? ", a NaN" : "", (unsigned long long)seed);
     if (s != NJ_OK) fprintf(stderr, "  %s: %s\n", nj_status_name(s), nj_last_error());
     else nj_check_report_print(stderr, &rep);
     return 0;
@@ -219,6 +239,68 @@ static void test_special_values(void **state)
     assert_int_equal(m->failed - before, 0);
 }
 
+/* Offsets (|mean| / std of 1e2, 1e4, 1e6), magnitudes (1e30, 1e-30 with eps 0: a unit-variance output)
+ * and a NaN in one set, on every family and dtype, forward and backward, judged by the ordinary
+ * tolerances (tools/tolerance.h: f32 y 1e-5, dx 1e-4): the statistics are shifted and scaled sums
+ * (templates/prelude.cuh, nj_shift). f16 holds neither offsets past ~6e4 nor magnitudes past 6.5e4 or
+ * below 6e-8, and bf16 resolves a 1e6 offset to a constant set: their regimes are the ones they can
+ * represent (a constant set must give exactly beta). The column and channels-last backward and the
+ * separate dgamma walks do not correct the saved mean's rounding yet: their backward is checked at the
+ * magnitudes and the NaN only. */
+static const regime regimes_f32[] = {
+    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3}, {"offset 1e4", 1e4, 1.0, 1e-5, 0, 3},
+    {"offset 1e6", 1e6, 1.0, 1e-5, 0, 3}, {"magnitude 1e30", 0.0, 1e30, 1e-5, 0, 3},
+    {"magnitude 1e-30", 0.0, 1e-30, 0.0, 0, 3}, {"a NaN", 0.0, 1.0, 1e-5, 1, 3},
+};
+static const regime regimes_f16[] = {
+    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3}, {"offset 1e4", 1e4, 1.0, 1e-5, 0, 3},
+    {"magnitude 1e4", 0.0, 1e4, 1e-5, 0, 3}, {"magnitude 1e-3", 0.0, 1e-3, 0.0, 0, 3},
+    {"a NaN", 0.0, 1.0, 1e-5, 1, 3},
+};
+static const regime regimes_bf16[] = {
+    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3}, {"offset 1e6 (constant sets)", 1e6, 1.0, 1e-5, 0, 3},
+    {"magnitude 1e30", 0.0, 1e30, 1e-5, 0, 3}, {"magnitude 1e-30", 0.0, 1e-30, 0.0, 0, 3},
+    {"a NaN", 0.0, 1.0, 1e-5, 1, 3},
+};
+
+static void test_regimes(void **state)
+{
+    matrix_state *m = *state;
+    /* a family each: warp rows, register rows, streamed rows, RMS rows, general, column (fused dgamma),
+     * channels-last (library merge), split column walks (library merge) */
+    static const struct {
+        const char *base;
+        int bwd_offsets; /* the backward corrects the saved mean's rounding */
+    } probs[] = {
+        {"layernorm %s 3x64 flags=scale,bias,stats act=silu", 1},
+        {"layernorm %s 2x1000 flags=scale,bias,stats", 1},
+        {"layernorm %s 2x12289 flags=scale,bias", 1},
+        {"rmsnorm %s 3x129 flags=scale,stats", 1},
+        {"norm %s shape=4x6x5 reduce=0,2 feature=1 flags=center,scale,bias,stats", 0},
+        {"instancenorm %s nhwc 2x5x7x40 flags=scale,bias,stats", 0},
+        {"groupnorm %s nhwc 2x12x5x5 groups=3 flags=scale,bias,stats", 0},
+        {"batchnorm %s nhwc 2x10x64x64 flags=scale,bias,stats", 0},
+    };
+    const struct {
+        const char *dt;
+        const regime *g;
+        size_t n;
+    } sets[] = {{"f32", regimes_f32, sizeof regimes_f32 / sizeof regimes_f32[0]},
+                {"f16", regimes_f16, sizeof regimes_f16 / sizeof regimes_f16[0]},
+                {"bf16", regimes_bf16, sizeof regimes_bf16 / sizeof regimes_bf16[0]}};
+    int before = m->failed;
+    for (size_t d = 0; d < 3; d++)
+        for (size_t p = 0; p < sizeof probs / sizeof probs[0]; p++)
+            for (size_t r = 0; r < sets[d].n; r++) {
+                char line[512];
+                snprintf(line, sizeof line, probs[p].base, sets[d].dt);
+                regime g = sets[d].g[r];
+                if (g.offset != 0.0 && !probs[p].bwd_offsets) g.passes = NJ_PASS_FORWARD;
+                check_regime(m, line, &g, 300 + d * 100 + p * 10 + r);
+            }
+    assert_int_equal(m->failed - before, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -226,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_instancenorm), cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
         cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),
+        cmocka_unit_test(test_regimes),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
