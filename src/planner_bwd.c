@@ -271,6 +271,27 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     return NJ_OK;
 }
 
+/* The set corrections dl (templates/bwd_lib.cuh: the saved float32 mean's rounding) that an unsplit dx
+ * kernel leaves for the separate dgamma/dbeta walks: a float a statistic after everything else, written
+ * and read only for sets whose |mean| * rstd exceeds NJ_FIX_RATIO (none for ordinary data). */
+static void bwd_reserve_dl(const nj_canon *c, nj_plan_params *pp)
+{
+    if (!(c->flags & NJ_FLAG_CENTER) || pp->split != 1) return;
+    for (int32_t i = 0; i < pp->nlaunch; i++)
+        if (!strcmp(pp->launch[i].kernel, "nj_bwd_pgrad") || !strcmp(pp->launch[i].kernel, "nj_bwd_pgrad_col")) {
+            pp->workspace_per_row += (uint64_t)c->kept_inner * sizeof(float);
+            return;
+        }
+}
+
+static nj_status plan_bwd_family(const nj_canon *c, const nj_device_props *dev, nj_plan_params *out)
+{
+    if (bwd_row_ok(c)) return plan_bwd_row(c, dev, out);
+    if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_BWD_COL_MIN) return plan_bwd_column(c, dev, out);
+    if (nj_plan_cl_ok(c, NJ_PASS_BACKWARD)) return nj_plan_bwd_channels_last(c, dev, out);
+    return plan_bwd_general(c, dev, out);
+}
+
 nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_plan_params *out)
 {
     NJ_RETURN_IF(!c || !dev || !out, NJ_ERR_NULL_POINTER, "planner: NULL argument");
@@ -286,8 +307,7 @@ nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_pla
     NJ_RETURN_IF(c->param_size > 0 && nonfeat >= INT32_MAX, NJ_ERR_UNSUPPORTED,
                  "planner: backward with scale/bias over more than 2^31 - 1 elements per batch row and feature");
     out->pass = NJ_PASS_BACKWARD;
-    if (bwd_row_ok(c)) return plan_bwd_row(c, dev, out);
-    if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_BWD_COL_MIN) return plan_bwd_column(c, dev, out);
-    if (nj_plan_cl_ok(c, NJ_PASS_BACKWARD)) return nj_plan_bwd_channels_last(c, dev, out);
-    return plan_bwd_general(c, dev, out);
+    NJ_TRY(plan_bwd_family(c, dev, out));
+    bwd_reserve_dl(c, out);
+    return NJ_OK;
 }

@@ -36,6 +36,8 @@ local KO = P.kept_inner // EC -- outer indices per batch row
 local NTASK = KO * NT -- tiles per batch row
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
+-- the correction of the saved mean (bwd_lib.cuh) where a block walks its columns' whole sets
+BWD_DL = SPLIT == 1 and "dl" or nil
 -- the split's workspace (floats): after the fixed region, the fused partial rows, the sums, the means
 local PROWS = "A.rows * " .. (KO * SPLIT) .. "LL" -- fused partial rows
 local WSB = P.workspace_fixed // 4
@@ -107,6 +109,29 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
         const float m2 = M[32 + tx];
 {% else %}
+{% if BWD_DL and F.center then %}
+        /* each column's correction where it needs one; the tile's warps add theirs in order */
+        float dl = 0.0f;
+        if (col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {
+{{ walk_unroll(1) }}
+            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
+                {{ split_index("i", red, "r", IT) }}
+                dl += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;
+            }
+        }
+        nj_part[threadIdx.x] = dl;
+        __syncthreads();
+        if (ty == 0) {
+#pragma unroll 1
+            for (int k = 1; k < NJ_BY; k++) dl += nj_part[k * 32 + tx];
+            nj_m[tx] = dl * (1.0f / (float)NJ_N); /* rewritten only after the combine's barrier below */
+{% if bwd_dl_store() then %}
+            if (col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {{ bwd_dl_base() }}[os] = nj_m[tx];
+{% end %}
+        }
+        __syncthreads();
+        dl = nj_m[tx];
+{% end %}
         float s1 = 0.0f, s2 = 0.0f;
 {% if FUSED then %}
         float p1 = 0.0f, p2 = 0.0f; /* dgamma, dbeta terms down this column */

@@ -73,6 +73,9 @@ NJ_KERNEL({{ name }}, {{ B }})
                 c_ += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;
             }
             dl = nj_block_sum<{{ NW }}>(c_, nj_scratch) * (1.0f / (float)NJ_N);
+{% if bwd_dl_store() then %}
+            if (threadIdx.x == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
+{% end %}
         }
 {% end %}
 {% if mode == "dx" then %}

@@ -63,6 +63,20 @@ end
 -- in a pre-pass over x taken only where |mean| * rstd > NJ_FIX_RATIO: none for ordinary data), and
 -- bwd_element subtracts it from xhat. Kernels that see pieces of sets only leave it nil.
 BWD_DL = nil
+-- Whether an unsplit dx kernel leaves its sets' dl to separate dgamma/dbeta walks (nj_bwd_pgrad,
+-- nj_bwd_pgrad_col) in the workspace, a float a statistic after everything else (the planner's
+-- bwd_reserve_dl reserves it under the same condition), and the C expression of that region.
+function bwd_dl_store()
+  if not P.flags.center or P.split ~= 1 then return false end
+  for _, l in ipairs(P.launch) do
+    if l.kernel == "nj_bwd_pgrad" or l.kernel == "nj_bwd_pgrad_col" then return true end
+  end
+  return false
+end
+function bwd_dl_base()
+  return string.format("((float *)A.workspace + %d + A.rows * %dLL)", P.workspace_fixed // 4,
+                       P.workspace_per_row // 4 - P.kept_inner)
+end
 -- dx from g, xhat and the two row means of g and g * xhat
 function bwd_dx_expr(g, xh, m1, m2)
   if P.flags.center then return string.format("rstd * (%s - %s - %s * %s)", g, m1, xh, m2) end

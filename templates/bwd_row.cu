@@ -109,6 +109,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% else %}
             dl = nj_block_sum<{{ NW }}>(c_, scratch) * (1.0f / (float)NJ_N);
 {% end %}
+{% if bwd_dl_store() then %}
+            if (lane == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
+{% end %}
         }
 {% end %}
         float s1 = 0.0f, s2 = 0.0f;
