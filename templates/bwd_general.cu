@@ -72,7 +72,9 @@ NJ_KERNEL({{ name }}, {{ B }})
                 {{ split_index("i", red, "r", IT) }}
                 c_ += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;
             }
-            dl = nj_block_sum<{{ NW }}>(c_, nj_scratch) * (1.0f / (float)NJ_N);
+            float z_ = 0.0f; /* inlined, not nj_block_sum's call: values live across a call spilled */
+            nj_block_sum2<{{ NW }}>(c_, z_, nj_scratch);
+            dl = c_ * (1.0f / (float)NJ_N);
 {% if bwd_dl_store() then %}
             if (threadIdx.x == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
 {% end %}

@@ -107,7 +107,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% if RPB > 1 then %}
             dl = nj_warp_sum(c_) * (1.0f / (float)NJ_N);
 {% else %}
-            dl = nj_block_sum<{{ NW }}>(c_, scratch) * (1.0f / (float)NJ_N);
+            float z_ = 0.0f; /* inlined, not nj_block_sum's call: values live across a call spilled */
+            nj_block_sum2<{{ NW }}>(c_, z_, scratch);
+            dl = c_ * (1.0f / (float)NJ_N);
 {% end %}
 {% if bwd_dl_store() then %}
             if (lane == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
