@@ -104,7 +104,9 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
         pp->split = (int32_t)(pieces < NJ_BWD_SPLIT_MAX ? pieces : NJ_BWD_SPLIT_MAX);
         nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0);
         nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner * pp->split, 1, 0);
-        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
+        /* (sum g, sum g * xhat) a piece, and centered sum (x - mean) * rstd: the saved mean's correction */
+        uint64_t per_piece = (c->flags & NJ_FLAG_CENTER) ? 3u : 2u;
+        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * per_piece * sizeof(float);
     } else {
         nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0);
         nj_plan_grid_loop(pp, c->reduce_size, dev);
@@ -271,12 +273,12 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     return NJ_OK;
 }
 
-/* The set corrections dl (templates/bwd_lib.cuh: the saved float32 mean's rounding) that an unsplit dx
- * kernel leaves for the separate dgamma/dbeta walks: a float a statistic after everything else, written
+/* The set corrections dl (templates/bwd_lib.cuh: the saved float32 mean's rounding) that a dx kernel
+ * (unsplit, or the general family's split one) leaves for the separate dgamma/dbeta walks: a float a statistic after everything else, written
  * and read only for sets whose |mean| * rstd exceeds NJ_FIX_RATIO (none for ordinary data). */
 static void bwd_reserve_dl(const nj_canon *c, nj_plan_params *pp)
 {
-    if (!(c->flags & NJ_FLAG_CENTER) || pp->split != 1) return;
+    if (!(c->flags & NJ_FLAG_CENTER) || (pp->split != 1 && pp->family != NJ_FAMILY_GENERAL)) return;
     for (int32_t i = 0; i < pp->nlaunch; i++)
         if (!strcmp(pp->launch[i].kernel, "nj_bwd_pgrad") || !strcmp(pp->launch[i].kernel, "nj_bwd_pgrad_col")) {
             pp->workspace_per_row += (uint64_t)c->kept_inner * sizeof(float);
