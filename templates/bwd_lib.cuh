@@ -67,7 +67,7 @@ BWD_DL = nil
 -- nj_bwd_pgrad_col) in the workspace, a float a statistic after everything else (the planner's
 -- bwd_reserve_dl reserves it under the same condition), and the C expression of that region.
 function bwd_dl_store()
-  if not P.flags.center or (P.split ~= 1 and P.family ~= "general") then return false end
+  if not P.flags.center then return false end
   for _, l in ipairs(P.launch) do
     if l.kernel == "nj_bwd_pgrad" or l.kernel == "nj_bwd_pgrad_col" then return true end
   end
