@@ -132,7 +132,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         /* each column's correction where it needs one; the tile's warps add theirs in order */
         float dl = 0.0f;
         if (col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {
-{{ walk_unroll(1) }}
+#pragma unroll 1
             for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
                 {{ split_index("i", red, "r", IT) }}
                 dl += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;

@@ -70,7 +70,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         float dl = 0.0f;
         if (fabsf(mean) * rstd > NJ_FIX_RATIO) { /* uniform over the block (bwd_lib.cuh: BWD_DL) */
             float c_ = 0.0f;
-{{ walk_unroll(1) }}
+#pragma unroll 1
             for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
                 {{ split_index("i", red, "r", IT) }}
                 c_ += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;

@@ -94,8 +94,8 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% if F.center then %}
         if (fabsf(mean) * rstd > NJ_FIX_RATIO) { /* uniform over the row (bwd_lib.cuh: BWD_DL) */
             float c_ = 0.0f;
-{{ CUNROLL }}
-            for (int c = 0; c < CPT; c++) {
+#pragma unroll 1
+            for (int c = 0; c < CPT; c++) { /* rolled: a rare path, one copy of the loads (compile time) */
                 const int ch = lane + c * NJ_TPR;
                 if (NCH % NJ_TPR == 0 || ch < NCH) {
                     float xv_[V];
