@@ -365,6 +365,35 @@ static void test_alignment_bits(void **state)
     }
 }
 
+/* A constant set normalizes to exactly 0 (x - k is 0 for every element), at any offset and magnitude:
+ * y = 0 * rstd * gamma, bit for bit, on a row, a column, a channels-last and a general problem. */
+static void test_constant_sets(void **state)
+{
+    matrix_state *m = *state;
+    static const struct {
+        const char *line;
+        size_t n; /* elements of x at batch 3 */
+    } cases[] = {{"layernorm f32 *x1000 flags=scale", 3000}, {"layernorm f32 *x12289 flags=scale", 3 * 12289},
+                 {"instancenorm f32 nhwc *x5x7x40 flags=scale", 3 * 5 * 7 * 40},
+                 {"groupnorm f32 nhwc *x12x5x5 groups=3 flags=scale", 3 * 12 * 25},
+                 {"norm f32 shape=*x6x5 reduce=0,2 feature=1 flags=center,scale", 3 * 30}};
+    static const float values[] = {40000.5f, 1e30f, -3e-30f, 1e6f + 0.0625f};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+            size_t bytes = cases[c].n * sizeof(float);
+            float *xh = malloc(bytes), *y = malloc(bytes);
+            assert_non_null(xh);
+            assert_non_null(y);
+            for (size_t i = 0; i < cases[c].n; i++) xh[i] = values[v];
+            run_at(m, cases[c].line, 0, xh, bytes, y, bytes);
+            for (size_t i = 0; i < cases[c].n; i++)
+                if (y[i] != 0.0f) fail_msg("%s, x = %g: y[%zu] = %g, not 0", cases[c].line, values[v], i, y[i]);
+            free(xh);
+            free(y);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -373,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
         cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),
         cmocka_unit_test(test_regimes),     cmocka_unit_test(test_alignment_bits),
+        cmocka_unit_test(test_constant_sets),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
