@@ -434,12 +434,13 @@ NJ_DEVICE nj_shift nj_shift_of(float first, bool center)
     r.inv = __uint_as_float((254u - e) << 23);
     return r;
 }
-/* rstd = 1 / sqrt(var + eps) from the scaled variance var_s = var / s^2: rsqrt(var_s + eps / s^2) / s,
- * or rsqrt(eps) where eps / s^2 overflows (then var is below eps * 2^-126: nothing next to eps). */
+/* rstd = 1 / sqrt(var + eps) from the scaled variance var_s = var / s^2: rsqrt(var_s + eps / s^2) / s;
+ * rsqrt(eps) where eps / s^2 overflows (var is then below eps * 2^-126: nothing next to eps), or where
+ * both terms vanish (a constant set of 1e30s: eps / s^2 underflows, and var is 0 next to eps). */
 NJ_DEVICE float nj_rstd_scaled(float var_s, nj_shift sh, float eps)
 {
     const float es = eps * sh.inv * sh.inv;
-    return es <= 3.402823466e38f ? rsqrtf(var_s + es) * sh.inv : rsqrtf(eps);
+    return es > 3.402823466e38f || var_s + es == 0.0f ? rsqrtf(eps) : rsqrtf(var_s + es) * sh.inv; /* NaN stays */
 }
 
 /* Backward (bwd_lib.cuh): above this |mean| * rstd the saved float32 mean's rounding (|mean| * 2^-25)
