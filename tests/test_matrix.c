@@ -312,6 +312,9 @@ static void run_at(matrix_state *m, const char *line, size_t shift, const void *
     assert_int_equal(nj_mem_alloc(m->ctx, sizeof gh, &g), NJ_OK);
     assert_int_equal(nj_mem_upload(m->ctx, g, gh, sizeof gh), NJ_OK);
     assert_int_equal(nj_mem_upload(m->ctx, (char *)x + shift, xh, xbytes), NJ_OK);
+    size_t wsb = nj_plan_workspace_size(plan, NJ_PASS_FORWARD);
+    void *ws = NULL;
+    if (wsb) assert_int_equal(nj_mem_alloc(m->ctx, wsb, &ws), NJ_OK);
     nj_forward_args a;
     memset(&a, 0, sizeof a);
     a.struct_size = sizeof a;
@@ -319,9 +322,12 @@ static void run_at(matrix_state *m, const char *line, size_t shift, const void *
     a.x = (char *)x + shift;
     a.gamma = g;
     a.y = y;
-    assert_int_equal(nj_forward(plan, &a), NJ_OK);
+    a.workspace = ws;
+    nj_status st = nj_forward(plan, &a);
+    if (st != NJ_OK) fail_msg("%s: %s: %s", line, nj_status_name(st), nj_last_error());
     assert_int_equal(nj_synchronize(m->ctx, NULL), NJ_OK);
     assert_int_equal(nj_mem_download(m->ctx, yh, y, ybytes), NJ_OK);
+    if (ws) nj_mem_free(m->ctx, ws);
     nj_mem_free(m->ctx, x);
     nj_mem_free(m->ctx, y);
     nj_mem_free(m->ctx, g);
@@ -404,5 +410,7 @@ int main(void)
         cmocka_unit_test(test_regimes),     cmocka_unit_test(test_alignment_bits),
         cmocka_unit_test(test_constant_sets),
     };
+    /* NJ_MATRIX_FILTER=test_regimes (a cmocka pattern) runs part of the matrix while iterating */
+    if (getenv("NJ_MATRIX_FILTER")) cmocka_set_test_filter(getenv("NJ_MATRIX_FILTER"));
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
