@@ -104,7 +104,9 @@ static nj_status plan_bwd_general(const nj_canon *c, const nj_device_props *dev,
         pp->split = (int32_t)(pieces < NJ_BWD_SPLIT_MAX ? pieces : NJ_BWD_SPLIT_MAX);
         nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0);
         nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner * pp->split, 1, 0);
-        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
+        /* (sum g, sum g * xhat) a piece, and centered sum (x - mean) * rstd: the saved mean's correction */
+        uint64_t per_piece = (c->flags & NJ_FLAG_CENTER) ? 3u : 2u;
+        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * per_piece * sizeof(float);
     } else {
         nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0);
         nj_plan_grid_loop(pp, c->reduce_size, dev);
@@ -241,19 +243,22 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     } else {
         /* a piece's two sums per column, then a tile's two means: [tile][piece][2][32], [tile][2][32] over
          * the batch, after the fused partial rows (2 x ec a row, outer index and piece) when fused, and
-         * after the fixed region of the dgamma/dbeta launches (added below, once those are planned) */
+         * after the fixed region of the dgamma/dbeta launches (added below, once those are planned).
+         * Centered, a piece also sums (x - mean) * rstd (the saved mean's correction, bwd_lib.cuh): the
+         * merge then takes 64 items a tile, [a: sum g | sum xhat][b: sum g * xhat | unused] a piece. */
+        int64_t ipt = (c->flags & NJ_FLAG_CENTER) ? 64 : 32, q = 2 * ipt; /* items a tile, floats a piece */
         int64_t si = (int64_t)s, n = c->reduce_size, sums = fused ? 2 * (c->kept_inner / ec) * si * ec : 0;
         nj_plan_add_launch(pp, "nj_bwd_column_part", pp->block, tiles * pp->split, 1, 0);
         const int64_t arg[NJ_LIB_NARGS][2] = {
-            [NJ_MERGE_NITEMS] = {0, tiles * 32}, [NJ_MERGE_NPARTS] = {si, 0},   [NJ_MERGE_RADIX] = {32, 0},
-            [NJ_MERGE_IN_BASE] = {0, sums},      [NJ_MERGE_S_HI] = {si * 64, 0}, [NJ_MERGE_S_LO] = {1, 0},
-            [NJ_MERGE_S_PART] = {64, 0},         [NJ_MERGE_OFF_B] = {32, 0},
-            [NJ_MERGE_OUT_BASE] = {0, sums + tiles * si * 64},                  [NJ_MERGE_O_HI] = {64, 0},
-            [NJ_MERGE_O_LO] = {1, 0},            [NJ_MERGE_O_B] = {32, 0},      [NJ_MERGE_MODE] = {NJ_MERGE_SUMS, 0},
+            [NJ_MERGE_NITEMS] = {0, tiles * ipt}, [NJ_MERGE_NPARTS] = {si, 0},  [NJ_MERGE_RADIX] = {ipt, 0},
+            [NJ_MERGE_IN_BASE] = {0, sums},       [NJ_MERGE_S_HI] = {si * q, 0}, [NJ_MERGE_S_LO] = {1, 0},
+            [NJ_MERGE_S_PART] = {q, 0},           [NJ_MERGE_OFF_B] = {ipt, 0},
+            [NJ_MERGE_OUT_BASE] = {0, sums + tiles * si * q},                   [NJ_MERGE_O_HI] = {q, 0},
+            [NJ_MERGE_O_LO] = {1, 0},             [NJ_MERGE_O_B] = {ipt, 0},    [NJ_MERGE_MODE] = {NJ_MERGE_SUMS, 0},
             [NJ_MERGE_N] = {n, 0}};
         nj_plan_add_merge(pp, arg);
         nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles * pp->split, 1, 0);
-        pp->workspace_per_row = (uint64_t)tiles * (s + 1) * 64u * sizeof(float);
+        pp->workspace_per_row = (uint64_t)tiles * (s + 1) * (uint64_t)q * sizeof(float);
     }
     if (fused) {
         /* [2][rows * ko * split][ec]: a partial row per outer index (kept_inner / ec a row) and piece */
@@ -274,6 +279,27 @@ static nj_status plan_bwd_column(const nj_canon *c, const nj_device_props *dev, 
     return NJ_OK;
 }
 
+/* The set corrections dl (templates/bwd_lib.cuh: the saved float32 mean's rounding) that a dx kernel
+ * leaves for the separate dgamma/dbeta walks: a float a statistic after everything else, written
+ * and read only for sets whose |mean| * rstd exceeds NJ_FIX_RATIO (none for ordinary data). */
+static void bwd_reserve_dl(const nj_canon *c, nj_plan_params *pp)
+{
+    if (!(c->flags & NJ_FLAG_CENTER)) return;
+    for (int32_t i = 0; i < pp->nlaunch; i++)
+        if (!strcmp(pp->launch[i].kernel, "nj_bwd_pgrad") || !strcmp(pp->launch[i].kernel, "nj_bwd_pgrad_col")) {
+            pp->workspace_per_row += (uint64_t)c->kept_inner * sizeof(float);
+            return;
+        }
+}
+
+static nj_status plan_bwd_family(const nj_canon *c, const nj_device_props *dev, nj_plan_params *out)
+{
+    if (bwd_row_ok(c)) return plan_bwd_row(c, dev, out);
+    if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_BWD_COL_MIN) return plan_bwd_column(c, dev, out);
+    if (nj_plan_cl_ok(c, NJ_PASS_BACKWARD)) return nj_plan_bwd_channels_last(c, dev, out);
+    return plan_bwd_general(c, dev, out);
+}
+
 nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_plan_params *out)
 {
     NJ_RETURN_IF(!c || !dev || !out, NJ_ERR_NULL_POINTER, "planner: NULL argument");
@@ -289,8 +315,7 @@ nj_status nj_plan_backward(const nj_canon *c, const nj_device_props *dev, nj_pla
     NJ_RETURN_IF(c->param_size > 0 && nonfeat >= INT32_MAX, NJ_ERR_UNSUPPORTED,
                  "planner: backward with scale/bias over more than 2^31 - 1 elements per batch row and feature");
     out->pass = NJ_PASS_BACKWARD;
-    if (bwd_row_ok(c)) return plan_bwd_row(c, dev, out);
-    if (c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_BWD_COL_MIN) return plan_bwd_column(c, dev, out);
-    if (nj_plan_cl_ok(c, NJ_PASS_BACKWARD)) return nj_plan_bwd_channels_last(c, dev, out);
-    return plan_bwd_general(c, dev, out);
+    NJ_TRY(plan_bwd_family(c, dev, out));
+    bwd_reserve_dl(c, out);
+    return NJ_OK;
 }

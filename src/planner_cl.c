@@ -154,13 +154,15 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
     pp->template_name = "bwd_channels_last.cu";
     int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent, tiles = pp->split;
     bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
-    /* per image (floats): each tile's two sums per group, the image's two means per group (from `means`
-     * on), and with gamma/beta each tile's (sum dz * xhat, sum dz) per channel (from `chans` on) */
-    int64_t means = tiles * groups * 2, chans = means + groups * 2, image = chans + (params ? tiles * channels * 2 : 0);
+    /* per image (floats): each tile's pairs (sum g, sum g * xhat) per group, then (sum (x - mean) * rstd,
+     * unused) per group (the saved mean's correction, templates/bwd_lib.cuh), the image's pairs of means
+     * likewise (from `means` on), and with gamma/beta each tile's (sum dz * xhat, sum dz) per channel
+     * (from `chans` on). The merge takes 2 * groups items an image. */
+    int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
     nj_plan_add_launch(pp, "nj_bwd_cl_part", pp->block, pp->split, 1, 0);
     const int64_t marg[NJ_LIB_NARGS][2] = {
-        [NJ_MERGE_NITEMS] = {0, groups}, [NJ_MERGE_NPARTS] = {tiles, 0},  [NJ_MERGE_RADIX] = {groups, 0},
-        [NJ_MERGE_S_HI] = {image, 0},    [NJ_MERGE_S_LO] = {2, 0},        [NJ_MERGE_S_PART] = {2 * groups, 0},
+        [NJ_MERGE_NITEMS] = {0, 2 * groups}, [NJ_MERGE_NPARTS] = {tiles, 0}, [NJ_MERGE_RADIX] = {2 * groups, 0},
+        [NJ_MERGE_S_HI] = {image, 0},    [NJ_MERGE_S_LO] = {2, 0},        [NJ_MERGE_S_PART] = {4 * groups, 0},
         [NJ_MERGE_OFF_B] = {1, 0},       [NJ_MERGE_OUT_BASE] = {means, 0}, [NJ_MERGE_O_HI] = {image, 0},
         [NJ_MERGE_O_LO] = {2, 0},        [NJ_MERGE_O_B] = {1, 0},         [NJ_MERGE_MODE] = {NJ_MERGE_SUMS, 0},
         [NJ_MERGE_N] = {c->reduce_size, 0}};

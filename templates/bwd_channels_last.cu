@@ -24,8 +24,10 @@ local PS = {x = P.axes[2].stride.x, dy = P.axes[2].stride.dy, dx = P.axes[2].str
 {{ bwd_typedefs() }}
 
 {% cl_defines() %}
-#define NJ_WS_MEANS (NJ_S * 2 * NJ_G) /* workspace floats of an image before the group means */
-#define NJ_WS_CHANS (NJ_WS_MEANS + 2 * NJ_G) /* ... before the per-channel partials */
+/* an image's tile t: pairs (sum g, sum g * xhat) of its groups at 4G t, then (sum (x - mean) * rstd,
+   unused) at 4G t + 2G (the saved mean's correction, bwd_lib.cuh); the means' pairs alike */
+#define NJ_WS_MEANS (NJ_S * 4 * NJ_G) /* workspace floats of an image before the group means */
+#define NJ_WS_CHANS (NJ_WS_MEANS + 4 * NJ_G) /* ... before the per-channel partials */
 #define NJ_WS_IMAGE (NJ_WS_CHANS{{ PARAMS and " + NJ_S * 2 * NJ_C" or "" }})
 
 /* part[R][C] -> chan[C]: per channel over the pixel rows, in order. Barriers on both sides: callers
@@ -74,9 +76,11 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
             }
 {% end %}
 {% local function element(xe, de, k, ind) %}
+{% BWD_DL = DLK and ("dlk[" .. k .. "]") or nil %}
 {{ ind }}const float mean = mk[{{ k }}], rstd = rk[{{ k }}];
 {{ bwd_element(xe, de, {g = "gk[" .. k .. "]", b = "bk[" .. k .. "]"}, ind) }}
 {% end %}
+{% DLK = false %}
 NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_part, {{ R * C }});
@@ -91,9 +95,9 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
         const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
         const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
 {% load_stats() %}
-        float a1[NJ_CH], a2[NJ_CH]{{ PARAMS and ", p1[NJ_CH], p2[NJ_CH]" or "" }};
+        float a1[NJ_CH], a2[NJ_CH], a3[NJ_CH]{{ PARAMS and ", p1[NJ_CH], p2[NJ_CH]" or "" }};
 #pragma unroll
-        for (int k = 0; k < NJ_CH; k++) a1[k] = a2[k] = {{ PARAMS and "p1[k] = p2[k] = " or "" }}0.0f;
+        for (int k = 0; k < NJ_CH; k++) a1[k] = a2[k] = a3[k] = {{ PARAMS and "p1[k] = p2[k] = " or "" }}0.0f;
 {{ PIXEL_UNROLL }}
         for (int p = active ? r : npx; p < npx; p += NJ_R) {
             float xv_[NJ_CH], dv_[NJ_CH];
@@ -103,6 +107,7 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 {% element("xv_[k]", "dv_[k]", "k", "                ") %}
                 a1[k] += g;
                 a2[k] += g * xh;
+                a3[k] += xh;
 {% if PARAMS then %}
                 p1[k] += dz * xh;
                 p2[k] += dz;
@@ -121,7 +126,7 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
             float s = 0.0f;
 #pragma unroll 1
             for (int j = 0; j < NJ_CG; j++) s += nj_chan[g * NJ_CG + j];
-            WS[(tile * NJ_G + g) * 2 + {{ slot }}] = s;
+            WS[tile * 4 * NJ_G + {{ slot }}] = s;
         }
 {% end %}
 {% local function to_channels(arr, slot) %}
@@ -133,8 +138,11 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 #pragma unroll 1
         for (int c = t; c < NJ_C; c += {{ B }}) WS[NJ_WS_CHANS + (tile * NJ_C + c) * 2 + {{ slot }}] = nj_chan[c];
 {% end %}
-{% to_groups("a1", 0) %}
-{% to_groups("a2", 1) %}
+{% to_groups("a1", "2 * g") %}
+{% to_groups("a2", "2 * g + 1") %}
+{% to_groups("a3", "2 * (NJ_G + g)") %}
+#pragma unroll 1
+        for (int g = t; g < NJ_G; g += {{ B }}) WS[tile * 4 * NJ_G + 2 * (NJ_G + g) + 1] = 0.0f; /* merged, unused */
 {% if PARAMS then %}
 {% to_channels("p1", 0) %}
 {% to_channels("p2", 1) %}
@@ -142,6 +150,7 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
     }
 }
 
+{% DLK = true %}
 NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
 {
 {{ bwd_pointers() }}
@@ -156,12 +165,26 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
         const nj_i64 odx = {{ offset("dx", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dx }};
 {% load_stats() %}
         const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS;
-        float m1k[NJ_CH], m2k[NJ_CH];
+        /* the tiles' mean of (x - mean) * rstd corrects xhat, and the mean of g * xhat by dl * mean(g)
+           (exact without an activation, to first order in dl with one) */
+        float m1k[NJ_CH], m2k[NJ_CH], dlk[NJ_CH];
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) {
-            m1k[k] = MS[2 * ((c0 + k) / NJ_CG)];
-            m2k[k] = MS[2 * ((c0 + k) / NJ_CG) + 1];
+            const int g = (c0 + k) / NJ_CG;
+            m1k[k] = MS[2 * g];
+            dlk[k] = MS[2 * (NJ_G + g)];
+            m2k[k] = MS[2 * g + 1] - dlk[k] * m1k[k];
         }
+{% if PARAMS then %}
+        /* this tile's dgamma partials: sum dz * (xhat - dl), where the correction matters */
+        float *PW = (float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_CHANS + (nj_i64)tile * NJ_C * 2;
+#pragma unroll 1
+        for (int c = t; c < NJ_C; c += NJ_LT * NJ_R) {
+            const nj_i64 k3 = c / NJ_CG;
+            const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
+            if (fabsf(A.mean[os]) * A.rstd[os] > NJ_FIX_RATIO) PW[2 * c] -= MS[2 * (NJ_G + k3)] * PW[2 * c + 1];
+        }
+{% end %}
 {{ PIXEL_UNROLL }}
         for (int p = r; p < npx; p += NJ_R) {
 {% if VV > 1 then %}

@@ -36,11 +36,16 @@ local KO = P.kept_inner // EC -- outer indices per batch row
 local NTASK = KO * NT -- tiles per batch row
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
+-- split walks, centered: a piece also sums (x - mean) * rstd for the saved mean's correction (bwd_lib.cuh),
+-- so a (tile, piece) holds Q floats, [a: sum g | sum xhat][b: sum g * xhat | unused], and the merge
+-- takes IPT items a tile (planner_bwd.c)
+local Q = F.center and 128 or 64
+local IPT = Q // 2
 -- the split's workspace (floats): after the fixed region, the fused partial rows, the sums, the means
 local PROWS = "A.rows * " .. (KO * SPLIT) .. "LL" -- fused partial rows
 local WSB = P.workspace_fixed // 4
 local SUMS = WSB .. " + " .. (FUSED and ("2 * " .. PROWS .. " * " .. EC) or "0")
-local MEANS = "(" .. SUMS .. ") + A.rows * " .. (NTASK * SPLIT * 64) .. "LL"
+local MEANS = "(" .. SUMS .. ") + A.rows * " .. (NTASK * SPLIT * Q) .. "LL"
 -- The block's BY warp values of each of vars meet in nj_part and warp 0 adds them in warp order into
 -- its own; leaves warp 0's block open (the caller writes the totals and closes it).
 local function combine(vars)
@@ -67,10 +72,12 @@ end
 {# mode: "full" (sums and dx), "part" (a piece's sums per column) or "dx" (a piece's dx with its tile's
    means, which the library's merge added from the pieces') #}
 {% local function col_kernel(name, mode) %}
+{% BWD_DL = mode ~= "part" and "dl" or nil %}
+{% local S3 = mode == "part" and F.center %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
 {% if mode ~= "dx" then %}
-    NJ_SHARED(float, nj_part, {{ (FUSED and 4 or 2) * B }});
+    NJ_SHARED(float, nj_part, {{ ((FUSED and 4 or 2) + (S3 and 1 or 0)) * B }});
 {% end %}
 {% if mode == "full" then %}
     NJ_SHARED(float, nj_m, 64); /* the tile's means of g and g*xhat */
@@ -101,13 +108,53 @@ NJ_KERNEL({{ name }}, {{ B }})
         const float mean = col_ok ? {{ F.center and "A.mean[os]" or "0.0f" }} : 0.0f;
         const float rstd = col_ok ? A.rstd[os] : 0.0f;
 {% if mode == "dx" then %}
-        const float *M = (const float *)A.workspace + {{ MEANS }} + task * 64;
+        const float *M = (const float *)A.workspace + {{ MEANS }} + task * {{ Q }};
 {% if F.center then %}
-        const float m1 = M[tx];
+        /* the pieces' mean of (x - mean) * rstd corrects xhat, and the mean of g * xhat by dl * mean(g)
+           (exact without an activation, to first order in dl with one) */
+        const float m1 = M[tx], dl = M[32 + tx];
+        const float m2 = M[{{ IPT }} + tx] - dl * m1;
+        if (ty == 0 && col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {
+{% if FUSED then %}
+            /* this piece's partial row of dgamma: sum dz * (xhat - dl) (its dbeta row holds sum dz) */
+            float *PR = (float *)A.workspace + {{ WSB }};
+            PR[(o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] -= dl * PR[({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}];
 {% end %}
-        const float m2 = M[32 + tx];
+{% if bwd_dl_store() then %}
+            if (piece == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma walks */
+{% end %}
+        }
 {% else %}
+        const float m2 = M[{{ IPT }} + tx];
+{% end %}
+{% else %}
+{% if mode == "full" and F.center then %}
+        /* each column's correction where it needs one; the tile's warps add theirs in order */
+        float dl = 0.0f;
+        if (col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {
+#pragma unroll 1
+            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
+                {{ split_index("i", red, "r", IT) }}
+                dl += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;
+            }
+        }
+        nj_part[threadIdx.x] = dl;
+        __syncthreads();
+        if (ty == 0) {
+#pragma unroll 1
+            for (int k = 1; k < NJ_BY; k++) dl += nj_part[k * 32 + tx];
+            nj_m[tx] = dl * (1.0f / (float)NJ_N); /* rewritten only after the combine's barrier below */
+{% if bwd_dl_store() then %}
+            if (col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {{ bwd_dl_base() }}[os] = nj_m[tx];
+{% end %}
+        }
+        __syncthreads();
+        dl = nj_m[tx];
+{% end %}
         float s1 = 0.0f, s2 = 0.0f;
+{% if S3 then %}
+        float s3 = 0.0f; /* sum of (x - mean) * rstd: the saved mean's correction */
+{% end %}
 {% if FUSED then %}
         float p1 = 0.0f, p2 = 0.0f; /* dgamma, dbeta terms down this column */
 {% end %}
@@ -119,17 +166,26 @@ NJ_KERNEL({{ name }}, {{ B }})
                "op + " .. offset("param", red, "r"), "                ") }}
                 s1 += g;
                 s2 += g * xh;
+{% if S3 then %}
+                s3 += xh;
+{% end %}
 {% if FUSED then %}
                 p1 += dz * xh;
                 p2 += dz;
 {% end %}
             }
         }
-{{ combine(FUSED and {"s1", "s2", "p1", "p2"} or {"s1", "s2"}) }}
+{% local cv = FUSED and {"s1", "s2", "p1", "p2"} or {"s1", "s2"} %}
+{% if S3 then cv[#cv + 1] = "s3" end %}
+{{ combine(cv) }}
 {% if mode == "part" then %}
-            float *WS = (float *)A.workspace + {{ SUMS }} + wi * 64;
+            float *WS = (float *)A.workspace + {{ SUMS }} + wi * {{ Q }};
             WS[tx] = s1;
-            WS[32 + tx] = s2;
+            WS[{{ IPT }} + tx] = s2;
+{% if S3 then %}
+            WS[32 + tx] = s3;
+            WS[{{ IPT }} + 32 + tx] = 0.0f; /* merged, unused */
+{% end %}
 {% if FUSED then %}
             if (col_ok) { /* this piece's partial row of outer index o */
                 float *PR = (float *)A.workspace + {{ WSB }};

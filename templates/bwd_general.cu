@@ -22,6 +22,9 @@ local NW = B // 32
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 PGRAD_LAUNCH = SPLIT > 1 and 3 or 2 -- the parameter-gradient launches follow the dx ones
+-- the correction of the saved mean (bwd_lib.cuh): where a block walks its whole set, or (split) from
+-- the pieces' sums of the uncorrected xhat, a third partial a piece (WQ floats a piece)
+local WQ = F.center and 3 or 2
 -- the walk indices a block covers: the whole reduction, or its piece
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + threadIdx.x" or "threadIdx.x"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
@@ -34,12 +37,14 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 #define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
 /* the pieces' sums, after the fixed region of the dgamma/dbeta launches */
 #define NJ_WS_DX ((float *)A.workspace + {{ P.workspace_fixed // 4 }})
+#define NJ_WQ {{ WQ }}
 {% end %}
 
 {% local function dx_kernel(name, mode) %}
+{% BWD_DL = mode ~= "part" and "dl" or nil %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
-    NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
+    NJ_SHARED(float, nj_scratch, {{ math.max(2 * NW, 4) }});
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
 {{ bwd_pointers() }}
 {% if SPLIT > 1 then %}
@@ -61,6 +66,23 @@ NJ_KERNEL({{ name }}, {{ B }})
         const nj_i64 os = {{ offset("stats", kept, "k") }};
         const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
         const float rstd = A.rstd[os];
+{% if SPLIT == 1 and F.center then %}
+        float dl = 0.0f;
+        if (fabsf(mean) * rstd > NJ_FIX_RATIO) { /* uniform over the block (bwd_lib.cuh: BWD_DL) */
+            float c_ = 0.0f;
+#pragma unroll 1
+            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
+                {{ split_index("i", red, "r", IT) }}
+                c_ += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;
+            }
+            float z_ = 0.0f; /* inlined, not nj_block_sum's call: values live across a call spilled */
+            nj_block_sum2<{{ NW }}>(c_, z_, nj_scratch);
+            dl = c_ * (1.0f / (float)NJ_N);
+{% if bwd_dl_store() then %}
+            if (threadIdx.x == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
+{% end %}
+        }
+{% end %}
 {% if mode == "dx" then %}
         /* the statistic's two sums from its pieces' (nj_bwd_dx_part), warp 0, a fixed order */
         __syncthreads(); /* nj_scratch: the previous piece's readers are done */
@@ -68,16 +90,38 @@ NJ_KERNEL({{ name }}, {{ B }})
             float t1 = 0.0f, t2 = 0.0f;
 #pragma unroll 1
             for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
-                t1 += NJ_WS_DX[(st * NJ_SPLIT + q) * 2];
-                t2 += NJ_WS_DX[(st * NJ_SPLIT + q) * 2 + 1];
+                t1 += NJ_WS_DX[(st * NJ_SPLIT + q) * NJ_WQ];
+                t2 += NJ_WS_DX[(st * NJ_SPLIT + q) * NJ_WQ + 1];
             }
             nj_warp_sum2(t1, t2);
+{% if F.center then %}
+            /* the pieces summed (x - mean) * rstd: its mean dl corrects xhat (bwd_lib.cuh), and
+               sum(g * xhat) = sum(g * (x - mean) * rstd) - dl * sum(g) (exact without an activation,
+               to first order in dl with one) */
+            float t3 = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) t3 += NJ_WS_DX[(st * NJ_SPLIT + q) * NJ_WQ + 2];
+            const float dl = nj_warp_sum(t3) * (1.0f / (float)NJ_N);
+            t2 -= dl * t1;
+            if (threadIdx.x == 0) {
+                nj_scratch[2] = dl;
+{% if bwd_dl_store() then %}
+                if (piece == 0 && fabsf(mean) * rstd > NJ_FIX_RATIO) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma walks */
+{% end %}
+            }
+{% end %}
             if (threadIdx.x == 0) nj_scratch[0] = t1, nj_scratch[1] = t2;
         }
         __syncthreads();
         const float s1 = nj_scratch[0], s2 = nj_scratch[1];
+{% if F.center then %}
+        const float dl = nj_scratch[2];
+{% end %}
 {% else %}
         float s1 = 0.0f, s2 = 0.0f;
+{% if mode == "part" and F.center then %}
+        float s3 = 0.0f; /* sum of (x - mean) * rstd: the correction's (bwd_lib.cuh) */
+{% end %}
 {{ walk_unroll(2) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
             {{ split_index("i", red, "r", IT) }}
@@ -85,13 +129,23 @@ NJ_KERNEL({{ name }}, {{ B }})
                "op + " .. offset("param", red, "r"), "            ") }}
             s1 += g;
             s2 += g * xh;
+{% if mode == "part" and F.center then %}
+            s3 += xh;
+{% end %}
         }
         nj_block_sum2<{{ NW }}>(s1, s2, nj_scratch);
+{% if mode == "part" and F.center then %}
+        float z_ = 0.0f;
+        nj_block_sum2<{{ NW }}>(s3, z_, nj_scratch);
+{% end %}
 {% end %}
 {% if mode == "part" then %}
         if (threadIdx.x == 0) {
-            NJ_WS_DX[wi * 2] = s1;
-            NJ_WS_DX[wi * 2 + 1] = s2;
+            NJ_WS_DX[wi * NJ_WQ] = s1;
+            NJ_WS_DX[wi * NJ_WQ + 1] = s2;
+{% if F.center then %}
+            NJ_WS_DX[wi * NJ_WQ + 2] = s3;
+{% end %}
         }
     }
 }

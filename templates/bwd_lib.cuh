@@ -38,7 +38,11 @@ end
 function bwd_element(xe, de, po, ind, no_g)
   local F = P.flags
   local t = {}
-  t[#t + 1] = string.format("const float xh = (nj_to_f32(%s) - mean) * rstd;", xe)
+  if BWD_DL and F.center then
+    t[#t + 1] = string.format("const float xh = (nj_to_f32(%s) - mean) * rstd - %s;", xe, BWD_DL)
+  else
+    t[#t + 1] = string.format("const float xh = (nj_to_f32(%s) - mean) * rstd;", xe)
+  end
   t[#t + 1] = string.format("float dz = nj_to_f32(%s);", de)
   -- po: an offset into GAMMA/BETA, or a table {g = expr, b = expr} of values already loaded
   local ge = type(po) == "table" and po.g or string.format("nj_load_f32(GAMMA, %s)", po)
@@ -53,6 +57,26 @@ function bwd_element(xe, de, po, ind, no_g)
   return ind .. table.concat(t, "\n" .. ind)
 end
 
+-- The saved mean is the float32 rounding of the set's mean: (x - mean) * rstd is off by up to
+-- |mean| * rstd * 2^-25, which reaches 3e-2 at |mean| / std = 1e6. A kernel that walks the whole set
+-- sets BWD_DL to the name of the set's correction dl = mean((x - mean) * rstd) (exact differences, summed
+-- in a pre-pass over x taken only where |mean| * rstd > NJ_FIX_RATIO: none for ordinary data), and
+-- bwd_element subtracts it from xhat. Kernels that see pieces of sets only leave it nil.
+BWD_DL = nil
+-- Whether an unsplit dx kernel leaves its sets' dl to separate dgamma/dbeta walks (nj_bwd_pgrad,
+-- nj_bwd_pgrad_col) in the workspace, a float a statistic after everything else (the planner's
+-- bwd_reserve_dl reserves it under the same condition), and the C expression of that region.
+function bwd_dl_store()
+  if not P.flags.center then return false end
+  for _, l in ipairs(P.launch) do
+    if l.kernel == "nj_bwd_pgrad" or l.kernel == "nj_bwd_pgrad_col" then return true end
+  end
+  return false
+end
+function bwd_dl_base()
+  return string.format("((float *)A.workspace + %d + A.rows * %dLL)", P.workspace_fixed // 4,
+                       P.workspace_per_row // 4 - P.kept_inner)
+end
 -- dx from g, xhat and the two row means of g and g * xhat
 function bwd_dx_expr(g, xh, m1, m2)
   if P.flags.center then return string.format("rstd * (%s - %s - %s * %s)", g, m1, xh, m2) end

@@ -4,6 +4,8 @@
    when the plan's dgamma/dbeta launch is nj_bwd_pgrad. With few feature elements each walk is split
    (SP pieces, the partials summed in order by the library's column sum, lib_colsum.cu). #}
 {%
+-- walks across sets: each set's correction comes from the dx kernel through the workspace (bwd_lib.cuh)
+BWD_DL = bwd_dl_store() and "dl" or nil
 local F = P.flags
 local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
 -- offset of operand opd with feature axes indexed by f<a> and the others by n<a>
@@ -73,6 +75,9 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
             const nj_i64 os = fs + {{ offset("stats", nkept, "n") }};
             const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
             const float rstd = A.rstd[os];
+{% if BWD_DL then %}
+            const float dl = fabsf(mean) * rstd > NJ_FIX_RATIO ? {{ bwd_dl_base() }}[os] : 0.0f;
+{% end %}
 {{ bwd_element("X[fx + " .. offset("x", nonfeat, "n") .. "]", "DY[fdy + " .. offset("dy", nonfeat, "n") .. "]",
                "op", "            ", true) }}
             s1 += dz * xh;

@@ -6,6 +6,8 @@
    split writes a partial row to the workspace and the library's column sum (lib_colsum.cu) adds the
    NJ_S partials of a feature element in split order. Fixed split, fixed order: deterministic. #}
 {%
+-- walks across sets: each set's correction comes from the dx kernel through the workspace (bwd_lib.cuh)
+BWD_DL = bwd_dl_store() and "dl" or nil
 local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
 local cax = P.rank
 local EC = P.axes[cax].extent
@@ -61,6 +63,9 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
                 const nj_i64 os = fs + {{ offset("stats", nkept, "n") }};
                 const float mean = {{ P.flags.center and "A.mean[os]" or "0.0f" }};
                 const float rstd = A.rstd[os];
+{% if BWD_DL then %}
+                const float dl = fabsf(mean) * rstd > NJ_FIX_RATIO ? {{ bwd_dl_base() }}[os] : 0.0f;
+{% end %}
 {{ bwd_element("X[fx + " .. offset("x", nonfeat, "n") .. "]", "DY[fdy + " .. offset("dy", nonfeat, "n") .. "]",
                "op", "                ", true) }}
                 s1 += dz * xh;

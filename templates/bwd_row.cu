@@ -37,6 +37,7 @@ local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
 -- PF: the row loop fetches the next row while it works on this one (rows that stay in registers);
 -- not in 1024-thread blocks, whose 64 registers a thread spilled with it (GELU erf, sm_80 and sm_90)
 local PF = PGRAD and CACHE and B <= 512
+if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats offset for dl") end
 %}
 {{ bwd_typedefs() }}
 
@@ -48,6 +49,7 @@ local PF = PGRAD and CACHE and B <= 512
 {% end %}
 
 {% local BETA_USED = F.bias and P.act ~= "none" %}
+{% BWD_DL = "dl" %}
 {% local function element(c, k) %}
 {{ bwd_element("xv_[k]", "dv_[k]", {g = "gv_[k]", b = "bv_[k]"}, "                    ") }}
 {% end %}
@@ -140,6 +142,40 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         const nj_i64 os = {{ offset("stats", kept, "k") }};
         const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
         const float rstd = A.rstd[os];
+{% end %}
+        float dl = 0.0f;
+{% if F.center then %}
+        if (fabsf(mean) * rstd > NJ_FIX_RATIO) { /* uniform over the row (bwd_lib.cuh: BWD_DL) */
+            float c_ = 0.0f;
+{% if PF then %}
+{{ CUNROLL }} /* the row's words are in registers: unrolled, no loads */
+{% else %}
+#pragma unroll 1 /* rolled: a rare path, one copy of the loads (compile time) */
+{% end %}
+            for (int c = 0; c < CPT; c++) {
+                const int ch = lane + c * NJ_TPR;
+                if (NCH % NJ_TPR == 0 || ch < NCH) {
+                    float xv_[V];
+{% if PF then %}
+                    nj_iox::convert(xc_[c], xv_);
+{% else %}
+                    nj_load_vec<V>(X, ox + ch * V, xv_);
+{% end %}
+#pragma unroll
+                    for (int k = 0; k < V; k++) c_ += (xv_[k] - mean) * rstd;
+                }
+            }
+{% if RPB > 1 then %}
+            dl = nj_warp_sum(c_) * (1.0f / (float)NJ_N);
+{% else %}
+            float z_ = 0.0f; /* inlined, not nj_block_sum's call: values live across a call spilled */
+            nj_block_sum2<{{ NW }}>(c_, z_, scratch);
+            dl = c_ * (1.0f / (float)NJ_N);
+{% end %}
+{% if bwd_dl_store() then %}
+            if (lane == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
+{% end %}
+        }
 {% end %}
         float s1 = 0.0f, s2 = 0.0f;
 {% if CACHE then %}

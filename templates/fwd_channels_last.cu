@@ -92,9 +92,35 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
         {{ tile_offsets({"x", F.residual and "res" or nil, F.resout and "resout" or nil}) }}
-        float n = 0.0f, mean[NJ_CH], m2[NJ_CH];
+        /* shifts (prelude: nj_shift): each channel's pixel 0 (one vector, a line the image's first tile
+           reads), one scale a thread from the largest; the group's own shift and scale at the combine */
+        float n = 0.0f, mean[NJ_CH], m2[NJ_CH], kc[NJ_CH];
+        const nj_i64 oimg = {{ offset("x", {1}, "k") }};
+{% if F.residual then %}
+        const nj_i64 rimg = {{ offset("res", {1}, "k") }};
+{% end %}
+        if (active) {
 #pragma unroll
-        for (int k = 0; k < NJ_CH; k++) mean[k] = m2[k] = 0.0f;
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+                nj_load_vec<{{ VV }}>(X, oimg + c0 + q, &kc[q]);
+{% if F.residual then %}
+                float r_[{{ VV }}];
+                nj_load_vec<{{ VV }}>(RES, rimg + c0 + q, r_);
+#pragma unroll
+                for (int k = 0; k < {{ VV }}; k++) kc[q + k] += r_[k];
+{% end %}
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) kc[k] = 0.0f;
+        }
+        float kmax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NJ_CH; k++) {
+            mean[k] = m2[k] = 0.0f;
+            kmax = fmaxf(kmax, fabsf(kc[k]));
+        }
+        const nj_shift st = nj_shift_of(kmax, false);
 {{ PIXEL_UNROLL }}
         for (int p = active ? r : npx; p < npx; p += NJ_R) {
             float v[NJ_CH];
@@ -109,14 +135,23 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
             const float inv = __fdividef(1.0f, n);
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {
-                const float d = v[k] - mean[k];
+                const float vs = (v[k] - kc[k]) * st.inv;
+                const float d = vs - mean[k];
                 mean[k] += d * inv;
-                m2[k] += d * (v[k] - mean[k]);
+                m2[k] += d * (vs - mean[k]);
             }
         }
         if (active) {
+            /* into the group's units: shift k_g (its first channel at pixel 0: an L1 hit), scale s_g */
 #pragma unroll
-            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = n * mean[k];
+            for (int k = 0; k < NJ_CH; k++) {
+                const int gc = (c0 + k) / NJ_CG * NJ_CG;
+                const nj_shift sg = nj_shift_of(nj_load_f32(X, oimg + gc){{ F.residual and " + nj_load_f32(RES, rimg + gc)" or "" }}, true);
+                const float f = st.s * sg.inv;
+                mean[k] = (kc[k] - sg.k) * sg.inv + mean[k] * f;
+                m2[k] *= f * f;
+                nj_part[r * NJ_C + c0 + k] = n * mean[k];
+            }
         }
         nj_cl_group_sums(nj_part, nj_chan, nj_gsum);
         const float inv = __fdividef(1.0f, (float)(npx * NJ_CG));
@@ -147,17 +182,25 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
         const float *ST = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_S * (2 * NJ_G);
+        /* the group's shift and scale (its first channel at pixel 0) finish the merged moments */
+        const nj_i64 oimg = {{ offset("x", {1}, "k") }};
+{% if F.residual then %}
+        const nj_i64 rimg = {{ offset("res", {1}, "k") }};
+{% end %}
 {% if F.stats then %}
         if (tile == 0) { /* the image's first tile writes its saved statistics */
             for (int k3 = t; k3 < NJ_G; k3 += NJ_LT * NJ_R) {
                 const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
-                A.mean[os] = ST[2 * k3];
-                A.rstd[os] = ST[2 * k3 + 1];
+                const nj_shift sh = nj_shift_of(nj_load_f32(X, oimg + k3 * NJ_CG){{ F.residual and " + nj_load_f32(RES, rimg + k3 * NJ_CG)" or "" }}, true);
+{% fwd_finish("ST[2 * k3]", "ST[2 * k3 + 1]") %}
+                A.mean[os] = sh.k + md;
+                A.rstd[os] = rstd;
             }
         }
 {% end %}
-        /* this thread's channels: mean, rstd * gamma and beta (gamma and beta: L1 hits after the first tile) */
-        float mk[NJ_CH], sk[NJ_CH];
+        /* this thread's channels: shift, mean of x - shift, rstd * gamma and beta (gamma and beta: L1 hits
+           after the first tile) */
+        float kk[NJ_CH], mk[NJ_CH], sk[NJ_CH];
 {% if F.scale then %}
 #pragma unroll
         for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(GAMMA, c0 + q, &sk[q]);
@@ -170,14 +213,17 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) {
             const int g = (c0 + k) / NJ_CG;
-            mk[k] = ST[2 * g];
-            sk[k] = ST[2 * g + 1]{{ F.scale and " * sk[k]" or "" }};
+            const nj_shift sh = nj_shift_of(nj_load_f32(X, oimg + g * NJ_CG){{ F.residual and " + nj_load_f32(RES, rimg + g * NJ_CG)" or "" }}, true);
+{% fwd_finish("ST[2 * g]", "ST[2 * g + 1]") %}
+            kk[k] = sh.k;
+            mk[k] = md;
+            sk[k] = rstd{{ F.scale and " * sk[k]" or "" }};
         }
         {{ tile_offsets({"x", "y", F.residual and "res" or nil}) }}
 {{ PIXEL_UNROLL }}
         for (int p = r; p < npx; p += NJ_R) {
 {% local function affine(o, k) %}
-                float u = (o_[{{ o }}] - mk[{{ k }}]) * sk[{{ k }}];
+                float u = ((o_[{{ o }}] - kk[{{ k }}]) - mk[{{ k }}]) * sk[{{ k }}];
 {%   if F.bias then %}
                 u += bk[{{ k }}];
 {%   end %}

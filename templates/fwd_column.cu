@@ -80,9 +80,12 @@ NJ_KERNEL({{ name }}, {{ B }})
         const bool col_ok = k{{ cax }} < NJ_EC;
         {{ split_index("o", outer, "k") }}
 {% fwd_offsets(kept, "k") %}
+        /* the column's first element (a column past the tile's end reads its tile's first) */
+        const nj_shift sh = nj_shift_of(col_ok ? nj_load_f32(X, ox){{ F.residual and " + nj_load_f32(RES, ores)" or "" }} : 0.0f, {{ F.center and "true" or "false" }});
 {% if mode == "norm" then %}
+        /* the tile's merged moments of the scaled values (lib_merge.cu) */
         const float *ST = (const float *)A.workspace + A.rows * ({{ NTASK }}LL * NJ_SPLIT * 64) + task * 64;
-        const float mean = ST[tx], rstd = ST[32 + tx];
+{% fwd_finish("ST[tx]", "ST[32 + tx]") %}
 {% fwd_save_stats("col_ok && piece == 0 && ty == 0", kept) %}
 {% else %}
 {% if F.center then %}
@@ -98,9 +101,9 @@ NJ_KERNEL({{ name }}, {{ B }})
                 nj_store_f32(RESOUT, oresout + {{ offset("resout", red, "r") }}, v);
 {% end %}
 {% if F.center then %}
-                nj_welford_add(w, v);
+                nj_welford_add(w, (v - sh.k) * sh.inv);
 {% else %}
-                s += v * v;
+                s += nj_sq(v * sh.inv);
 {% end %}
             }
         }
@@ -117,9 +120,9 @@ NJ_KERNEL({{ name }}, {{ B }})
                 n += p.n;
                 sum += p.n * p.mean;
             }
-            const float mean = nj_welford_from_sums(n, sum).mean;
+            const float mean_s = nj_welford_from_sums(n, sum).mean;
 #pragma unroll 1
-            for (int k = 0; k < NJ_BY; k++) m2 += nj_welford_dev(nj_part[k * 32 + tx], mean);
+            for (int k = 0; k < NJ_BY; k++) m2 += nj_welford_dev(nj_part[k * 32 + tx], mean_s);
 {% else %}
 #pragma unroll 1
             for (int k = 1; k < NJ_BY; k++) s += nj_part[k * 32 + tx];
@@ -134,23 +137,23 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% do return end %}
 {% end %}
 {% if F.center then %}
-            const float var = m2 * (1.0f / (float)NJ_N);
+            const float var_s = m2 * (1.0f / (float)NJ_N);
 {% else %}
-            const float mean = 0.0f, var = s * (1.0f / (float)NJ_N);
+            const float mean_s = 0.0f, var_s = s * (1.0f / (float)NJ_N);
 {% end %}
-            const float rstd = rsqrtf(var + A.eps);
-            nj_stat[tx] = mean;
+{% fwd_finish("mean_s", "var_s") %}
+            nj_stat[tx] = md;
             nj_stat[32 + tx] = rstd;
 {% fwd_save_stats("col_ok", kept) %}
         }
         __syncthreads();
-        const float mean = nj_stat[tx], rstd = nj_stat[32 + tx];
+        const float md = nj_stat[tx], rstd = nj_stat[32 + tx];
 {% end %}
         if (col_ok) {
 {{ walk_unroll(F.residual and 2 or 1) }}
             for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
 {% load_x("v") %}
-                float u = (v - mean) * rstd;
+                float u = {{ fwd_centered("v") }} * rstd;
 {% if has_param then %}
                 const nj_i64 opi = op + {{ offset("param", red, "r") }};
 {% end %}

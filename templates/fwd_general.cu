@@ -64,6 +64,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
         {{ split_index("st", kept, "k") }}
 {% fwd_offsets(kept, "k") %}
+{% fwd_shift() %}
 {% if mode == "norm" then %}
         /* the statistic from its pieces' (nj_fwd_general_part) */
 {% fwd_split_stats("(const float *)A.workspace + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept) %}
@@ -80,9 +81,9 @@ NJ_KERNEL({{ name }}, {{ B }})
             nj_store_f32(RESOUT, oresout + {{ offset("resout", red, "r") }}, v);
 {% end %}
 {% if F.center then %}
-            nj_welford_add(w, v);
+            nj_welford_add(w, (v - sh.k) * sh.inv);
 {% else %}
-            s += v * v;
+            s += nj_sq(v * sh.inv);
 {% end %}
         }
 {% if F.center then %}
@@ -102,19 +103,19 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% do return end %}
 {% end %}
 {% if F.center then %}
-        const float mean = w.mean;
-        const float var = w.m2 * (1.0f / (float)NJ_N);
+        const float mean_s = w.mean;
+        const float var_s = w.m2 * (1.0f / (float)NJ_N);
 {% else %}
-        const float mean = 0.0f;
-        const float var = nj_block_sum<{{ NW }}>(s, nj_scratch) * (1.0f / (float)NJ_N);
+        const float mean_s = 0.0f;
+        const float var_s = nj_block_sum<{{ NW }}>(s, nj_scratch) * (1.0f / (float)NJ_N);
 {% end %}
-        const float rstd = rsqrtf(var + A.eps); /* IEEE sqrt + divide would call slow-path subroutines (spills) */
+{% fwd_finish("mean_s", "var_s") %}
 {% fwd_save_stats("threadIdx.x == 0", kept) %}
 {% end %}
 {{ walk_unroll(F.residual and 2 or 1) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
 {% load_x("v") %}
-            float u = (v - mean) * rstd;
+            float u = {{ fwd_centered("v") }} * rstd;
 {% if has_param then %}
             const nj_i64 opi = op + {{ offset("param", red, "r") }};
 {% end %}

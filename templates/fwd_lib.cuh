@@ -44,14 +44,33 @@ typedef {{ P.ctype.param }} nj_tparam;
         const nj_i64 op = {{ offset("param", axes, prefix) }};
 {% end %}
 {% end %}
-{# The saved statistics (flag stats) of the kept index k<axis>, written where `guard` holds: mean (when
-   centered) and rstd must be in scope. #}
+{# The shift and scale of the set's statistics (prelude: nj_shift): its first element, x (+ the
+   residual) at the base offsets ox (, ores). Every thread loads it: one address, a line the walk reads. #}
+{% function fwd_shift() %}
+        const nj_shift sh = nj_shift_of(nj_load_f32(X, ox){{ P.flags.residual and " + nj_load_f32(RES, ores)" or "" }}, {{ P.flags.center and "true" or "false" }});
+{% end %}
+{# x (a C expression) centered: (x - k) - md, the set's mean as shift k plus md (exact for close
+   values); x itself under RMS. #}
+{%
+function fwd_centered(v)
+  if P.flags.center then return "((" .. v .. " - sh.k) - md)" end
+  return v
+end
+%}
+{# mean and var of the scaled values (mean_s, var_s: prelude nj_shift) -> md (the mean of x - k) and
+   rstd #}
+{% function fwd_finish(mean_s, var_s) %}
+        const float md = {{ mean_s }} * sh.s;
+        const float rstd = nj_rstd_scaled({{ var_s }}, sh, A.eps);
+{% end %}
+{# The saved statistics (flag stats) of the kept index k<axis>, written where `guard` holds: sh, md
+   (when centered) and rstd must be in scope. #}
 {% function fwd_save_stats(guard, kept) %}
 {% if P.flags.stats then %}
         if ({{ guard }}) {
             const nj_i64 os = {{ offset("stats", kept, "k") }};
 {% if P.flags.center then %}
-            A.mean[os] = mean;
+            A.mean[os] = sh.k + md;
 {% end %}
             A.rstd[os] = rstd;
         }
@@ -60,7 +79,8 @@ typedef {{ P.ctype.param }} nj_tparam;
 {# Split walks (fwd_row.cu, fwd_general.cu): the statistic from its pieces' (sum, m2), warp 0 adding them
    in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels), shared with the block
    through scratch[0..1]; piece 0 writes the saved statistics. ws: the statistic's partials; plen, total:
-   a piece's and the walk's length in units of `unit` elements. Leaves mean and rstd in scope. #}
+   a piece's and the walk's length in units of `unit` elements. The partials are of the scaled shifted
+   values (sh in scope, the same for every piece). Leaves md and rstd in scope. #}
 {% function fwd_split_stats(ws, plen, total, unit, scratch, kept) %}
         __syncthreads(); /* {{ scratch }}: the previous piece's readers are done */
         if (threadIdx.x < 32) {
@@ -69,36 +89,37 @@ typedef {{ P.ctype.param }} nj_tparam;
 #pragma unroll 1
             for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) s += WS[2 * q];
 {% if P.flags.center then %}
-            const float mean = nj_warp_sum(s) * (1.0f / (float)NJ_N);
+            const float mean_s = nj_warp_sum(s) * (1.0f / (float)NJ_N);
             float m2 = 0.0f;
 #pragma unroll 1
             for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
                 const nj_i64 plo = q * {{ plen }}, phi = plo + {{ plen }} < {{ total }} ? plo + {{ plen }} : {{ total }};
                 if (phi > plo) {
                     const float nq = (float)((phi - plo) * {{ unit }});
-                    const float d = __fdividef(WS[2 * q], nq) - mean;
+                    const float d = __fdividef(WS[2 * q], nq) - mean_s;
                     m2 += WS[2 * q + 1] + nq * d * d;
                 }
             }
-            const float var = nj_warp_sum(m2) * (1.0f / (float)NJ_N);
+            const float var_s = nj_warp_sum(m2) * (1.0f / (float)NJ_N);
 {% else %}
-            const float mean = 0.0f;
-            const float var = nj_warp_sum(s) * (1.0f / (float)NJ_N);
+            const float mean_s = 0.0f;
+            const float var_s = nj_warp_sum(s) * (1.0f / (float)NJ_N);
 {% end %}
             if (threadIdx.x == 0) {
-                {{ scratch }}[0] = mean;
-                {{ scratch }}[1] = rsqrtf(var + A.eps); /* IEEE sqrt + divide: slow-path subroutines */
+{% fwd_finish("mean_s", "var_s") %}
+                {{ scratch }}[0] = md;
+                {{ scratch }}[1] = rstd;
 {% if P.flags.stats then %}
                 if (piece == 0) {
                     const nj_i64 os = {{ offset("stats", kept, "k") }};
 {% if P.flags.center then %}
-                    A.mean[os] = mean;
+                    A.mean[os] = sh.k + md;
 {% end %}
-                    A.rstd[os] = {{ scratch }}[1];
+                    A.rstd[os] = rstd;
                 }
 {% end %}
             }
         }
         __syncthreads();
-        const float mean = {{ scratch }}[0], rstd = {{ scratch }}[1];
+        const float md = {{ scratch }}[0], rstd = {{ scratch }}[1];
 {% end %}

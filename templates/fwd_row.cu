@@ -99,6 +99,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% end %}
         {{ split_index("row", kept, "k") }}
 {% fwd_offsets(kept, "k") %}
+{% fwd_shift() %}
 {% if F.scale and param_row then %}
         const float g_row = nj_load_f32(GAMMA, op);
 {% end %}
@@ -134,30 +135,27 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
                 nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, v[c]);
 {% end %}
 #pragma unroll
-                for (int k = 0; k < V; k++) s += {{ F.center and "v[c][k]" or "v[c][k] * v[c][k]" }};
+                for (int k = 0; k < V; k++) s += {{ F.center and "(v[c][k] - sh.k) * sh.inv" or "nj_sq(v[c][k] * sh.inv)" }};
             } else {
 #pragma unroll
                 for (int k = 0; k < V; k++) v[c][k] = 0.0f;
             }
         }
 {% if F.center then %}
-        const float mean = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+        const float mean_s = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
         float s2 = 0.0f;
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
             if (NCH % NJ_TPR == 0 || ch < NCH) {
 #pragma unroll
-                for (int k = 0; k < V; k++) {
-                    const float d = v[c][k] - mean;
-                    s2 += d * d;
-                }
+                for (int k = 0; k < V; k++) s2 += nj_sq((v[c][k] - sh.k) * sh.inv - mean_s);
             }
         }
-        const float var = {{ row_sum("s2", "scratch") }} * (1.0f / (float)NJ_N);
+        const float var_s = {{ row_sum("s2", "scratch") }} * (1.0f / (float)NJ_N);
 {% else %}
-        const float mean = 0.0f;
-        const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+        const float mean_s = 0.0f;
+        const float var_s = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
 {% end %}
 {% elseif compact then %}
 {#  the unaligned variant: sums re-reading x (two passes when centered), not Welford (measured: a
@@ -170,33 +168,32 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% if F.resout then %}
             nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, xv);
 {% end %}
-            s += {{ F.center and "xv[0]" or "xv[0] * xv[0]" }};
+            s += {{ F.center and "(xv[0] - sh.k) * sh.inv" or "nj_sq(xv[0] * sh.inv)" }};
         }
 {% if F.center then %}
 {% if mode == "part" then %}
         const float p_sum = {{ row_sum("s", "scratch") }};
-        const float mean = p_sum * __fdividef(1.0f, (float)((ch_hi > ch_lo ? ch_hi - ch_lo : 1) * V));
+        const float mean_s = p_sum * __fdividef(1.0f, (float)((ch_hi > ch_lo ? ch_hi - ch_lo : 1) * V));
 {% else %}
-        const float mean = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+        const float mean_s = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
 {% end %}
         float s2 = 0.0f;
         {{ stream_unroll }}for (nj_i64 ch = {{ LO }}; ch < {{ HI }}; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
-            const float d = xv[0] - mean;
-            s2 += d * d;
+            s2 += nj_sq((xv[0] - sh.k) * sh.inv - mean_s);
         }
 {% if mode == "part" then %}
         const float p_m2 = {{ row_sum("s2", "scratch") }};
 {% else %}
-        const float var = {{ row_sum("s2", "scratch") }} * (1.0f / (float)NJ_N);
+        const float var_s = {{ row_sum("s2", "scratch") }} * (1.0f / (float)NJ_N);
 {% end %}
 {% elseif mode == "part" then %}
         const float p_sum = {{ row_sum("s", "scratch") }}, p_m2 = 0.0f;
 {% else %}
-        const float mean = 0.0f;
-        const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+        const float mean_s = 0.0f;
+        const float var_s = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
 {% end %}
 {% else %}
 {% if F.center then %}
@@ -212,21 +209,21 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, xv);
 {% end %}
 #pragma unroll
-            for (int k = 0; k < V; k++) {{ F.center and "nj_welford_add(w, xv[k])" or "s += xv[k] * xv[k]" }};
+            for (int k = 0; k < V; k++) {{ F.center and "nj_welford_add(w, (xv[k] - sh.k) * sh.inv)" or "s += nj_sq(xv[k] * sh.inv)" }};
         }
 {% if F.center then %}
         w = {{ row_welford("w", "wscratch") }};
 {% if mode == "part" then %}
         const float p_sum = w.n * w.mean, p_m2 = w.m2;
 {% else %}
-        const float mean = w.mean;
-        const float var = w.m2 * (1.0f / (float)NJ_N);
+        const float mean_s = w.mean;
+        const float var_s = w.m2 * (1.0f / (float)NJ_N);
 {% end %}
 {% elseif mode == "part" then %}
         const float p_sum = {{ row_sum("s", "scratch") }}, p_m2 = 0.0f;
 {% else %}
-        const float mean = 0.0f;
-        const float var = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
+        const float mean_s = 0.0f;
+        const float var_s = {{ row_sum("s", "scratch") }} * (1.0f / (float)NJ_N);
 {% end %}
 {% end %}
 {% if mode == "part" then %}
@@ -240,7 +237,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% do return end %}
 {% end %}
 {% if mode ~= "norm" then %}
-        const float rstd = rsqrtf(var + A.eps); /* IEEE sqrt + divide would call slow-path subroutines (spills) */
+{% fwd_finish("mean_s", "var_s") %}
 {% end %}
 {% if mode ~= "norm" then %}
 {% fwd_save_stats("lane == 0", kept) %}
@@ -262,7 +259,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% end %}
 #pragma unroll
             for (int k = 0; k < V; k++) {
-                float u = ({{ src }}[k] - mean) * rstd;
+                float u = {{ fwd_centered(src .. "[k]") }} * rstd;
 {% if F.scale then %}
                 u *= {{ param_vec and "g_[k]" or param_row and "g_row" or "g_chunk" }};
 {% end %}

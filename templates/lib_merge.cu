@@ -1,6 +1,6 @@
 {# Library kernel NJ_LIB_MERGE (src/planner.h): the pieces of split walks combined item by item, the
-   split column walks' tiles and the channels-last images' groups, forward (mean and rstd from each
-   piece's (sum, m2)) and backward (the means of g and g * xhat from each piece's sums). One module a
+   split column walks' tiles and the channels-last images' groups, forward (the mean and variance of the
+   scaled shifted values from each piece's (sum, m2); the normalizing kernel finishes them) and backward (the means of g and g * xhat from each piece's sums). One module a
    gamma dtype (it touches no gamma) serves every plan: the layout and extents come in A.lib.
    A block per 32 items: lane l owns item 32 * block + l, warp w adds parts w, w + 8, ... and warp 0 then
    the 8 warp sums, in that order: a fixed split and order, deterministic. P.mode: the modes' numbers. #}
@@ -68,10 +68,11 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
             O[0] = a * inv_n;
             O[A.lib[11]] = b * inv_n;
         } else {
-            /* rsqrtf: IEEE sqrt and divide would call slow-path subroutines */
+            /* the moments of the scaled shifted values (prelude: nj_shift): the normalizing kernel, which
+               knows the set's shift and scale, finishes mean and rstd */
             const bool c = mode == {{ P.mode.stats }};
             O[0] = c ? nj_mean[lane] : 0.0f;
-            O[A.lib[11]] = rsqrtf((c ? m2 : a) * inv_n + A.eps);
+            O[A.lib[11]] = (c ? m2 : a) * inv_n;
         }
     }
 }

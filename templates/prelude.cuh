@@ -438,6 +438,43 @@ template <int NW> NJ_DEVICE nj_welford nj_block_welford(nj_welford w, nj_welford
     return r;
 }
 
+/* ---- shifted, scaled statistics ----
+ * Every reduction set's statistics are accumulated on d = (x - k) * inv, where k is the set's first
+ * element (loaded first by every thread: one address, a line the walk reads anyway) and inv = 1/s, s the
+ * power of two at or below |k|. The difference of two close floats is exact, so a mean far from zero
+ * costs no precision (y = ((x - k) - md) * rstd, md the mean of x - k: the rounding of the f32 mean is
+ * never multiplied by rstd), and squares of sets of magnitude 1e30 or 1e-30 neither overflow nor
+ * underflow. Every piece of a split walk uses the same (k, s), so merging pieces stays exact. The scale
+ * from one element is a heuristic: a set whose elements exceed |k| by 2^60 and more (k = 0 in a set of
+ * 1e30s) can still overflow; k = 0, subnormal or not finite gives s = 1. RMS sets keep k = 0. */
+NJ_DEVICE float nj_sq(float v) { return v * v; }
+struct nj_shift {
+    float k, s, inv;
+};
+NJ_DEVICE nj_shift nj_shift_of(float first, bool center)
+{
+    unsigned e = (__float_as_uint(first) >> 23) & 0xffu;
+    if (e == 0u || e == 0xffu) e = 127u;
+    e = e > 253u ? 253u : e; /* 1/s stays normal */
+    nj_shift r;
+    r.k = center ? first : 0.0f;
+    r.s = __uint_as_float(e << 23);
+    r.inv = __uint_as_float((254u - e) << 23);
+    return r;
+}
+/* rstd = 1 / sqrt(var + eps) from the scaled variance var_s = var / s^2: rsqrt(var_s + eps / s^2) / s;
+ * rsqrt(eps) where eps / s^2 overflows (var is then below eps * 2^-126: nothing next to eps), or where
+ * both terms vanish (a constant set of 1e30s: eps / s^2 underflows, and var is 0 next to eps). */
+NJ_DEVICE float nj_rstd_scaled(float var_s, nj_shift sh, float eps)
+{
+    const float es = eps * sh.inv * sh.inv;
+    return es > 3.402823466e38f || var_s + es == 0.0f ? rsqrtf(eps) : rsqrtf(var_s + es) * sh.inv; /* NaN stays */
+}
+
+/* Backward (bwd_lib.cuh): above this |mean| * rstd the saved float32 mean's rounding (|mean| * 2^-25)
+ * moves xhat by more than 1e-6, and a set's correction is summed first. */
+#define NJ_FIX_RATIO 16.0f
+
 /* ---- activations (applied after the affine) and their derivatives d act(u) / du ---- */
 #define NJ_SQRT_2_OVER_PI 0.7978845608028654f
 #define NJ_INV_SQRT_2 0.7071067811865476f

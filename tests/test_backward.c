@@ -554,7 +554,8 @@ static void test_plan_shape(void **state)
     assert_int_equal(pp.vec, 8);
     assert_string_equal(pp.launch[0].kernel, "nj_bwd_row");
     assert_string_equal(pp.launch[1].kernel, "nj_bwd_pgrad_col");
-    assert_int_equal(pp.workspace_per_row, 0);
+    /* a float a row: the dx kernel's correction of the saved mean for the dgamma walk (bwd_reserve_dl) */
+    assert_int_equal(pp.workspace_per_row, sizeof(float));
     /* long rows: the dx walk is split over blocks (pieces of 2^15), the pieces' sums in the workspace
      * after the dgamma/dbeta launches' fixed region; dgamma's grid still ignores the batch */
     static const int64_t lng[] = {2, 1 << 20};
@@ -566,7 +567,9 @@ static void test_plan_shape(void **state)
     assert_string_equal(pp.launch[1].kernel, "nj_bwd_dx");
     assert_int_equal(pp.launch[0].row_mult, 32);
     assert_non_null(strstr(pp.launch[2].kernel, "pgrad"));
-    assert_int_equal(pp.workspace_per_row, 32 * 2 * sizeof(float));
+    /* three floats a piece (the third: the saved mean's correction), and the float a row that hands the
+     * correction to the dgamma walk */
+    assert_int_equal(pp.workspace_per_row, (32 * 3 + 1) * sizeof(float));
     assert_int_equal(nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1, 0, g1), NJ_OK);
     assert_int_equal(nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1 << 20, 0, g2), NJ_OK);
     assert_int_equal(g1[0], g2[0]);
@@ -597,14 +600,14 @@ static void test_plan_shape(void **state)
     assert_int_equal(pp.nlaunch, 4);
     static const char *const names[] = {"nj_bwd_column_part", "nj_lib_merge", "nj_bwd_column",
                                         "nj_lib_colsum"};
-    static const int64_t mult[] = {72, 2 * 32, 72, 1};
+    static const int64_t mult[] = {72, 2 * 64, 72, 1}; /* 64 merge items a tile: the correction's sums too */
     for (int i = 0; i < 4; i++) {
         assert_string_equal(pp.launch[i].kernel, names[i]);
         assert_int_equal(pp.launch[i].row_mult, mult[i]);
     }
     assert_int_equal(pp.launch[3].grid_x, 2);
     assert_int_equal(pp.workspace_fixed, 0);
-    assert_int_equal(pp.workspace_per_row, 2 * 37 * 64 * 4 + 40 * 36 * 2 * 4);
+    assert_int_equal(pp.workspace_per_row, 2 * 37 * 128 * 4 + 40 * 36 * 2 * 4);
     assert_int_equal(nj_plan_backward(NULL, &s->dev, &pp), NJ_ERR_NULL_POINTER);
 }
 

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +61,24 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* One numerical regime of the generated inputs (tools/check_lib.h). */
+typedef struct regime {
+    const char *name;
+    double offset, scale, eps;
+    int nan;
+    uint32_t passes;
+} regime;
+
+static int check_regime(matrix_state *m, const char *line, const regime *g, uint64_t seed);
+
 /* Checks one problem line; returns 1 when it passed. */
 static int check_line(matrix_state *m, const char *line, double offset, uint64_t seed)
+{
+    regime g = {"", offset, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
+    return check_regime(m, line, &g, seed);
+}
+
+static int check_regime(matrix_state *m, const char *line, const regime *g, uint64_t seed)
 {
     nj_problem_desc p;
     nj_status s = nj_problem_from_text(line, 3, &p);
@@ -69,15 +86,19 @@ static int check_line(matrix_state *m, const char *line, double offset, uint64_t
     nj_check_options o;
     nj_check_options_init(&o);
     o.seed = seed;
-    o.offset = offset;
-    o.passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
+    o.offset = g->offset;
+    o.scale = g->scale;
+    o.eps = g->eps;
+    o.nan = g->nan;
+    o.passes = g->passes;
     nj_check_report rep;
     memset(&rep, 0, sizeof rep);
     s = nj_check_problem(m->ctx, &p, &o, &rep);
     m->run++;
     if (s == NJ_OK && rep.pass) return 1;
     m->failed++;
-    fprintf(stderr, "FAIL %s (offset %g, seed %llu)\n", line, offset, (unsigned long long)seed);
+    fprintf(stderr, "FAIL %s (regime %s: offset %g, scale %g, eps %g%s; seed %llu)\n", line, g->name, g->offset,
+            g->scale, g->eps, g->nan ? ", a NaN" : "", (unsigned long long)seed);
     if (s != NJ_OK) fprintf(stderr, "  %s: %s\n", nj_status_name(s), nj_last_error());
     else nj_check_report_print(stderr, &rep);
     return 0;
@@ -128,6 +149,14 @@ static void test_rmsnorm(void **state)
     static const char *const bases[] = {"rmsnorm %s 4x96", "rmsnorm %s 3x8192", "rmsnorm %s 2x129", "rmsnorm %s 7x2",
                                         "rmsnorm %s 2x300001" /* split, odd: vec 1, a short last piece */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
+    /* More rows than the backward's slots (264 for bf16 4096, 132 for f32): each block fetches its next
+     * row while it works on one; with an offset, the saved mean's correction reads the fetched words. */
+    matrix_state *m = *state;
+    int before = m->failed;
+    check_line(m, "rmsnorm bf16 600x4096 flags=scale", 0.0, 41);
+    check_line(m, "layernorm f32 300x4096 flags=scale,bias", 0.0, 42);
+    check_line(m, "layernorm f32 300x4096 flags=scale,bias", 1e5, 43);
+    assert_int_equal(m->failed - before, 0);
 }
 
 static void test_instancenorm(void **state)
@@ -219,6 +248,166 @@ static void test_special_values(void **state)
     assert_int_equal(m->failed - before, 0);
 }
 
+/* Offsets (|mean| / std of 1e2, 1e4, 1e6), magnitudes (1e30, 1e-30 with eps 0: a unit-variance output)
+ * and a NaN in one set, on every family and dtype, forward and backward, judged by the ordinary
+ * tolerances (tools/tolerance.h: f32 y 1e-5, dx 1e-4): the statistics are shifted and scaled sums
+ * (templates/prelude.cuh, nj_shift). f16 holds neither offsets past ~6e4 nor magnitudes past 6.5e4 or
+ * below 6e-8, and bf16 resolves a 1e6 offset to a constant set: their regimes are the ones they can
+ * represent (a constant set must give exactly beta). */
+static const regime regimes_f32[] = {
+    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3}, {"offset 1e4", 1e4, 1.0, 1e-5, 0, 3},
+    {"offset 1e6", 1e6, 1.0, 1e-5, 0, 3}, {"magnitude 1e30", 0.0, 1e30, 1e-5, 0, 3},
+    {"magnitude 1e-30", 0.0, 1e-30, 0.0, 0, 3}, {"a NaN", 0.0, 1.0, 1e-5, 1, 3},
+};
+static const regime regimes_f16[] = {
+    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3}, {"offset 1e4", 1e4, 1.0, 1e-5, 0, 3},
+    {"magnitude 1e4", 0.0, 1e4, 1e-5, 0, 3}, {"magnitude 1e-3", 0.0, 1e-3, 0.0, 0, 3},
+    {"a NaN", 0.0, 1.0, 1e-5, 1, 3},
+};
+static const regime regimes_bf16[] = {
+    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3}, {"offset 1e6 (constant sets)", 1e6, 1.0, 1e-5, 0, 3},
+    {"magnitude 1e30", 0.0, 1e30, 1e-5, 0, 3}, {"magnitude 1e-30", 0.0, 1e-30, 0.0, 0, 3},
+    {"a NaN", 0.0, 1.0, 1e-5, 1, 3},
+};
+
+static void test_regimes(void **state)
+{
+    matrix_state *m = *state;
+    /* a family each: warp rows, register rows, streamed rows (column-tiled dgamma), RMS rows, general
+     * (dgamma walk), column (fused dgamma), channels-last (library merge), split column walks (merge) */
+    static const char *const probs[] = {
+        "layernorm %s 3x64 flags=scale,bias,stats act=silu",
+        "layernorm %s 2x1000 flags=scale,bias,stats",
+        "layernorm %s 2x12289 flags=scale,bias",
+        "rmsnorm %s 3x129 flags=scale,stats",
+        "norm %s shape=4x6x5 reduce=0,2 feature=1 flags=center,scale,bias,stats", /* dgamma walk: dl handed on */
+        "instancenorm %s nhwc 2x5x7x40 flags=scale,bias,stats",
+        "groupnorm %s nhwc 2x12x5x5 groups=3 flags=scale,bias,stats",
+        "batchnorm %s nhwc 2x10x64x64 flags=scale,bias,stats",
+        "batchnorm %s nhwc 2x48x48x48 flags=scale,bias", /* split column walks: the merge's third sum */
+    };
+    const struct {
+        const char *dt;
+        const regime *g;
+        size_t n;
+    } sets[] = {{"f32", regimes_f32, sizeof regimes_f32 / sizeof regimes_f32[0]},
+                {"f16", regimes_f16, sizeof regimes_f16 / sizeof regimes_f16[0]},
+                {"bf16", regimes_bf16, sizeof regimes_bf16 / sizeof regimes_bf16[0]}};
+    int before = m->failed;
+    for (size_t d = 0; d < 3; d++)
+        for (size_t p = 0; p < sizeof probs / sizeof probs[0]; p++)
+            for (size_t r = 0; r < sets[d].n; r++) {
+                char line[512];
+                snprintf(line, sizeof line, probs[p], sets[d].dt);
+                check_regime(m, line, &sets[d].g[r], 300 + d * 100 + p * 10 + r);
+            }
+    assert_int_equal(m->failed - before, 0);
+}
+
+/* y of `line` (batch 3) with x's values placed `shift` bytes into a buffer (the rest aligned). */
+static void run_at(matrix_state *m, const char *line, size_t shift, const void *xh, size_t xbytes, void *yh,
+                   size_t ybytes)
+{
+    nj_problem_desc p;
+    assert_int_equal(nj_problem_from_text(line, 3, &p), NJ_OK);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(m->ctx, &p, NJ_PASS_FORWARD, &plan), NJ_OK);
+    void *x, *y, *g;
+    assert_int_equal(nj_mem_alloc(m->ctx, xbytes + 256, &x), NJ_OK);
+    assert_int_equal(nj_mem_alloc(m->ctx, ybytes, &y), NJ_OK);
+    static float gh[12289]; /* gamma of the longest row below */
+    for (int i = 0; i < 12289; i++) gh[i] = 1.0f + (float)i * 0x1p-14f;
+    assert_int_equal(nj_mem_alloc(m->ctx, sizeof gh, &g), NJ_OK);
+    assert_int_equal(nj_mem_upload(m->ctx, g, gh, sizeof gh), NJ_OK);
+    assert_int_equal(nj_mem_upload(m->ctx, (char *)x + shift, xh, xbytes), NJ_OK);
+    size_t wsb = nj_plan_workspace_size(plan, NJ_PASS_FORWARD);
+    void *ws = NULL;
+    if (wsb) assert_int_equal(nj_mem_alloc(m->ctx, wsb, &ws), NJ_OK);
+    nj_forward_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.eps = 1e-5f;
+    a.x = (char *)x + shift;
+    a.gamma = g;
+    a.y = y;
+    a.workspace = ws;
+    nj_status st = nj_forward(plan, &a);
+    if (st != NJ_OK) fail_msg("%s: %s: %s", line, nj_status_name(st), nj_last_error());
+    assert_int_equal(nj_synchronize(m->ctx, NULL), NJ_OK);
+    assert_int_equal(nj_mem_download(m->ctx, yh, y, ybytes), NJ_OK);
+    if (ws) nj_mem_free(m->ctx, ws);
+    nj_mem_free(m->ctx, x);
+    nj_mem_free(m->ctx, y);
+    nj_mem_free(m->ctx, g);
+}
+
+/* What the README promises about alignment: the variant a launch runs (vector or unaligned, its own
+ * summation order) follows the operands' alignment, so one input gives the same bits at every address
+ * of one alignment class (0 and 64 bytes; 2 and 66, or 4 and 68 for f32); across classes the bits may
+ * differ in the last place (printed, not asserted). */
+static void test_alignment_bits(void **state)
+{
+    matrix_state *m = *state;
+    static const struct {
+        const char *line;
+        size_t esize, n;
+    } cases[] = {{"layernorm bf16 *x4096 flags=scale", 2, 3 * 4096}, {"layernorm f32 *x1000 flags=scale", 4, 3 * 1000},
+                 {"rmsnorm f16 *x12289 flags=scale", 2, 3 * 12289}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t bytes = cases[c].esize * cases[c].n;
+        unsigned char *xh = malloc(bytes), *y[4];
+        assert_non_null(xh);
+        uint64_t st = 99 + c;
+        for (size_t i = 0; i < bytes; i += 2) { /* 16-bit patterns of finite values near 1e3 in every dtype */
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            uint16_t h = (uint16_t)(0x4400u + ((st >> 40) & 0x3ffu));
+            if (cases[c].esize == 4 && (i & 2) == 0) h = (uint16_t)(st >> 48);
+            memcpy(xh + i, &h, 2);
+        }
+        const size_t shifts[4] = {0, 64, cases[c].esize, 64 + cases[c].esize};
+        for (int k = 0; k < 4; k++) {
+            y[k] = malloc(bytes);
+            assert_non_null(y[k]);
+            run_at(m, cases[c].line, shifts[k], xh, bytes, y[k], bytes);
+        }
+        assert_memory_equal(y[0], y[1], bytes); /* aligned, two addresses */
+        assert_memory_equal(y[2], y[3], bytes); /* unaligned, two addresses */
+        fprintf(stderr, "alignment: %s: aligned and unaligned bits %s\n", cases[c].line,
+                memcmp(y[0], y[2], bytes) ? "differ (another summation order)" : "agree");
+        for (int k = 0; k < 4; k++) free(y[k]);
+        free(xh);
+    }
+}
+
+/* A constant set normalizes to exactly 0 (x - k is 0 for every element), at any offset and magnitude:
+ * y = 0 * rstd * gamma, bit for bit, on rows (registers, streamed), columns and channels-last groups. */
+static void test_constant_sets(void **state)
+{
+    matrix_state *m = *state;
+    static const struct {
+        const char *line;
+        size_t n; /* elements of x at batch 3 */
+    } cases[] = {{"layernorm f32 *x1000 flags=scale", 3000}, {"layernorm f32 *x12289 flags=scale", 3 * 12289},
+                 {"instancenorm f32 nhwc *x5x7x40 flags=scale", 3 * 5 * 7 * 40},
+                 {"groupnorm f32 nhwc *x12x5x5 groups=3 flags=scale", 3 * 12 * 25},
+                 {"layernorm f32 nchw *x24x7x5 axes=1 flags=scale", 3 * 24 * 35}};
+    static const float values[] = {40000.5f, 1e30f, -3e-30f, 1e6f + 0.0625f};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+            size_t bytes = cases[c].n * sizeof(float);
+            float *xh = malloc(bytes), *y = malloc(bytes);
+            assert_non_null(xh);
+            assert_non_null(y);
+            for (size_t i = 0; i < cases[c].n; i++) xh[i] = values[v];
+            run_at(m, cases[c].line, 0, xh, bytes, y, bytes);
+            for (size_t i = 0; i < cases[c].n; i++)
+                if (y[i] != 0.0f) fail_msg("%s, x = %g: y[%zu] = %g, not 0", cases[c].line, values[v], i, y[i]);
+            free(xh);
+            free(y);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -226,6 +415,10 @@ int main(void)
         cmocka_unit_test(test_instancenorm), cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
         cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),
+        cmocka_unit_test(test_regimes),     cmocka_unit_test(test_alignment_bits),
+        cmocka_unit_test(test_constant_sets),
     };
+    /* NJ_MATRIX_FILTER=test_regimes (a cmocka pattern) runs part of the matrix while iterating */
+    if (getenv("NJ_MATRIX_FILTER")) cmocka_set_test_filter(getenv("NJ_MATRIX_FILTER"));
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -690,9 +690,9 @@ static void test_channels_last(void **state)
     assert_string_equal(pp.launch[3].kernel, "nj_lib_colsum");
     assert_int_equal(pp.launch[3].grid_x, 10);
     /* the library's column sum walks each image's tile partials: (image, tile) parts, pairs per channel
-     * after the group sums and means of the image */
+     * after the group sums and means of the image (two pairs a group: the saved mean's correction too) */
     nj_launch_lib_args(&pp.launch[3], 3, la);
-    int64_t chans = (pp.split + 1) * 32 * 2, image = chans + (int64_t)pp.split * 320 * 2;
+    int64_t chans = (pp.split + 1) * 32 * 4, image = chans + (int64_t)pp.split * 320 * 2;
     assert_int_equal(la[NJ_COLSUM_NCOLS], 320);
     assert_int_equal(la[NJ_COLSUM_NPARTS], 3 * pp.split);
     assert_int_equal(la[NJ_COLSUM_INNER], pp.split);
@@ -704,7 +704,7 @@ static void test_channels_last(void **state)
     assert_int_equal((uint64_t)image * sizeof(float), pp.workspace_per_row);
     assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX | 1u << NJ_OPD_PARAM);
     assert_int_equal(pp.workspace_per_row,
-                     ((uint64_t)(pp.split + 1) * 32 * 2 + (uint64_t)pp.split * 320 * 2) * sizeof(float));
+                     ((uint64_t)(pp.split + 1) * 32 * 4 + (uint64_t)pp.split * 320 * 2) * sizeof(float));
     /* RMS-style (no centering) group statistics: the general family */
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, aff), NJ_OK);
     p.flags &= ~(uint32_t)NJ_FLAG_CENTER;

@@ -12,12 +12,15 @@
 
 typedef struct nj_check_options {
     uint64_t seed;   /* xorshift seed (0 is replaced by a fixed non-zero value) */
-    double offset;   /* added to every x value: x = offset + uniform[-1, 1] */
+    double offset;   /* added to every x value: x = scale * (offset + uniform[-1, 1]) */
+    double scale;    /* magnitude of x (and of the residual); 0 means 1 */
+    int nan;         /* one NaN in x, at the logical element numel / 2: its set's outputs must be NaN,
+                        every other set's right */
     double eps;      /* epsilon passed to the kernels and the reference */
     uint32_t passes; /* nj_pass bits to check */
 } nj_check_options;
 
-/* seed 1, offset 0, eps 1e-5, forward and backward. */
+/* seed 1, offset 0, scale 1, no NaN, eps 1e-5, forward and backward. */
 void nj_check_options_init(nj_check_options *o);
 
 #define NJ_CHECK_MAX_OUTPUTS 8

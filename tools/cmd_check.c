@@ -24,6 +24,10 @@ static void nj_check_help(FILE *f)
             "  --batch N           extent of a '*' batch axis (default 4: several rows, so row indexing is tested)\n"
             "  --seed S            random seed (default 1)\n"
             "  --offset V          added to every x value (tests stability against a large mean; default 0)\n"
+            "  --scale S           x = S * (offset + uniform[-1, 1]), the residual S * uniform (magnitudes such\n"
+            "                      as 1e30 or 1e-30; default 1)\n"
+            "  --nan               one NaN in x (its middle element): its set's outputs must be NaN, every\n"
+            "                      other set's right\n"
             "  --eps E             epsilon (default 1e-5)\n"
             "  --pass P            fwd, bwd or fwd,bwd (default fwd,bwd)\n"
             "  --shuffle           emulator: shuffle thread order between barriers, poison shared memory, and\n"
@@ -79,6 +83,11 @@ static int nj_check_parse_args(int argc, char **argv, nj_check_args *a)
         } else if ((r = nj_tool_opt(argc, argv, &i, "--offset", &v))) {
             if (r < 0 || nj_check_parse_double(v, &a->o.offset))
                 return nj_tool_usage_error("check", "--offset takes a number");
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--scale", &v))) {
+            if (r < 0 || nj_check_parse_double(v, &a->o.scale) || !(a->o.scale > 0.0))
+                return nj_tool_usage_error("check", "--scale takes a positive number");
+        } else if (!strcmp(argv[i], "--nan")) {
+            a->o.nan = 1;
         } else if ((r = nj_tool_opt(argc, argv, &i, "--eps", &v))) {
             if (r < 0 || nj_check_parse_double(v, &a->o.eps) || !(a->o.eps >= 0))
                 return nj_tool_usage_error("check", "--eps takes a non-negative number");
@@ -160,8 +169,9 @@ int nj_cmd_check(int argc, char **argv)
     if (nj_tool_open_context(&a.t, NJ_TOOL_FALLBACK_EMULATOR, &ctx) != NJ_OK) {
         rc = NJ_EXIT_FAIL;
     } else {
-        printf("backend %s, seed %llu, offset %g, eps %g, '*' batch %ld\n",
-               nj_tool_backend_name(nj_context_backend(ctx)), (unsigned long long)a.o.seed, a.o.offset, a.o.eps, a.batch);
+        printf("backend %s, seed %llu, offset %g, scale %g%s, eps %g, '*' batch %ld\n",
+               nj_tool_backend_name(nj_context_backend(ctx)), (unsigned long long)a.o.seed, a.o.offset, a.o.scale,
+               a.o.nan ? ", a NaN" : "", a.o.eps, a.batch);
         int skipped = 0;
         for (int i = 0; i < np; i++) {
             int r = nj_check_one(ctx, probs[i], &a);

@@ -56,8 +56,10 @@ static inline nj_tolerance nj_tol_grad(nj_dtype d)
     return nj_tol_output(d);
 }
 
-/* An input offset (mean far from zero) costs float32 relative accuracy in x - mean of about
- * |offset| / std * 2^-24 per element; widen rtol and atol for it (inputs have std ~0.58). */
+/* A fused residual add rounds x + residual to float32 before the statistics (as residual_out stores it):
+ * with an offset (mean far from zero) that costs |offset| / std * 2^-24 per element (inputs have std
+ * ~0.58); the forward's tolerance is widened for it. The statistics themselves are shifted sums, exact to
+ * float32 at any offset, so nothing else is widened. */
 static inline nj_tolerance nj_tol_widen_offset(nj_tolerance t, double offset)
 {
     double w = fabs(offset) * 32.0 * 0x1p-24;
