@@ -2,7 +2,7 @@
 # Installs what a new machine lacks (Debian packages) and checks for the CUDA toolkit.
 # Idempotent: packages already present are not reinstalled, apt is only touched when needed.
 set -euo pipefail
-pkgs=(cmake make gcc g++ pkg-config liblua5.4-dev libcmocka-dev libxxhash-dev libssl-dev)
+pkgs=(cmake make gcc g++ pkg-config liblua5.4-dev libcmocka-dev libxxhash-dev libssl-dev libhiredis-dev redis-server)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
