@@ -426,6 +426,7 @@ int nj_cache_fleet_lock(nj_cache *c, const char *signature, const char *ext)
     snprintf(px, sizeof px, "%d", r->cfg.lock_ms);
     const char *set[6] = {"SET", lock, r->token, "NX", "PX", px}, *exists[2] = {"EXISTS", key};
     uint64_t deadline = nj_now_ns() + (uint64_t)r->cfg.wait_ms * 1000000ull;
+    long poll_ms = 5; /* doubling to 50 ms: prompt for short compiles, light on Redis for long ones */
     for (int waited = 0;; waited = 1) {
         redisReply *rep = nj_remote_cmd(r, 6, set, NULL);
         if (!rep) return NJ_FLEET_LOOK;
@@ -445,7 +446,8 @@ int nj_cache_fleet_lock(nj_cache *c, const char *signature, const char *ext)
                    r->cfg.wait_ms, hash);
             return NJ_FLEET_LOOK;
         }
-        struct timespec ts = {0, 10 * 1000000L};
+        poll_ms = poll_ms * 2 > 50 ? 50 : poll_ms * 2;
+        struct timespec ts = {0, poll_ms * 1000000L};
         nanosleep(&ts, NULL);
     }
 }

@@ -211,6 +211,7 @@ static int setup_all(void **state)
     snprintf(tmp_root, sizeof tmp_root, "/tmp/nj-remote-XXXXXX");
     if (!mkdtemp(tmp_root)) return -1;
     signal(SIGPIPE, SIG_DFL); /* the library must survive a dead peer without any help */
+    unsetenv("NORMJIT_REMOTE_CACHE");
     srv_port = free_port();
     srv_pid = redis_start(srv_port);
     return 0;
@@ -518,6 +519,63 @@ static void test_push_pull(void **state)
     assert_int_equal(rb.compiles, 0);
 }
 
+/* The tool: runs `normjit cache ARGS` (stderr folded in), returns the exit status and the output. */
+static int tool(char *out, size_t cap, const char *fmt, ...)
+{
+    char args[1024], cmd[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s/normjit' cache %s 2>&1", NJ_BINARY_DIR, args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* `normjit cache push / pull / stats` against the same server; usage and unreachable errors. */
+static void test_tool_push_pull_stats(void **state)
+{
+    (void)state;
+    char url[256], a[300], b[300], out[4096], want[300];
+    url_for(url, sizeof url, srv_port, "tool:", NULL);
+    rootf(a, sizeof a, "tool-a");
+    rootf(b, sizeof b, "tool-b");
+    host_result ra = host_in_child(a, NULL);
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' --remote '%s' push", a, url), 0);
+    snprintf(want, sizeof want, "pushed %llu entries", (unsigned long long)ra.compiles);
+    assert_non_null(strstr(out, want));
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' --remote '%s' pull", b, url), 0);
+    snprintf(want, sizeof want, "pulled %llu entries, 0 refused", (unsigned long long)ra.compiles);
+    assert_non_null(strstr(out, want));
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' --remote '%s' stats", b, url), 0);
+    snprintf(want, sizeof want, "remote      redis://127.0.0.1:%d/0 prefix \"tool:\"", srv_port);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof want, "values    %llu\n", (unsigned long long)ra.compiles);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof want, "entries     %llu\n", (unsigned long long)ra.compiles);
+    assert_non_null(strstr(out, want));
+
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' pull", b), 2); /* no tier named */
+    assert_non_null(strstr(out, "NORMJIT_REMOTE_CACHE"));
+    char gone[256];
+    url_for(gone, sizeof gone, free_port(), "tool:", NULL);
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' --remote '%s' stats", b, gone), 1);
+    assert_non_null(strstr(out, "(unreachable)"));
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' --remote '%s' push", a, gone), 1);
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' --remote 'redis://nowhere' push", a), 1);
+    assert_non_null(strstr(out, "NJ_ERR_BAD_ARGUMENT"));
+
+    char forged[128];
+    snprintf(forged, sizeof forged, "tool:%032d.so", 7);
+    redis_set(srv_port, forged, "garbage", 7);
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' --remote '%s' pull", b, url), 1);
+    assert_non_null(strstr(out, "1 refused by verification"));
+}
+
 static void test_bad_urls(void **state)
 {
     (void)state;
@@ -556,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_poisoned_values_refused),
         cmocka_unit_test(test_silent_server_bounded),
         cmocka_unit_test(test_push_pull),
+        cmocka_unit_test(test_tool_push_pull_stats),
     };
     return cmocka_run_group_tests(tests, setup_all, teardown_all);
 }
