@@ -112,6 +112,9 @@ nj_status nj_remote_parse(const char *url, nj_remote_config *cfg)
 
 #ifdef NJ_HAVE_HIREDIS
 #include <hiredis.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <time.h>
@@ -327,14 +330,64 @@ static int nj_remote_fetch_key(nj_remote *r, const char *key, uint8_t **img, siz
     return got < 0 ? -1 : got;
 }
 
-static int nj_remote_store(nj_remote *r, const char *key, const uint8_t *img, size_t n)
+/* Values are authenticated, not only checksummed: image || HMAC-SHA256(cache key, domain NUL name NUL image),
+ * name = "<hash>.<ext>". Redis is outside this machine (anyone who can write to it could otherwise plant a
+ * binary with fixed-up checksums, and entries are loaded as code); the tag binds the value to its name, so a
+ * valid entry moved under another key is refused too. Same key and threat model as signed archives. */
+#define NJ_REMOTE_TAG_SIZE 32u
+#define NJ_REMOTE_DOMAIN "normjit-redis-entry"
+
+static int nj_remote_tag(const nj_cache *c, const char *name, const uint8_t *img, size_t n,
+                         uint8_t tag[NJ_REMOTE_TAG_SIZE])
 {
-    if (n > r->cfg.max_bytes) return 0;
-    char ttl[24];
+    if (!c->key_len) return 0;
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+                           OSSL_PARAM_construct_end()};
+    size_t out = 0;
+    int ok = ctx && EVP_MAC_init(ctx, c->key, c->key_len, params) &&
+             EVP_MAC_update(ctx, (const uint8_t *)NJ_REMOTE_DOMAIN, sizeof NJ_REMOTE_DOMAIN) &&
+             EVP_MAC_update(ctx, (const uint8_t *)name, strlen(name) + 1) && EVP_MAC_update(ctx, img, n) &&
+             EVP_MAC_final(ctx, tag, &out, NJ_REMOTE_TAG_SIZE) && out == NJ_REMOTE_TAG_SIZE;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    return ok;
+}
+
+/* Checks a value fetched under name: tag first, then the entry image (expect_sig NULL: the caller compares
+ * the signature's hash with the name). NULL when valid, else why; *n_img gets the image's length. */
+static const char *nj_remote_check(const nj_cache *c, const char *name, const uint8_t *val, size_t n,
+                                   const char *expect_sig, nj_cache_view *v, size_t *n_img)
+{
+    uint8_t tag[NJ_REMOTE_TAG_SIZE];
+    if (n < NJ_CACHE_HEADER_SIZE + NJ_REMOTE_TAG_SIZE) return "truncated (shorter than a header and a tag)";
+    *n_img = n - NJ_REMOTE_TAG_SIZE;
+    if (!nj_remote_tag(c, name, val, *n_img, tag)) return "no cache key to authenticate it";
+    if (CRYPTO_memcmp(tag, val + *n_img, NJ_REMOTE_TAG_SIZE) != 0)
+        return "authentication failed (forged, damaged, another key, or another entry's value)";
+    return nj_cache_check_image(val, *n_img, expect_sig, v);
+}
+
+/* SET NX (EX ttl) of image || tag under name. 1 when stored. */
+static int nj_remote_store(nj_cache *c, const char *name, const uint8_t *img, size_t n)
+{
+    nj_remote *r = c->remote;
+    if (n + NJ_REMOTE_TAG_SIZE > r->cfg.max_bytes) return 0;
+    uint8_t *val = malloc(n + NJ_REMOTE_TAG_SIZE);
+    if (!val) return 0;
+    memcpy(val, img, n);
+    if (!nj_remote_tag(c, name, img, n, val + n)) {
+        free(val);
+        return 0;
+    }
+    char key[256], ttl[24];
+    snprintf(key, sizeof key, "%s%s", r->cfg.prefix, name);
     snprintf(ttl, sizeof ttl, "%lld", (long long)r->cfg.ttl_s);
-    const char *argv[6] = {"SET", key, (const char *)img, "NX", "EX", ttl};
-    size_t lens[6] = {3, strlen(key), n, 2, 2, strlen(ttl)};
+    const char *argv[6] = {"SET", key, (const char *)val, "NX", "EX", ttl};
+    size_t lens[6] = {3, strlen(key), n + NJ_REMOTE_TAG_SIZE, 2, 2, strlen(ttl)};
     redisReply *rep = nj_remote_cmd(r, r->cfg.ttl_s > 0 ? 6 : 4, argv, lens);
+    free(val);
     if (!rep) return 0;
     int stored = rep->type == REDIS_REPLY_STATUS;
     freeReplyObject(rep);
@@ -371,23 +424,24 @@ nj_status nj_cache_remote_get(nj_cache *c, const char *signature, const char *ex
 {
     nj_remote *r = c ? c->remote : NULL;
     if (!r || !nj_cache_ext_ok(ext)) return NJ_ERR_NOT_CACHED;
-    char hash[33], key[256];
+    char hash[33], name[64], key[256];
     nj_hash_hex(signature, strlen(signature), hash);
-    nj_remote_key(r, hash, ext, key, sizeof key);
-    uint8_t *img = NULL;
-    size_t n = 0;
-    if (nj_remote_fetch_key(r, key, &img, &n) != 1) return NJ_ERR_NOT_CACHED;
+    snprintf(name, sizeof name, "%s.%s", hash, ext);
+    snprintf(key, sizeof key, "%s%s", r->cfg.prefix, name);
+    uint8_t *val = NULL;
+    size_t n = 0, n_img = 0;
+    if (nj_remote_fetch_key(r, key, &val, &n) != 1) return NJ_ERR_NOT_CACHED;
     nj_cache_view v;
-    const char *why = nj_cache_check_image(img, n, signature, &v);
+    const char *why = nj_remote_check(c, name, val, n, signature, &v, &n_img);
     nj_status s = NJ_ERR_NOT_CACHED;
     if (why) {
         nj_remote_count(r, &r->n.rejected);
         nj_log(&r->log, NJ_LOG_WARN, "remote cache value %s refused: %s", key, why);
     } else if ((s = nj_cache_fill_entry(&v, out)) == NJ_OK) {
         nj_remote_count(r, &r->n.hits);
-        nj_cache_remote_publish(c, hash, ext, img, n);
+        nj_cache_remote_publish(c, hash, ext, val, n_img);
     }
-    free(img);
+    free(val);
     return s == NJ_OK ? NJ_OK : NJ_ERR_NOT_CACHED;
 }
 
@@ -397,16 +451,16 @@ void nj_cache_remote_put(nj_cache *c, const char *hash, const char *ext, const v
 {
     nj_remote *r = c ? c->remote : NULL;
     size_t n = hdr_len + sig_len + meta_len + payload_len;
-    if (!r || n > r->cfg.max_bytes) return;
+    if (!r || n + NJ_REMOTE_TAG_SIZE > r->cfg.max_bytes) return;
     uint8_t *img = malloc(n);
     if (!img) return;
     memcpy(img, hdr, hdr_len);
     memcpy(img + hdr_len, sig, sig_len);
     memcpy(img + hdr_len + sig_len, meta, meta_len);
     if (payload_len) memcpy(img + hdr_len + sig_len + meta_len, payload, payload_len);
-    char key[256];
-    nj_remote_key(r, hash, ext, key, sizeof key);
-    nj_remote_store(r, key, img, n);
+    char name[64];
+    snprintf(name, sizeof name, "%s.%s", hash, ext);
+    nj_remote_store(c, name, img, n);
     free(img);
 }
 
@@ -489,11 +543,7 @@ static int nj_push_one(void *user, int dfd, const char *name, const char *path, 
     char hash[33];
     if (img && !nj_cache_check_image(img, (size_t)fst.st_size, NULL, &v)) {
         nj_hash_hex(v.sig, v.sig_len, hash);
-        if (memcmp(hash, name, 32) == 0) {
-            char key[256];
-            nj_remote_key(ps->c->remote, hash, ext, key, sizeof key);
-            ps->pushed += (uint64_t)nj_remote_store(ps->c->remote, key, img, (size_t)fst.st_size);
-        }
+        if (memcmp(hash, name, 32) == 0) ps->pushed += (uint64_t)nj_remote_store(ps->c, name, img, (size_t)fst.st_size);
     }
     free(img);
     return 0;
@@ -518,18 +568,19 @@ static int nj_pull_one(nj_cache *c, const char *key, size_t plen)
 {
     const char *name = key + plen, *ext = NULL;
     if (strlen(name) >= 64 || !nj_cache_entry_name(name, &ext)) return 0;
-    uint8_t *img = NULL;
-    size_t n = 0;
-    if (nj_remote_fetch_key(c->remote, key, &img, &n) != 1) return 0;
+    uint8_t *val = NULL;
+    size_t n = 0, n_img = 0;
+    if (nj_remote_fetch_key(c->remote, key, &val, &n) != 1) return 0;
     nj_cache_view v;
     char hash[33];
-    const char *why = nj_cache_check_image(img, n, NULL, &v);
+    const char *why = nj_remote_check(c, name, val, n, NULL, &v, &n_img);
     if (!why) nj_hash_hex(v.sig, v.sig_len, hash);
-    int ok = !why && memcmp(hash, name, 32) == 0;
-    if (ok) nj_cache_remote_publish(c, hash, ext, img, n);
+    if (!why && memcmp(hash, name, 32) != 0) why = "its signature does not hash to its name";
+    if (!why) nj_cache_remote_publish(c, hash, ext, val, n_img);
     else nj_remote_count(c->remote, &c->remote->n.rejected);
-    free(img);
-    return ok ? 1 : -1;
+    if (why) nj_log(&c->remote->log, NJ_LOG_WARN, "remote cache value %s refused: %s", key, why);
+    free(val);
+    return why ? -1 : 1;
 }
 
 /* Every key under the prefix (SCAN, so Redis is never blocked), the entry-named ones passed to fn with the
@@ -650,6 +701,15 @@ void nj_cache_remote_setup(nj_cache *c, const char *url, const nj_logger *log)
     if (s != NJ_OK) {
         nj_log(log, NJ_LOG_WARN, "remote cache off: %s: %s", nj_status_name(s), nj_last_error());
         nj_error_clear();
+        return;
+    }
+    /* Values from Redis are loaded as code: no tier without the key that authenticates them. */
+    if (!c->key_len && (s = nj_cache_key_from_env(c)) != NJ_OK) {
+        c->remote_status = s;
+        nj_log(log, NJ_LOG_WARN, "remote cache off: %s (the Redis tier needs the cache key: NORMJIT_CACHE_KEY_FILE "
+               "or NORMJIT_CACHE_KEY)", nj_last_error());
+        nj_error_clear();
+        nj_remote_close(r);
         return;
     }
     nj_cache_attach_remote(c, r);

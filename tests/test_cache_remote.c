@@ -212,6 +212,8 @@ static int setup_all(void **state)
     if (!mkdtemp(tmp_root)) return -1;
     signal(SIGPIPE, SIG_DFL); /* the library must survive a dead peer without any help */
     unsetenv("NORMJIT_REMOTE_CACHE");
+    unsetenv("NORMJIT_CACHE_KEY_FILE");
+    setenv("NORMJIT_CACHE_KEY", "fleet key: sixteen bytes or more", 1); /* every host and the tool */
     srv_port = free_port();
     srv_pid = redis_start(srv_port);
     return 0;
@@ -384,8 +386,9 @@ static size_t redis_get(int port, const char *key, uint8_t **out)
     return n;
 }
 
-/* Poisoned values (a flipped payload byte, truncated, another kernel's entry under this key, oversized):
- * each one refused and counted, never loaded; the host compiles instead. */
+/* Poisoned values (a flipped payload byte, truncated, another kernel's value under this key, oversized, a
+ * valid entry image with a forged tag, a host with another key): each one refused and counted, never
+ * loaded; the host compiles instead. */
 static void test_poisoned_values_refused(void **state)
 {
     (void)state;
@@ -401,21 +404,23 @@ static void test_poisoned_values_refused(void **state)
     size_t len[16];
     for (int i = 0; i < nk; i++) len[i] = redis_get(srv_port, keys[i], &good[i]);
 
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 6; variant++) {
         char small[256];
         for (int i = 0; i < nk; i++) {
             uint8_t *v = malloc(len[i] + 4096);
             size_t n = len[i];
             memcpy(v, good[i], n);
-            if (variant == 0) v[n - 1] ^= 0x5a;          /* payload byte flipped */
+            if (variant == 0) v[n - 33] ^= 0x5a;         /* last payload byte flipped (before the tag) */
             if (variant == 1) n = n / 2;                 /* truncated */
-            if (variant == 2) {                          /* a valid entry of another kernel */
+            if (variant == 2 || variant == 5) {          /* another kernel's value; intact */
                 free(v);
-                v = malloc(len[(i + 1) % nk]);
-                n = len[(i + 1) % nk];
-                memcpy(v, good[(i + 1) % nk], n);
+                int j = variant == 2 ? (i + 1) % nk : i;
+                v = malloc(len[j]);
+                n = len[j];
+                memcpy(v, good[j], n);
             }
             if (variant == 3) memset(v + n, 0, 4096), n += 4096; /* over max_bytes below */
+            if (variant == 4) memset(v + n - 32, 0xab, 32);     /* checksums fine, tag forged */
             redis_set(srv_port, keys[i], v, n);
             free(v);
         }
@@ -427,7 +432,9 @@ static void test_poisoned_values_refused(void **state)
         char name[32], r2[300];
         snprintf(name, sizeof name, "poison-%d", variant);
         rootf(r2, sizeof r2, name);
+        if (variant == 5) setenv("NORMJIT_CACHE_KEY", "another fleet's key, just as long", 1);
         host_result r = host_in_child(r2, small);
+        setenv("NORMJIT_CACHE_KEY", "fleet key: sixteen bytes or more", 1);
         assert_int_equal(r.remote.hits, 0);
         assert_int_equal(r.remote.rejected, r.compiles * 2); /* looked up before and after the locks */
         assert_int_equal(r.compiles, kernels);
@@ -452,6 +459,7 @@ static void test_silent_server_bounded(void **state)
     rootf(root, sizeof root, "silent-cache");
     nj_cache *c = NULL;
     assert_int_equal(nj_cache_open(root, 0, &c), NJ_OK);
+    assert_int_equal(nj_cache_key_from_env(c), NJ_OK);
     nj_remote *r = NULL;
     assert_int_equal(nj_remote_open(url, NULL, &r), NJ_OK);
     nj_cache_attach_remote(c, r);
@@ -493,6 +501,7 @@ static void test_push_pull(void **state)
     nj_cache *c = NULL;
     nj_remote *r = NULL;
     assert_int_equal(nj_cache_open(a, 0, &c), NJ_OK);
+    assert_int_equal(nj_cache_key_from_env(c), NJ_OK);
     assert_int_equal(nj_remote_open(url, NULL, &r), NJ_OK);
     nj_cache_attach_remote(c, r);
     uint64_t n = 0, bad = 0;
@@ -506,6 +515,7 @@ static void test_push_pull(void **state)
 
     rootf(b, sizeof b, "pp-b");
     assert_int_equal(nj_cache_open(b, 0, &c), NJ_OK);
+    assert_int_equal(nj_cache_key_from_env(c), NJ_OK);
     assert_int_equal(nj_remote_open(url, NULL, &r), NJ_OK);
     nj_cache_attach_remote(c, r);
     assert_int_equal(nj_cache_remote_pull(c, &n, &bad), NJ_OK);
@@ -576,6 +586,24 @@ static void test_tool_push_pull_stats(void **state)
     assert_non_null(strstr(out, "1 refused by verification"));
 }
 
+/* Without the cache key no tier is attached (values are loaded as code): the host says why and compiles. */
+static void test_no_key_no_tier(void **state)
+{
+    (void)state;
+    char url[256], root[300];
+    url_for(url, sizeof url, srv_port, "nokey:", NULL);
+    rootf(root, sizeof root, "nokey");
+    unsetenv("NORMJIT_CACHE_KEY");
+    host_result r = host_in_child(root, url);
+    setenv("NORMJIT_CACHE_KEY", "fleet key: sixteen bytes or more", 1);
+    assert_int_equal(r.remote.enabled, 0);
+    assert_int_equal(r.remote.status, NJ_ERR_CACHE_UNTRUSTED);
+    assert_true(r.compiles >= NPROB);
+    assert_int_equal(r.remote_warnings, 1);
+    char keys[4][128];
+    assert_int_equal(value_keys(srv_port, "nokey:", keys, 4), 0);
+}
+
 static void test_bad_urls(void **state)
 {
     (void)state;
@@ -608,6 +636,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_urls),
+        cmocka_unit_test(test_no_key_no_tier),
         cmocka_unit_test(test_two_hosts_share),
         cmocka_unit_test(test_eight_cold_hosts_compile_once),
         cmocka_unit_test(test_redis_killed_and_restarted),

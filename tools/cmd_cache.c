@@ -325,6 +325,11 @@ static int nj_cache_attach_tool_remote(nj_cache *c, const char *action, const ch
         return NJ_EXIT_FAIL;
     }
     nj_cache_attach_remote(c, r);
+    /* values are authenticated with the cache key, as archives are */
+    if ((s = nj_cache_key_from_env(c)) != NJ_OK) {
+        nj_tool_error(s, "the Redis tier needs the cache key (NORMJIT_CACHE_KEY_FILE or NORMJIT_CACHE_KEY)");
+        return NJ_EXIT_FAIL;
+    }
     return NJ_EXIT_OK;
 }
 
