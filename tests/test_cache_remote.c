@@ -30,13 +30,6 @@ static const char *const problems[] = {"rmsnorm f32 *x256 flags=scale", "layerno
 
 static char tmp_root[256];
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void rootf(char *out, size_t cap, const char *name)
 {
     snprintf(out, cap, "%s/%s", tmp_root, name);
@@ -140,6 +133,14 @@ static host_result host_in_child(const char *root, const char *url)
 #include <hiredis.h>
 
 /* ---- a redis-server of our own ---- */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 
 static int free_port(void)
 {
@@ -666,11 +667,15 @@ static void test_unsupported(void **state)
     nj_context_destroy(ctx);
     host_result r = host_in_child(root, "redis://127.0.0.1:6379");
     assert_true(r.compiles >= NPROB);
+    assert_int_equal(r.remote.status, NJ_ERR_UNSUPPORTED);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
+    assert_int_equal(system(cmd), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_unsupported)};
-    return cmocka_run_tests(tests);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #endif
