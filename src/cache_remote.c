@@ -195,11 +195,13 @@ static redisContext *nj_remote_conn(nj_remote *r)
     char db[16];
     snprintf(db, sizeof db, "%d", r->cfg.db);
     const char *auth[2] = {"AUTH", r->cfg.password}, *sel[2] = {"SELECT", db};
-    redisReply *rep = r->cfg.password[0] ? nj_remote_cmd_locked(r, 2, auth, NULL) : NULL;
-    if (rep) freeReplyObject(rep);
-    if (r->rc && r->cfg.password[0] && !rep) return NULL;
-    rep = r->rc && r->cfg.db ? nj_remote_cmd_locked(r, 2, sel, NULL) : NULL;
-    if (rep) freeReplyObject(rep);
+    for (int step = 0; step < 2; step++) { /* a failure drops the connection (r->rc NULL) */
+        const char **argv = step == 0 ? auth : sel;
+        if (step == 0 ? !r->cfg.password[0] : !r->cfg.db) continue;
+        redisReply *rep = nj_remote_cmd_locked(r, 2, argv, NULL);
+        if (!rep) return NULL;
+        freeReplyObject(rep);
+    }
     return r->rc;
 }
 

@@ -165,7 +165,11 @@ static redisContext *admin(int port)
     return c;
 }
 
-static pid_t redis_start(int port)
+static pid_t redis_start_args(int port, const char *extra_name, const char *extra_value);
+static pid_t redis_start(int port) { return redis_start_args(port, NULL, NULL); }
+
+/* Starts redis-server on loopback with one extra option (e.g. --requirepass PW), waits until it answers. */
+static pid_t redis_start_args(int port, const char *extra_name, const char *extra_value)
 {
     char dir[300], p[16];
     snprintf(dir, sizeof dir, "%s/redis", tmp_root);
@@ -176,14 +180,14 @@ static pid_t redis_start(int port)
     if (pid == 0) {
         freopen("/dev/null", "w", stdout);
         execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", dir, (char *)NULL);
+               "--dir", dir, extra_name, extra_value, (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 500; i++) { /* up to 5 s for it to listen */
         redisContext *c = admin(port);
         if (c) {
             redisReply *r = redisCommand(c, "PING");
-            int ok = r && r->type == REDIS_REPLY_STATUS;
+            int ok = r && (r->type == REDIS_REPLY_STATUS || (extra_name && r->type == REDIS_REPLY_ERROR)); /* NOAUTH */
             if (r) freeReplyObject(r);
             redisFree(c);
             if (ok) return pid;
@@ -587,6 +591,41 @@ static void test_tool_push_pull_stats(void **state)
     assert_non_null(strstr(out, "1 refused by verification"));
 }
 
+/* A password-protected Redis on database 2: the right password serves, a wrong one fails open. */
+static void test_password_and_db(void **state)
+{
+    (void)state;
+    int port = free_port();
+    pid_t pid = redis_start_args(port, "--requirepass", "s3cret");
+    char url[256], root[300];
+    snprintf(url, sizeof url, "redis://:s3cret@127.0.0.1:%d/2?prefix=pw:", port);
+    rootf(root, sizeof root, "pw-a");
+    host_result a = host_in_child(root, url);
+    assert_int_equal(a.remote.status, NJ_OK);
+    assert_int_equal(a.remote.errors, 0);
+    assert_int_equal(a.remote.stores, a.compiles);
+    redisContext *c = admin(port);
+    assert_non_null(c);
+    redisReply *r = redisCommand(c, "AUTH s3cret");
+    freeReplyObject(r);
+    r = redisCommand(c, "SELECT 2");
+    freeReplyObject(r);
+    r = redisCommand(c, "DBSIZE");
+    assert_int_equal(r->integer, (long long)a.compiles); /* in database 2 */
+    freeReplyObject(r);
+    redisFree(c);
+
+    snprintf(url, sizeof url, "redis://:wrong@127.0.0.1:%d/2?prefix=pw:", port);
+    rootf(root, sizeof root, "pw-b");
+    host_result b = host_in_child(root, url);
+    assert_int_equal(b.remote.status, NJ_ERR_CACHE_IO);
+    assert_true(b.remote.errors >= 1);
+    assert_int_equal(b.remote.hits, 0);
+    assert_int_equal(b.compiles, a.compiles);
+    assert_int_equal(b.remote_warnings, 1);
+    redis_stop(pid, SIGTERM);
+}
+
 /* Without the cache key no tier is attached (values are loaded as code): the host says why and compiles. */
 static void test_no_key_no_tier(void **state)
 {
@@ -638,6 +677,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_urls),
         cmocka_unit_test(test_no_key_no_tier),
+        cmocka_unit_test(test_password_and_db),
         cmocka_unit_test(test_two_hosts_share),
         cmocka_unit_test(test_eight_cold_hosts_compile_once),
         cmocka_unit_test(test_redis_killed_and_restarted),
