@@ -574,6 +574,11 @@ static void test_tool_push_pull_stats(void **state)
     snprintf(want, sizeof want, "entries     %llu\n", (unsigned long long)ra.compiles);
     assert_non_null(strstr(out, want));
 
+    unsetenv("NORMJIT_CACHE_KEY"); /* push and pull need the key; stats does not */
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' --remote '%s' push", a, url), 1);
+    assert_non_null(strstr(out, "NJ_ERR_CACHE_UNTRUSTED"));
+    assert_int_equal(tool(out, sizeof out, "--cache '%s' --remote '%s' stats", b, url), 0);
+    setenv("NORMJIT_CACHE_KEY", "fleet key: sixteen bytes or more", 1);
     assert_int_equal(tool(out, sizeof out, "--cache '%s' pull", b), 2); /* no tier named */
     assert_non_null(strstr(out, "NORMJIT_REMOTE_CACHE"));
     char gone[256];

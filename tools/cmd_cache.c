@@ -326,7 +326,7 @@ static int nj_cache_attach_tool_remote(nj_cache *c, const char *action, const ch
     }
     nj_cache_attach_remote(c, r);
     /* values are authenticated with the cache key, as archives are */
-    if ((s = nj_cache_key_from_env(c)) != NJ_OK) {
+    if (needs && (s = nj_cache_key_from_env(c)) != NJ_OK) { /* stats reads no value */
         nj_tool_error(s, "the Redis tier needs the cache key (NORMJIT_CACHE_KEY_FILE or NORMJIT_CACHE_KEY)");
         return NJ_EXIT_FAIL;
     }
