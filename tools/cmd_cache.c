@@ -38,9 +38,9 @@ static void nj_cache_help(FILE *f)
             "                      redis://[:password@]host:port[/db][?prefix=P&ttl=S&timeout_ms=T]\n"
             "  -h, --help          this text\n"
             "\n"
-            "The cache key (export and import): NORMJIT_CACHE_KEY_FILE, a file of this user not open to group\n"
-            "or others whose bytes (16 to 4096) are the key, else NORMJIT_CACHE_KEY. Use the same key on the\n"
-            "machines that export and import; without one, both refuse.\n");
+            "The cache key (export, import, push, pull): NORMJIT_CACHE_KEY_FILE, a file of this user not open\n"
+            "to group or others whose bytes (16 to 4096) are the key, else NORMJIT_CACHE_KEY. Use the same key\n"
+            "on every machine that shares entries; without one, these actions refuse.\n");
 }
 
 /* Hash of an entry from its path: the file name without directory and extension. */
