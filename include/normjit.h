@@ -250,6 +250,9 @@ typedef struct nj_context_options {
     int32_t log_level;        /* nj_log_level; messages go to log_fn only */
     nj_log_fn log_fn;
     void *log_user;
+    /* Shared cache tier behind the disk cache: redis://[:password@]host:port[/db][?prefix=..&ttl=..]; NULL =
+     * NORMJIT_REMOTE_CACHE, else none. Copied. README "Fleet cache (Redis)". */
+    const char *remote_cache;
 } nj_context_options;
 
 /* Fills defaults (struct_size set, everything else automatic). */
@@ -275,6 +278,17 @@ typedef struct nj_cache_stats {
     int32_t disk_status;
 } nj_cache_stats;
 NJ_API nj_status nj_context_cache_stats(nj_context *ctx, nj_cache_stats *out);
+/* The shared Redis tier. Set struct_size first. enabled: a tier is attached; status: NJ_OK, else why it is
+ * off (NJ_ERR_UNSUPPORTED: built without hiredis, or no disk cache; NJ_ERR_BAD_ARGUMENT: bad URL) or
+ * failing (NJ_ERR_CACHE_IO: the last command or connect failed; calls carry on without it). rejected:
+ * values refused by verification or the size bound; errors: failed connects and commands; skipped: uses
+ * not tried while backed off; lock_waits / lock_fallbacks: waits for another host's compile, given up. */
+typedef struct nj_remote_cache_stats {
+    uint32_t struct_size;
+    int32_t enabled, status;
+    uint64_t hits, misses, rejected, stores, errors, skipped, lock_waits, lock_fallbacks;
+} nj_remote_cache_stats;
+NJ_API nj_status nj_context_remote_cache_stats(nj_context *ctx, nj_remote_cache_stats *out);
 /* Backend actually in use, target arch, and the cache root ("" when memory only). Owned by the context.
  * A NULL context gives NJ_BACKEND_AUTO, 0 and "". */
 NJ_API nj_backend_kind nj_context_backend(const nj_context *ctx);

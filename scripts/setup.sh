@@ -2,7 +2,8 @@
 # Installs what a new machine lacks (Debian packages) and checks for the CUDA toolkit.
 # Idempotent: packages already present are not reinstalled, apt is only touched when needed.
 set -euo pipefail
-pkgs=(cmake make gcc g++ pkg-config liblua5.4-dev libcmocka-dev libxxhash-dev libssl-dev clang libclang-rt-14-dev
+pkgs=(cmake make gcc g++ pkg-config liblua5.4-dev libcmocka-dev libxxhash-dev libssl-dev libhiredis-dev
+      redis-server clang libclang-rt-14-dev
       python3 python3-venv python3-pip python3-setuptools python3-numpy python3-torch python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,6 +1,7 @@
 /* On-disk kernel cache: opening a root safely, lookup with full verification, atomic publish,
  * per-key cross-process locks. Maintenance is in cache_maint.c, archives in cache_archive.c. */
 #include "cache_impl.h"
+#include "cache_remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -367,6 +368,7 @@ nj_status nj_cache_open(const char *root, uint64_t max_bytes, nj_cache **out)
 void nj_cache_close(nj_cache *c)
 {
     if (!c) return;
+    nj_remote_close(c->remote);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->gc_mu);
     free(c);
@@ -497,7 +499,7 @@ static nj_status nj_cache_drop_bad(nj_cache *c, int dfd, const nj_cache_key *k, 
                    removed ? "; removed" : c->read_only ? "; left in place on a read-only root" : "; not removed");
 }
 
-static nj_status nj_cache_fill_entry(const nj_cache_view *v, nj_cache_entry *out)
+nj_status nj_cache_fill_entry(const nj_cache_view *v, nj_cache_entry *out)
 {
     out->signature = malloc((size_t)v->sig_len + 1);
     out->meta = malloc((size_t)v->meta_len + 1);
@@ -543,7 +545,7 @@ static nj_status nj_cache_get_fd(nj_cache *c, int dfd, int fd, const char *signa
     return s;
 }
 
-nj_status nj_cache_get(nj_cache *c, const char *signature, const char *ext, nj_cache_entry *out)
+static nj_status nj_cache_get_local(nj_cache *c, const char *signature, const char *ext, nj_cache_entry *out)
 {
     NJ_RETURN_IF(!c || !signature || !ext || !out, NJ_ERR_NULL_POINTER, "nj_cache_get: NULL argument");
     memset(out, 0, sizeof *out);
@@ -562,6 +564,13 @@ nj_status nj_cache_get(nj_cache *c, const char *signature, const char *ext, nj_c
         s = nj_cache_get_fd(c, dfd, fd, signature, &k, out);
     if (fd >= 0) close(fd);
     close(dfd);
+    return s;
+}
+
+nj_status nj_cache_get(nj_cache *c, const char *signature, const char *ext, nj_cache_entry *out)
+{
+    nj_status s = nj_cache_get_local(c, signature, ext, out);
+    if (s == NJ_ERR_NOT_CACHED && c->remote) s = nj_cache_remote_get(c, signature, ext, out); /* shared tier */
     return s;
 }
 
@@ -706,7 +715,7 @@ static void nj_cache_encode_header(uint8_t *h, uint32_t sig_len, uint32_t meta_l
 }
 
 /* Over the bound after a store: evict, but never the entry just stored. */
-static void nj_cache_after_store(nj_cache *c, const char *hash, const char *ext)
+void nj_cache_after_store(nj_cache *c, const char *hash, const char *ext)
 {
     if (nj_cache_total_get(c) <= c->max_bytes) return;
     char keep[PATH_MAX];
@@ -742,6 +751,8 @@ nj_status nj_cache_put(nj_cache *c, const char *signature, const char *ext, cons
     uint8_t hdr[NJ_CACHE_HEADER_SIZE];
     nj_cache_encode_header(hdr, (uint32_t)sig_len, (uint32_t)meta_len, payload_size, body_sum);
     nj_cache_part parts[4] = {{hdr, sizeof hdr}, {signature, sig_len}, {meta, meta_len}, {payload, payload_size}};
+    if (c->remote) nj_cache_remote_put(c, k.hash, ext, hdr, sizeof hdr, signature, sig_len, meta, meta_len, payload,
+                                       payload_size);
     int64_t added = 0;
     int err = 0;
     nj_status s = nj_cache_publish_parts(c, k.hash, ext, parts, 4, &added, &err);

@@ -35,6 +35,8 @@ struct nj_cache {
     uint64_t total; /* running estimate of the bytes of all entries */
     size_t key_len; /* archive key (nj_cache_set_key); 0 = none */
     uint8_t key[NJ_CACHE_KEY_MAX];
+    struct nj_remote *remote; /* shared tier behind this cache (cache_remote.c); NULL = none */
+    nj_status remote_status;  /* why no tier when one was asked for */
 };
 
 /* A parsed entry image; pointers into the checked buffer. */
@@ -77,6 +79,10 @@ NJ_HIDDEN int nj_cache_entry_name(const char *name, const char **ext);
 NJ_HIDDEN int nj_cache_pathf(char out[PATH_MAX], const char *fmt, ...) NJ_PRINTF(2, 3);
 /* Entry path for a hash; 0 on success. */
 NJ_HIDDEN int nj_cache_entry_path(const nj_cache *c, const char *hash, const char *ext, char out[PATH_MAX]);
+
+/* Copies a verified view out; after a store, evicts beyond the bound (never the entry just stored). */
+NJ_HIDDEN nj_status nj_cache_fill_entry(const nj_cache_view *v, nj_cache_entry *out);
+NJ_HIDDEN void nj_cache_after_store(nj_cache *c, const char *hash, const char *ext);
 
 /* Counts a store that failed with errno e (0: the root is read-only) under its reason. */
 NJ_HIDDEN void nj_cache_count_store_failure(nj_cache *c, int e);

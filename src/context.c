@@ -1,5 +1,6 @@
 /* Context lifecycle, backend and cache selection, the plan table (lock-free reads), plan queries. */
 #include "codegen.h"
+#include "cache_remote.h"
 #include "context_impl.h"
 
 #include <fcntl.h>
@@ -63,6 +64,8 @@ static void nj_cache_setup(nj_context *ctx)
         ctx->cache_status = s;
         nj_error_clear();
     }
+    nj_cache_remote_setup(ctx->cache, ctx->opts.remote_cache, &ctx->log); /* NULL cache: no tier */
+    ctx->opts.remote_cache = NULL; /* copied: the caller's string may go */
     free(root);
 }
 

@@ -2,6 +2,7 @@
  * a per-key file lock across processes), then load through the backend. A pass's kernel set also points
  * its library launches at the library modules (planner.h: nj_lib_kernel), fetched the same way. */
 #include "codegen.h"
+#include "cache_remote.h"
 #include "context_impl.h"
 
 #include <pthread.h>
@@ -173,19 +174,23 @@ static nj_status nj_kernels_build(nj_context *ctx, const nj_unit *u, const char 
             nj_log(&ctx->log, NJ_LOG_WARN, "cache lock: %s; compiling without it", nj_last_error());
             lock_fd = -1;
         }
-        if (lock_fd >= 0 && nj_kernels_from_disk(ctx, sig, ks, &e)) {
+        /* Other hosts too (the Redis tier): wait for one that compiles it, or hold its fleet lock. */
+        int fleet = nj_cache_fleet_lock(ctx->cache, sig, nj_binary_ext(ctx));
+        if ((lock_fd >= 0 || fleet) && nj_kernels_from_disk(ctx, sig, ks, &e)) {
             atomic_fetch_add(&ctx->hits_disk, 1);
         } else {
             atomic_fetch_add(&ctx->misses, 1);
             nj_compile_result res;
             memset(&res, 0, sizeof res);
             s = nj_kernels_compile(ctx, u, sig, ks, &res);
+            nj_cache_fleet_unlock(ctx->cache, sig, fleet);
             if (lock_fd >= 0) nj_cache_unlock(ctx->cache, lock_fd);
             if (s == NJ_OK) (*compiled)++;
             if (s == NJ_OK && load) s = nj_kernels_load(ctx, ks, res.bin.data, res.bin.size);
             nj_binary_free(&res.bin);
             return s;
         }
+        nj_cache_fleet_unlock(ctx->cache, sig, fleet);
         if (lock_fd >= 0) nj_cache_unlock(ctx->cache, lock_fd);
     } else {
         atomic_fetch_add(&ctx->hits_disk, 1);

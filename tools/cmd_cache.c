@@ -4,6 +4,7 @@
 #include "tool.h"
 
 #include "cache.h"
+#include "cache_remote.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +27,20 @@ static void nj_cache_help(FILE *f)
             "  import FILE         add the entries of an archive: each one's signature is checked with the\n"
             "                      cache key, then the entry verified; forged, damaged and unstored entries\n"
             "                      are counted and fail the command (exit 1)\n"
+            "  push                copy every valid entry to the Redis tier (set-if-absent)\n"
+            "  pull                copy every value of the Redis tier into this cache, each one verified\n"
+            "                      like a local entry (refused ones are counted and fail the command)\n"
             "\n"
             "options:\n"
             "  --cache DIR         cache root (default: NORMJIT_CACHE_DIR, else ./cache in a normjit source tree,\n"
             "                      else $XDG_CACHE_HOME/normjit, else ~/.cache/normjit)\n"
+            "  --remote URL        Redis tier for push, pull and stats (default: NORMJIT_REMOTE_CACHE),\n"
+            "                      redis://[:password@]host:port[/db][?prefix=P&ttl=S&timeout_ms=T]\n"
             "  -h, --help          this text\n"
             "\n"
-            "The cache key (export and import): NORMJIT_CACHE_KEY_FILE, a file of this user not open to group\n"
-            "or others whose bytes (16 to 4096) are the key, else NORMJIT_CACHE_KEY. Use the same key on the\n"
-            "machines that export and import; without one, both refuse.\n");
+            "The cache key (export, import, push, pull): NORMJIT_CACHE_KEY_FILE, a file of this user not open\n"
+            "to group or others whose bytes (16 to 4096) are the key, else NORMJIT_CACHE_KEY. Use the same key\n"
+            "on every machine that shares entries; without one, these actions refuse.\n");
 }
 
 /* Hash of an entry from its path: the file name without directory and extension. */
@@ -196,6 +202,41 @@ static int nj_cache_do_stats(nj_cache *c)
     return NJ_EXIT_OK;
 }
 
+/* The Redis tier, when one is configured: where, reachable, values under the prefix, this run's counters. */
+static int nj_cache_remote_stats(nj_cache *c)
+{
+    nj_remote *r = nj_cache_remote(c);
+    if (!r) return NJ_EXIT_OK;
+    const nj_remote_config *cfg = nj_remote_config_of(r);
+    uint64_t values = 0;
+    nj_status s = nj_cache_remote_usage(c, &values);
+    nj_remote_counters k;
+    nj_remote_counters_get(r, &k);
+    printf("remote      redis://%s:%d/%d prefix \"%s\"%s\n", cfg->host, cfg->port, cfg->db, cfg->prefix,
+           s == NJ_OK ? "" : " (unreachable)");
+    if (s == NJ_OK) printf("  values    %llu\n", (unsigned long long)values);
+    printf("  this run  hits %llu, misses %llu, rejected %llu, stores %llu, errors %llu\n",
+           (unsigned long long)k.hits, (unsigned long long)k.misses, (unsigned long long)k.rejected,
+           (unsigned long long)k.stores, (unsigned long long)k.errors);
+    if (s != NJ_OK) nj_tool_error(s, "remote cache");
+    return s == NJ_OK ? NJ_EXIT_OK : NJ_EXIT_FAIL;
+}
+
+static int nj_cache_do_remote(nj_cache *c, const char *action)
+{
+    uint64_t n = 0, bad = 0;
+    nj_status s = !strcmp(action, "push") ? nj_cache_remote_push(c, &n) : nj_cache_remote_pull(c, &n, &bad);
+    nj_remote_counters k;
+    nj_remote_counters_get(nj_cache_remote(c), &k);
+    if (!strcmp(action, "push")) printf("pushed %llu entries (already there: left as they were)\n", (unsigned long long)n);
+    else printf("pulled %llu entries, %llu refused by verification\n", (unsigned long long)n, (unsigned long long)bad);
+    if (s != NJ_OK) {
+        nj_tool_error(s, "cache %s failed", action);
+        return NJ_EXIT_FAIL;
+    }
+    return bad ? NJ_EXIT_FAIL : NJ_EXIT_OK;
+}
+
 static int nj_cache_do_walk(nj_cache *c, int verify)
 {
     nj_cache_walk w;
@@ -244,7 +285,12 @@ static int nj_cache_do_action(nj_cache *c, const char *action, const char *arg, 
     uint64_t n = 0;
     if (!strcmp(action, "ls")) return nj_cache_do_walk(c, 0);
     if (!strcmp(action, "verify")) return nj_cache_do_walk(c, 1);
-    if (!strcmp(action, "stats")) return nj_cache_do_stats(c);
+    if (!strcmp(action, "stats")) {
+        int rc = nj_cache_do_stats(c);
+        int rrc = nj_cache_remote_stats(c);
+        return rc != NJ_EXIT_OK ? rc : rrc;
+    }
+    if (!strcmp(action, "push") || !strcmp(action, "pull")) return nj_cache_do_remote(c, action);
     if (!strcmp(action, "gc")) {
         if ((s = nj_cache_gc(c, max_bytes, &n)) == NJ_OK)
             printf("evicted %llu entries (bound %llu bytes)\n", (unsigned long long)n, (unsigned long long)max_bytes);
@@ -262,9 +308,34 @@ static int nj_cache_do_action(nj_cache *c, const char *action, const char *arg, 
     return NJ_EXIT_OK;
 }
 
+/* push and pull need a Redis tier; stats shows one when configured. Errors go to stderr (the tool prints). */
+static int nj_cache_attach_tool_remote(nj_cache *c, const char *action, const char *url)
+{
+    int needs = !strcmp(action, "push") || !strcmp(action, "pull");
+    if (!url || !*url) url = getenv("NORMJIT_REMOTE_CACHE");
+    if (!url || !*url) {
+        if (needs) fprintf(stderr, "normjit cache %s: no Redis tier (set --remote or NORMJIT_REMOTE_CACHE)\n", action);
+        return needs ? NJ_EXIT_USAGE : NJ_EXIT_OK;
+    }
+    if (!needs && strcmp(action, "stats") != 0) return NJ_EXIT_OK;
+    nj_remote *r = NULL;
+    nj_status s = nj_remote_open(url, NULL, &r);
+    if (s != NJ_OK) {
+        nj_tool_error(s, "remote cache");
+        return NJ_EXIT_FAIL;
+    }
+    nj_cache_attach_remote(c, r);
+    /* values are authenticated with the cache key, as archives are */
+    if (needs && (s = nj_cache_key_from_env(c)) != NJ_OK) { /* stats reads no value */
+        nj_tool_error(s, "the Redis tier needs the cache key (NORMJIT_CACHE_KEY_FILE or NORMJIT_CACHE_KEY)");
+        return NJ_EXIT_FAIL;
+    }
+    return NJ_EXIT_OK;
+}
+
 int nj_cmd_cache(int argc, char **argv)
 {
-    const char *dir = NULL, *action = NULL, *arg = NULL;
+    const char *dir = NULL, *action = NULL, *arg = NULL, *remote = NULL;
     uint64_t max_bytes = 1ull << 30;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
@@ -275,6 +346,9 @@ int nj_cmd_cache(int argc, char **argv)
         } else if ((r = nj_tool_opt(argc, argv, &i, "--cache", &v))) {
             if (r < 0) return nj_tool_usage_error("cache", "--cache needs a directory");
             dir = v;
+        } else if ((r = nj_tool_opt(argc, argv, &i, "--remote", &v))) {
+            if (r < 0) return nj_tool_usage_error("cache", "--remote needs a redis:// URL");
+            remote = v;
         } else if ((r = nj_tool_opt(argc, argv, &i, "--max-bytes", &v))) {
             if (r < 0 || nj_tool_parse_u64(v, &max_bytes))
                 return nj_tool_usage_error("cache", "--max-bytes takes a size like 500M");
@@ -288,7 +362,7 @@ int nj_cmd_cache(int argc, char **argv)
             return nj_tool_usage_error("cache", "unexpected argument '%s'", argv[i]);
         }
     }
-    static const char *const actions[] = {"ls", "stats", "verify", "gc", "clear", "export", "import"};
+    static const char *const actions[] = {"ls", "stats", "verify", "gc", "clear", "export", "import", "push", "pull"};
     int known = 0, needs_file = action && (!strcmp(action, "export") || !strcmp(action, "import"));
     for (size_t k = 0; action && k < sizeof actions / sizeof actions[0]; k++) known |= !strcmp(action, actions[k]);
     if (!action) return nj_tool_usage_error("cache", "no action given");
@@ -305,7 +379,8 @@ int nj_cmd_cache(int argc, char **argv)
     nj_status s = nj_cache_open(root, UINT64_MAX, &c);
     int rc = NJ_EXIT_FAIL;
     if (s != NJ_OK) nj_tool_error(s, "cannot open the cache at %s", root);
-    else rc = nj_cache_do_action(c, action, arg, max_bytes);
+    else rc = nj_cache_attach_tool_remote(c, action, remote);
+    if (rc == NJ_EXIT_OK) rc = nj_cache_do_action(c, action, arg, max_bytes);
     if (c) nj_cache_close(c);
     free(root);
     return rc;
