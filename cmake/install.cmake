@@ -39,8 +39,9 @@ if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
 else()
   set(NJ_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
 endif()
-# What libnormjit.a needs: hiredis (when built with the Redis tier), Lua and xxhash as pkg-config found them (their -L when not in a standard
-# place), then libcrypto (OpenSSL: archive signatures), dl, pthread, m.
+# What libnormjit.a needs: hiredis (when built with the Redis tier), Lua and xxhash as pkg-config found
+# them (their -L when not in a standard place), then libcrypto (OpenSSL: archive signatures), dl,
+# pthread, m.
 set(NJ_PC_LIBS_PRIVATE "")
 foreach(flag ${HIREDIS_LDFLAGS} ${LUA_LDFLAGS} ${XXHASH_LDFLAGS})
   if(flag MATCHES "^-L(.*)" AND CMAKE_MATCH_1 IN_LIST CMAKE_C_IMPLICIT_LINK_DIRECTORIES)

@@ -254,6 +254,8 @@ typedef struct nj_context_options {
      * NORMJIT_REMOTE_CACHE, else none. Copied. README "Fleet cache (Redis)". */
     const char *remote_cache;
 } nj_context_options;
+/* The struct before remote_cache: still accepted as struct_size, the missing field taken as NULL. */
+#define NJ_CONTEXT_OPTIONS_SIZE_V1 offsetof(nj_context_options, remote_cache)
 
 /* Fills defaults (struct_size set, everything else automatic). */
 NJ_API void nj_context_options_init(nj_context_options *o);

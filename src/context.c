@@ -88,8 +88,9 @@ static nj_plan_table *nj_table_new(size_t cap)
  * than read as something else. */
 static nj_status nj_options_check(const nj_context_options *o)
 {
-    NJ_RETURN_IF(o->struct_size != sizeof *o, NJ_ERR_BAD_STRUCT_SIZE, "nj_context_options.struct_size is %u, expected %zu",
-                 o->struct_size, sizeof *o);
+    NJ_RETURN_IF(o->struct_size != sizeof *o && o->struct_size != NJ_CONTEXT_OPTIONS_SIZE_V1, NJ_ERR_BAD_STRUCT_SIZE,
+                 "nj_context_options.struct_size is %u, expected %zu (or %zu, before remote_cache)", o->struct_size,
+                 sizeof *o, (size_t)NJ_CONTEXT_OPTIONS_SIZE_V1);
     NJ_RETURN_IF(o->flags & ~(uint32_t)NJ_CTX_FLAGS_ALL, NJ_ERR_BAD_FLAGS,
                  "nj_context_options.flags = 0x%x has unknown bits 0x%x", o->flags, o->flags & ~(uint32_t)NJ_CTX_FLAGS_ALL);
     NJ_RETURN_IF(o->backend < NJ_BACKEND_AUTO || o->backend > NJ_BACKEND_COMPILE_ONLY, NJ_ERR_BAD_ARGUMENT,
@@ -113,8 +114,9 @@ nj_status nj_context_create(const nj_context_options *opts, nj_context **out)
     if (opts) NJ_TRY(nj_options_check(opts));
     nj_context *ctx = calloc(1, sizeof *ctx);
     NJ_RETURN_IF(!ctx, NJ_ERR_OUT_OF_MEMORY, "context");
-    if (opts) ctx->opts = *opts;
-    else nj_context_options_init(&ctx->opts);
+    nj_context_options_init(&ctx->opts);
+    if (opts) memcpy(&ctx->opts, opts, opts->struct_size); /* an older, shorter struct: the rest as init'd */
+    ctx->opts.struct_size = sizeof ctx->opts;
     ctx->opts.cache_dir = NULL;
     if (opts && opts->cache_dir) ctx->opts.cache_dir = ctx->cache_dir_copy = strdup(opts->cache_dir);
     ctx->log = (nj_logger){(nj_log_level)ctx->opts.log_level, ctx->opts.log_fn, ctx->opts.log_user};

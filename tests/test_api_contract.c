@@ -74,6 +74,31 @@ static void test_cache_stats_size(void **state)
     nj_context_destroy(ctx);
 }
 
+/* nj_context_options grew remote_cache: a caller built before it passes the shorter struct, which is
+ * read no further than its struct_size (a heap block of exactly that size: ASan sees any over-read). */
+static void test_context_options_v1(void **state)
+{
+    (void)state;
+    nj_context_options full;
+    nj_context_options_init(&full);
+    full.backend = NJ_BACKEND_EMULATOR;
+    full.arch = 90;
+    full.cache_dir = g_dir;
+    full.struct_size = (uint32_t)NJ_CONTEXT_OPTIONS_SIZE_V1;
+    void *v1 = malloc(NJ_CONTEXT_OPTIONS_SIZE_V1);
+    assert_non_null(v1);
+    memcpy(v1, &full, NJ_CONTEXT_OPTIONS_SIZE_V1);
+    nj_context *ctx = NULL;
+    expect_status(nj_context_create(v1, &ctx), NJ_OK, NULL);
+    assert_int_equal(nj_context_backend(ctx), NJ_BACKEND_EMULATOR);
+    assert_string_equal(nj_context_cache_dir(ctx), g_dir);
+    nj_context_destroy(ctx);
+    uint32_t short_size = (uint32_t)NJ_CONTEXT_OPTIONS_SIZE_V1 - 8; /* through memcpy: v1 is a short block */
+    memcpy(v1, &short_size, sizeof short_size);
+    expect_status(nj_context_create(v1, &ctx), NJ_ERR_BAD_STRUCT_SIZE, "struct_size");
+    free(v1);
+}
+
 /* Issue 19 item 5: the accessors crashed on NULL. */
 static void test_null_accessors(void **state)
 {
@@ -414,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_launch_bound_fail),  cmocka_unit_test(test_workspace_size_fail),
         cmocka_unit_test(test_last_error_cleared), cmocka_unit_test(test_preset_param_dtype),
         cmocka_unit_test(test_layout_helpers),     cmocka_unit_test(test_cache_stats_size),
+        cmocka_unit_test(test_context_options_v1),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -44,7 +44,7 @@ class ContextOptions(Structure):
     _fields_ = [("struct_size", c_uint32), ("backend", c_int32), ("arch", c_int32), ("device", c_int32),
                 ("flags", c_uint32), ("max_parallel_compiles", c_int32), ("cache_max_bytes", c_uint64),
                 ("cache_dir", c_char_p), ("seed", c_uint64), ("log_level", c_int32), ("log_fn", LOG_FN),
-                ("log_user", c_void_p)]
+                ("log_user", c_void_p), ("remote_cache", c_char_p)]
 
 
 class ForwardArgs(Structure):
@@ -69,7 +69,7 @@ class CacheStats(Structure):
 
 
 # The sizes this package was written for (x86-64 / aarch64 LP64); checked against ctypes at import.
-EXPECTED_SIZES = {TensorDesc: 136, ProblemDesc: 848, ContextOptions: 72, ForwardArgs: 96, BackwardArgs: 104,
+EXPECTED_SIZES = {TensorDesc: 136, ProblemDesc: 848, ContextOptions: 80, ForwardArgs: 96, BackwardArgs: 104,
                   CacheStats: 104}
 
 _SIGNATURES = {

@@ -106,7 +106,7 @@ _SHIM = """
 #include <string.h>
 const char *nj_version(void) { return "%s"; }
 uint32_t nj_version_number(void) { return %d; }
-void nj_context_options_init(void *o) { uint32_t s = %d; memset(o, 0, 72); memcpy(o, &s, 4); }
+void nj_context_options_init(void *o) { uint32_t s = %d; memset(o, 0, 80); memcpy(o, &s, 4); }
 int nj_preset_layernorm(void *p, int d, int r, const int64_t *e, int k, unsigned f) { return 13; }
 #define STUB(n) int n(void) { return 33; }
 STUB(nj_status_name) STUB(nj_status_string) STUB(nj_last_error) STUB(nj_problem_validate)
@@ -117,9 +117,9 @@ STUB(nj_plan_describe) STUB(nj_plan_workspace_size) STUB(nj_forward) STUB(nj_bac
 
 
 @pytest.mark.parametrize("version,number,opts_size,message", [
-    ("0.2.0", 200, 72, "is normjit 0.2.0, this package needs 0.1.x"),
-    ("0.1.7", 107, 80, "nj_context_options is 80 bytes in the loaded library, 72"),
-    ("0.1.7", 107, 72, "nj_problem_desc is laid out differently"),
+    ("0.2.0", 200, 80, "is normjit 0.2.0, this package needs 0.1.x"),
+    ("0.1.7", 107, 72, "nj_context_options is 72 bytes in the loaded library, 80"),
+    ("0.1.7", 107, 80, "nj_problem_desc is laid out differently"),
 ])
 @pytest.mark.skipif(not shutil.which("cc"), reason="needs a C compiler to build the stand-in library")
 def test_library_refused(tmp_path, version, number, opts_size, message):
