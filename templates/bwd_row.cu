@@ -34,9 +34,11 @@ if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error(
 -- Up to 16 values a thread, the first pass keeps xhat and g for the second (no re-read of x, dy and
 -- gamma, no recomputation): 32 more registers beside the 32 column sums at most.
 local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
--- PF: the row loop fetches the next row while it works on this one (rows that stay in registers);
--- not in 1024-thread blocks, whose 64 registers a thread spilled with it (GELU erf, sm_80 and sm_90)
-local PF = PGRAD and CACHE and B <= 512
+-- PF: the row loop fetches the next row while it works on this one, where a thread's share of a row is
+-- at most 8 elements (16 registers of fetched words at most). Not in 1024-thread blocks (64 registers a
+-- thread: they spilled with it under GELU erf), nor at 16 elements a thread (f32 rows of 8192 spilled at
+-- 128 registers with the saved-mean correction and GELU erf, sm_80 and sm_90).
+local PF = PGRAD and CACHE and B <= 512 and ceil_div(N // P.vec, TPR) * P.vec <= 8
 if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats offset for dl") end
 %}
 {{ bwd_typedefs() }}
