@@ -78,7 +78,7 @@ static host_result host_run(const char *root, const char *url)
         if (nj_problem_from_text(problems[i], 1, &d) != NJ_OK || nj_plan_get(ctx, &d, NJ_PASS_FORWARD, &plan) != NJ_OK)
             r.ok = 0;
     }
-    nj_cache_stats st;
+    nj_cache_stats st = {.struct_size = sizeof st};
     if (nj_context_cache_stats(ctx, &st) != NJ_OK) r.ok = 0;
     r.compiles = st.compiles;
     r.hits_disk = st.hits_disk;
