@@ -331,6 +331,7 @@ static void run_at(matrix_state *m, const char *line, size_t shift, const void *
     a.gamma = g;
     a.y = y;
     a.workspace = ws;
+    a.workspace_size = wsb;
     nj_status st = nj_forward(plan, &a);
     if (st != NJ_OK) fail_msg("%s: %s: %s", line, nj_status_name(st), nj_last_error());
     assert_int_equal(nj_synchronize(m->ctx, NULL), NJ_OK);

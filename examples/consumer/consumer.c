@@ -129,7 +129,7 @@ int main(void)
     const float eps = 1e-5f;
     if (s == NJ_OK) {
         nj_forward_args a = {.struct_size = sizeof a, .eps = eps, .x = dx, .gamma = dg, .beta = db, .y = dy,
-                             .mean = dm, .rstd = dr, .workspace = ws};
+                             .mean = dm, .rstd = dr, .workspace = ws, .workspace_size = ws_bytes};
         s = nj_forward(plan, &a);
     }
     if (s == NJ_OK) s = nj_synchronize(ctx, NULL);
