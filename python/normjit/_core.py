@@ -168,6 +168,18 @@ def kept_shape(spec, lshape):
     return tuple(e for i, e in enumerate(lshape) if i not in spec.reduce)
 
 
+def _launch(fn, plan, pass_, a, alloc, vx):
+    """Gives args `a` the pass's workspace (from the input's framework) and stream, then runs the pass."""
+    ws = _lib.nj_plan_workspace_size(plan, pass_)
+    keep = None
+    if ws:
+        keep, a.workspace = alloc.workspace(ws)
+        a.workspace_size = ws
+    a.stream = _stream(vx)
+    check(fn(plan, ctypes.byref(a)))
+    del keep  # the framework's allocator orders its reuse after the stream's work (torch)
+
+
 def forward(x, spec, weight=None, bias=None, eps=1e-5, residual=None, want_residual=False, want_stats=False):
     """Runs the forward pass: returns (y, residual_out or None, mean or None, rstd or None)."""
     vx = view(x, "x")
@@ -202,14 +214,7 @@ def forward(x, spec, weight=None, bias=None, eps=1e-5, residual=None, want_resid
         a.y, a.residual_out = vy.ptr, _ptr(vh)
         a.mean = view(mean).ptr if mean is not None else None
         a.rstd = view(rstd).ptr if rstd is not None else None
-        ws = _lib.nj_plan_workspace_size(plan, _capi.PASS_FORWARD)
-        keep = None
-        if ws:
-            keep, a.workspace = alloc.workspace(ws)
-            a.workspace_size = ws
-        a.stream = _stream(vx)
-        check(_lib.nj_forward(plan, ctypes.byref(a)))
-        del keep  # the framework's allocator orders its reuse after the stream's work (torch)
+        _launch(_lib.nj_forward, plan, _capi.PASS_FORWARD, a, alloc, vx)
     f = alloc.finish
     return f(y), f(h), f(mean), f(rstd)
 
@@ -252,14 +257,7 @@ def backward(dy, x, mean, rstd, spec, weight=None, bias=None, need_dx=True, need
         a.dx = vdx.ptr
         a.dgamma = view(dw).ptr if dw is not None else None
         a.dbeta = view(db).ptr if db is not None else None
-        ws = _lib.nj_plan_workspace_size(plan, _capi.PASS_BACKWARD)
-        keep = None
-        if ws:
-            keep, a.workspace = alloc.workspace(ws)
-            a.workspace_size = ws
-        a.stream = _stream(vx)
-        check(_lib.nj_backward(plan, ctypes.byref(a)))
-        del keep
+        _launch(_lib.nj_backward, plan, _capi.PASS_BACKWARD, a, alloc, vx)
     elif dw is not None or db is not None:  # sums over nothing
         for t in (dw, db):
             if t is not None:
