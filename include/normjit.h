@@ -140,7 +140,7 @@ typedef enum nj_preset {
     NJ_PRESET_BATCHNORM = 5
 } nj_preset;
 
-/* The general problem (DESIGN.md, Semantics): normalize x over reduce_axes; gamma/beta span feature_axes.
+/* The general problem (docs/design.md, Semantics): normalize x over reduce_axes; gamma/beta span feature_axes.
  * Axis sets are bit masks over x's axes (bit i = axis i), so listing order cannot matter.
  * Zero the whole struct before filling it (or use a preset), and set struct_size = sizeof(nj_problem_desc). */
 typedef struct nj_problem_desc {

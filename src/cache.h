@@ -1,4 +1,4 @@
-/* On-disk kernel cache (src/cache.c): signature -> entry file, as in DESIGN.md "Signature and cache".
+/* On-disk kernel cache (src/cache.c): signature -> entry file, as in docs/design.md "Signature and cache".
  * Entry: <root>/v<NJ_CACHE_FORMAT>/<2 hex>/<hash>.<ext>, hash = nj_hash_hex(signature).
  * Holds header (magic, format, lengths, checksums), the signature text, metadata text (launches), binary.
  * Publish: temp file in the same directory, fsync, rename. Read: verify everything; a bad entry is a

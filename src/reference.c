@@ -1,4 +1,4 @@
-/* Double-precision CPU reference for the general normalization problem (DESIGN.md, Semantics).
+/* Double-precision CPU reference for the general normalization problem (docs/design.md, Semantics).
  *
  * It deliberately works from the raw descriptor (x's axes in the caller's order, bit masks, strides)
  * rather than from the canonical form, so that comparing kernels against it also checks

@@ -1,4 +1,4 @@
-"""float64 NumPy reference of the general problem (DESIGN.md, Semantics), forward and backward."""
+"""float64 NumPy reference of the general problem (docs/design.md, Semantics), forward and backward."""
 import math
 
 import numpy as np
