@@ -80,7 +80,57 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
 {{ ind }}const float mean = mk[{{ k }}], rstd = rk[{{ k }}];
 {{ bwd_element(xe, de, {g = "gk[" .. k .. "]", b = "bk[" .. k .. "]"}, ind) }}
 {% end %}
-{% DLK = false %}
+{% local function exact_dl() %}
+        /* With an activation, dz depends on xhat itself, so the first-order correction of the saved mean
+           (the dx kernel's) is not enough past |mean| / std ~ 1e3: where a group of this image needs it
+           (bwd_lib.cuh: NJ_FIX_RATIO, a test uniform over the block), the block sums (x - mean) * rstd
+           over the whole image first, reading the image's x once per tile: a rare regime's cost, none
+           for ordinary data. Its dl corrects this tile's xhat; the sums below add it back, so that the
+           merge and the dx kernel read what they read without it. */
+        bool fix = false;
+#pragma unroll 1
+        for (int g = 0; g < NJ_G; g++) {
+            const nj_i64 k3 = g;
+            const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
+            fix = fix || fabsf(A.mean[os]) * A.rstd[os] > NJ_FIX_RATIO;
+        }
+#pragma unroll
+        for (int k = 0; k < NJ_CH; k++) dlk[k] = 0.0f;
+        if (fix) {
+            float d[NJ_CH];
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) d[k] = 0.0f;
+            const nj_i64 oi = {{ offset("x", {1}, "k") }};
+#pragma unroll 1
+            for (int tl = 0; tl < NJ_S; tl++) {
+                const int np = nj_cl_tile_pixels(tl);
+#pragma unroll 1
+                for (int p = active ? r : np; p < np; p += NJ_R) {
+#pragma unroll 1
+                    for (int k = 0; k < NJ_CH; k++)
+                        d[k] += (nj_load_f32(X, oi + ((nj_i64)tl * NJ_TP + p) * {{ PS.x }} + c0 + k) - mk[k]) * rk[k];
+                }
+            }
+            if (active) {
+#pragma unroll
+                for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = d[k];
+            }
+            nj_cl_rows(nj_part, nj_chan);
+#pragma unroll 1
+            for (int g = t; g < NJ_G; g += {{ B }}) {
+                float s = 0.0f;
+#pragma unroll 1
+                for (int j = 0; j < NJ_CG; j++) s += nj_chan[g * NJ_CG + j];
+                nj_part[g] = s * (1.0f / (float)NJ_N);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++)
+                if (fabsf(mk[k]) * rk[k] > NJ_FIX_RATIO) dlk[k] = nj_part[(c0 + k) / NJ_CG];
+            __syncthreads(); /* nj_part is rewritten below */
+        }
+{% end %}
+{% DLK = P.act ~= "none" %}
 NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_part, {{ R * C }});
@@ -95,6 +145,10 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
         const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
         const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
 {% load_stats() %}
+{% if DLK then %}
+        float dlk[NJ_CH];
+{% exact_dl() %}
+{% end %}
         float a1[NJ_CH], a2[NJ_CH], a3[NJ_CH]{{ PARAMS and ", p1[NJ_CH], p2[NJ_CH]" or "" }};
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) a1[k] = a2[k] = a3[k] = {{ PARAMS and "p1[k] = p2[k] = " or "" }}0.0f;
@@ -105,11 +159,12 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {
 {% element("xv_[k]", "dv_[k]", "k", "                ") %}
+{% local XU = DLK and "(xh + dlk[k])" or "xh" %}
                 a1[k] += g;
-                a2[k] += g * xh;
-                a3[k] += xh;
+                a2[k] += g * {{ XU }};
+                a3[k] += {{ XU }};
 {% if PARAMS then %}
-                p1[k] += dz * xh;
+                p1[k] += dz * {{ XU }};
                 p2[k] += dz;
 {% end %}
             }

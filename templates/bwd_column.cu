@@ -72,15 +72,22 @@ end
 {# mode: "full" (sums and dx), "part" (a piece's sums per column) or "dx" (a piece's dx with its tile's
    means, which the library's merge added from the pieces') #}
 {% local function col_kernel(name, mode) %}
-{% BWD_DL = mode ~= "part" and "dl" or nil %}
 {% local S3 = mode == "part" and F.center %}
+{# With an activation, dz depends on xhat itself, so a piece corrects its xhat exactly too: the dx launch's
+   first-order correction is not enough past |mean| / std ~ 1e3. Where a column needs it (NJ_FIX_RATIO),
+   the piece walks the whole column first (its x read once per piece: a rare regime's cost, none for
+   ordinary data) and adds dl back into its sums, so that the merge and the dx launch read what they read
+   without it. #}
+{% local PRE = F.center and (mode == "full" or (mode == "part" and P.act ~= "none")) %}
+{% local XU = (mode == "part" and PRE) and "(xh + dl)" or "xh" %}
+{% BWD_DL = (mode ~= "part" or PRE) and "dl" or nil %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
 {% if mode ~= "dx" then %}
     NJ_SHARED(float, nj_part, {{ ((FUSED and 4 or 2) + (S3 and 1 or 0)) * B }});
 {% end %}
-{% if mode == "full" then %}
-    NJ_SHARED(float, nj_m, 64); /* the tile's means of g and g*xhat */
+{% if PRE then %}
+    NJ_SHARED(float, nj_m, 64); /* the tile's means of g and g*xhat; first, its columns' dl */
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
@@ -128,12 +135,13 @@ NJ_KERNEL({{ name }}, {{ B }})
         const float m2 = M[{{ IPT }} + tx];
 {% end %}
 {% else %}
-{% if mode == "full" and F.center then %}
-        /* each column's correction where it needs one; the tile's warps add theirs in order */
+{% if PRE then %}
+        /* each column's correction where it needs one (over the whole column); the tile's warps add
+           theirs in order */
         float dl = 0.0f;
         if (col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {
 #pragma unroll 1
-            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
+            for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
                 {{ split_index("i", red, "r", IT) }}
                 dl += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;
             }
@@ -144,7 +152,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 #pragma unroll 1
             for (int k = 1; k < NJ_BY; k++) dl += nj_part[k * 32 + tx];
             nj_m[tx] = dl * (1.0f / (float)NJ_N); /* rewritten only after the combine's barrier below */
-{% if bwd_dl_store() then %}
+{% if mode == "full" and bwd_dl_store() then %}
             if (col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {{ bwd_dl_base() }}[os] = nj_m[tx];
 {% end %}
         }
@@ -165,12 +173,12 @@ NJ_KERNEL({{ name }}, {{ B }})
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
                "op + " .. offset("param", red, "r"), "                ") }}
                 s1 += g;
-                s2 += g * xh;
+                s2 += g * {{ XU }};
 {% if S3 then %}
-                s3 += xh;
+                s3 += {{ XU }};
 {% end %}
 {% if FUSED then %}
-                p1 += dz * xh;
+                p1 += dz * {{ XU }};
                 p2 += dz;
 {% end %}
             }

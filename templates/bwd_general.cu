@@ -41,7 +41,13 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 {% end %}
 
 {% local function dx_kernel(name, mode) %}
-{% BWD_DL = mode ~= "part" and "dl" or nil %}
+{# With an activation, dz depends on xhat itself: a piece of a split walk corrects its xhat exactly too
+   (the dx launch's correction is first order in dl), from a walk over the whole statistic where it needs
+   one (NJ_FIX_RATIO: x read once more per piece, a rare regime's cost), and adds dl back into its sums so
+   that the dx launch reads what it reads without it. #}
+{% local PRE = F.center and (SPLIT == 1 or (mode == "part" and P.act ~= "none")) %}
+{% local XU = (mode == "part" and PRE) and "(xh + dl)" or "xh" %}
+{% BWD_DL = (mode ~= "part" or PRE) and "dl" or nil %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
     NJ_SHARED(float, nj_scratch, {{ math.max(2 * NW, 4) }});
@@ -66,19 +72,19 @@ NJ_KERNEL({{ name }}, {{ B }})
         const nj_i64 os = {{ offset("stats", kept, "k") }};
         const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
         const float rstd = A.rstd[os];
-{% if SPLIT == 1 and F.center then %}
+{% if PRE then %}
         float dl = 0.0f;
         if (fabsf(mean) * rstd > NJ_FIX_RATIO) { /* uniform over the block (bwd_lib.cuh: BWD_DL) */
             float c_ = 0.0f;
 #pragma unroll 1
-            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
+            for ({{ IT }} i = threadIdx.x; i < ({{ IT }})NJ_N; i += {{ B }}) {
                 {{ split_index("i", red, "r", IT) }}
                 c_ += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;
             }
             float z_ = 0.0f; /* inlined, not nj_block_sum's call: values live across a call spilled */
             nj_block_sum2<{{ NW }}>(c_, z_, nj_scratch);
             dl = c_ * (1.0f / (float)NJ_N);
-{% if bwd_dl_store() then %}
+{% if mode == "full" and bwd_dl_store() then %}
             if (threadIdx.x == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
 {% end %}
         }
@@ -128,9 +134,9 @@ NJ_KERNEL({{ name }}, {{ B }})
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
                "op + " .. offset("param", red, "r"), "            ") }}
             s1 += g;
-            s2 += g * xh;
+            s2 += g * {{ XU }};
 {% if mode == "part" and F.center then %}
-            s3 += xh;
+            s3 += {{ XU }};
 {% end %}
         }
         nj_block_sum2<{{ NW }}>(s1, s2, nj_scratch);
