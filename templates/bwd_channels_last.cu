@@ -106,7 +106,7 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
                 const int np = nj_cl_tile_pixels(tl);
 #pragma unroll 1
                 for (int p = active ? r : np; p < np; p += NJ_R) {
-#pragma unroll 1
+#pragma unroll /* d[] stays in registers only with k known at compile time */
                     for (int k = 0; k < NJ_CH; k++)
                         d[k] += (nj_load_f32(X, oi + ((nj_i64)tl * NJ_TP + p) * {{ PS.x }} + c0 + k) - mk[k]) * rk[k];
                 }

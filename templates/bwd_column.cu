@@ -86,7 +86,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if mode ~= "dx" then %}
     NJ_SHARED(float, nj_part, {{ ((FUSED and 4 or 2) + (S3 and 1 or 0)) * B }});
 {% end %}
-{% if PRE then %}
+{% if mode == "full" or PRE then %}
     NJ_SHARED(float, nj_m, 64); /* the tile's means of g and g*xhat; first, its columns' dl */
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
