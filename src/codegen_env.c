@@ -30,42 +30,22 @@
  * problem.
  */
 #include "codegen_env.h"
+#include "vocab.h"
 
 #include <stdio.h>
 
-static const char *const nj_opd_names[NJ_OPD_COUNT] = {"x", "y", "res", "resout", "dy", "dx", "param", "stats"};
-
-static const char *env_dtype(int32_t d)
-{
-    switch (d) {
-    case NJ_F32: return "f32";
-    case NJ_F16: return "f16";
-    case NJ_BF16: return "bf16";
-    default: return "none";
-    }
-}
+static const char *env_dtype(int32_t d) { return nj_dtype_name((nj_dtype)d); } /* "none" when absent */
 
 static const char *env_ctype(int32_t d)
 {
-    switch (d) {
-    case NJ_F32: return "float";
-    case NJ_F16: return "nj_f16";
-    case NJ_BF16: return "nj_bf16";
-    default: return NULL;
-    }
+    const nj_dtype_info *t = nj_dtype_find(d);
+    return t ? t->ctype : NULL;
 }
 
 static const char *env_act(int32_t a)
 {
-    switch (a) {
-    case NJ_ACT_NONE: return "none";
-    case NJ_ACT_RELU: return "relu";
-    case NJ_ACT_SILU: return "silu";
-    case NJ_ACT_GELU_TANH: return "gelu_tanh";
-    case NJ_ACT_GELU_ERF: return "gelu_erf";
-    case NJ_ACT_SIGMOID: return "sigmoid";
-    default: return NULL;
-    }
+    const nj_act_info *r = nj_act_find(a);
+    return r ? r->name : NULL;
 }
 
 static void env_int(lua_State *L, const char *k, long long v)
@@ -101,13 +81,13 @@ static void env_axis(lua_State *L, const nj_canon *c, int i)
     lua_createtable(L, 0, NJ_OPD_COUNT);
     for (int o = 0; o < NJ_OPD_COUNT; o++) {
         if (batch && o == NJ_OPD_PARAM) {
-            env_int(L, nj_opd_names[o], 0); /* the batch axis is never a feature axis */
+            env_int(L, nj_operand_key(o), 0); /* the batch axis is never a feature axis */
         } else if (batch) {
             char expr[32];
             snprintf(expr, sizeof expr, "A.bstride[%d]", o);
-            env_str(L, nj_opd_names[o], expr);
+            env_str(L, nj_operand_key(o), expr);
         } else {
-            env_int(L, nj_opd_names[o], a->stride[o]);
+            env_int(L, nj_operand_key(o), a->stride[o]);
         }
     }
     lua_setfield(L, -2, "stride");
@@ -116,28 +96,23 @@ static void env_axis(lua_State *L, const nj_canon *c, int i)
 static void env_operands(lua_State *L, const nj_canon *c)
 {
     lua_createtable(L, 0, NJ_OPD_COUNT);
-    for (int o = 0; o < NJ_OPD_COUNT; o++) env_str(L, nj_opd_names[o], env_dtype(c->dtype[o]));
+    for (int o = 0; o < NJ_OPD_COUNT; o++) env_str(L, nj_operand_key(o), env_dtype(c->dtype[o]));
     lua_setfield(L, -2, "dtype");
     lua_createtable(L, 0, NJ_OPD_COUNT);
     for (int o = 0; o < NJ_OPD_COUNT; o++) {
         const char *t = env_ctype(c->dtype[o]);
-        if (t) env_str(L, nj_opd_names[o], t);
+        if (t) env_str(L, nj_operand_key(o), t);
     }
     lua_setfield(L, -2, "ctype");
     lua_createtable(L, 0, NJ_OPD_COUNT);
-    for (int o = 0; o < NJ_OPD_COUNT; o++) env_bool(L, nj_opd_names[o], (c->present >> o) & 1u);
+    for (int o = 0; o < NJ_OPD_COUNT; o++) env_bool(L, nj_operand_key(o), (c->present >> o) & 1u);
     lua_setfield(L, -2, "present");
 }
 
 static void env_flags(lua_State *L, uint32_t f)
 {
-    lua_createtable(L, 0, 6);
-    env_bool(L, "center", f & NJ_FLAG_CENTER);
-    env_bool(L, "scale", f & NJ_FLAG_SCALE);
-    env_bool(L, "bias", f & NJ_FLAG_BIAS);
-    env_bool(L, "residual", f & NJ_FLAG_RESIDUAL);
-    env_bool(L, "resout", f & NJ_FLAG_RESIDUAL_OUT);
-    env_bool(L, "stats", f & NJ_FLAG_SAVE_STATS);
+    lua_createtable(L, 0, (int)nj_flag_count());
+    for (size_t i = 0; i < nj_flag_count(); i++) env_bool(L, nj_flag_row(i)->name, (f & nj_flag_row(i)->bit) != 0);
     lua_setfield(L, -2, "flags");
 }
 

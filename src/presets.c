@@ -1,11 +1,11 @@
 /* Contiguous tensor helper and the preset constructors (LayerNorm, RMSNorm, InstanceNorm, GroupNorm,
  * BatchNorm). Each preset fills a zeroed descriptor and then runs the full validation, so a preset never
  * hands back a problem that nj_problem_validate would refuse. */
-#include "internal.h"
+#include "vocab.h"
 
 #include <string.h>
 
-static bool dtype_known(int32_t d) { return d >= NJ_DTYPE_NONE && d <= NJ_BF16; }
+static bool dtype_known(int32_t d) { return d == NJ_DTYPE_NONE || nj_dtype_find(d); }
 
 /* Row-major strides for extents; fails on a bad rank, a negative extent or an overflowing product. */
 static nj_status fill_contiguous(nj_tensor_desc *t, int32_t rank, const int64_t *ext)

@@ -8,36 +8,18 @@
  * never blocks a merge).
  */
 #include "problem.h"
+#include "vocab.h"
 
 #include <string.h>
 
-static const char *const nj_opd_names[NJ_OPD_COUNT] = {"x",  "y",  "residual", "residual_out",
-                                                       "dy", "dx", "param",    "stats"};
-
-static const nj_tensor_desc *opd_desc(const nj_problem_desc *p, int o)
-{
-    switch (o) {
-    case NJ_OPD_X: return &p->x;
-    case NJ_OPD_Y: return &p->y;
-    case NJ_OPD_RES: return &p->residual;
-    case NJ_OPD_RESOUT: return &p->residual_out;
-    case NJ_OPD_DY: return &p->dy;
-    case NJ_OPD_DX: return &p->dx;
-    default: return NULL;
-    }
-}
+static const nj_tensor_desc *opd_desc(const nj_problem_desc *p, int o) { return nj_operand_desc(p, o); }
 
 /* x, y, dy and dx always take part (any problem can run backward); residual operands follow the flags. */
-static bool opd_used(const nj_problem_desc *p, int o)
-{
-    if (o == NJ_OPD_RES) return (p->flags & NJ_FLAG_RESIDUAL) != 0;
-    if (o == NJ_OPD_RESOUT) return (p->flags & NJ_FLAG_RESIDUAL_OUT) != 0;
-    return o <= NJ_OPD_DX;
-}
+static bool opd_used(const nj_problem_desc *p, int o) { return nj_operand_used(p, o); }
 
-static bool opd_is_output(int o) { return o == NJ_OPD_Y || o == NJ_OPD_RESOUT || o == NJ_OPD_DX; }
+static bool opd_is_output(int o) { return nj_operand_row(o)->output; }
 
-static bool dtype_valid(int32_t d) { return d == NJ_F32 || d == NJ_F16 || d == NJ_BF16; }
+static bool dtype_valid(int32_t d) { return nj_dtype_find(d) != NULL; }
 
 static bool has_param(const nj_problem_desc *p) { return (p->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0; }
 
@@ -113,7 +95,7 @@ static nj_status check_header(const nj_problem_desc *p)
                  p->flags & ~NJ_FLAGS_ALL);
     NJ_RETURN_IF((p->flags & NJ_FLAG_RESIDUAL_OUT) && !(p->flags & NJ_FLAG_RESIDUAL), NJ_ERR_BAD_FLAGS,
                  "flags: NJ_FLAG_RESIDUAL_OUT needs NJ_FLAG_RESIDUAL");
-    NJ_RETURN_IF(p->activation < NJ_ACT_NONE || p->activation > NJ_ACT_SIGMOID, NJ_ERR_BAD_ACTIVATION,
+    NJ_RETURN_IF(!nj_act_find(p->activation), NJ_ERR_BAD_ACTIVATION,
                  "activation = %d is not an nj_activation", p->activation);
     NJ_RETURN_IF(p->preset < NJ_PRESET_GENERAL || p->preset > NJ_PRESET_BATCHNORM, NJ_ERR_BAD_ARGUMENT,
                  "preset = %d is not an nj_preset", p->preset);
@@ -124,7 +106,8 @@ static nj_status check_header(const nj_problem_desc *p)
 static nj_status check_x(const nj_problem_desc *p)
 {
     const nj_tensor_desc *x = &p->x;
-    NJ_RETURN_IF(!dtype_valid(x->dtype), NJ_ERR_BAD_DTYPE, "x.dtype = %d: x must be f32, f16 or bf16", x->dtype);
+    NJ_RETURN_IF(!dtype_valid(x->dtype), NJ_ERR_BAD_DTYPE, "x.dtype = %d: x must be one of %s", x->dtype,
+                 nj_dtype_list());
     NJ_RETURN_IF(x->rank < 1 || x->rank > NJ_MAX_RANK, NJ_ERR_BAD_RANK, "x.rank = %d is outside 1..%d", x->rank,
                  NJ_MAX_RANK);
     int64_t prod = 1;
@@ -179,9 +162,9 @@ static nj_status check_param(const nj_problem_desc *p)
 static nj_status check_operand(const nj_problem_desc *p, int o)
 {
     const nj_tensor_desc *t = opd_desc(p, o), *x = &p->x;
-    const char *name = nj_opd_names[o];
+    const char *name = nj_operand_row(o)->name;
     NJ_RETURN_IF(t->dtype != NJ_DTYPE_NONE && !dtype_valid(t->dtype), NJ_ERR_BAD_DTYPE,
-                 "%s.dtype = %d: must be f32, f16, bf16 or NONE (x's)", name, t->dtype);
+                 "%s.dtype = %d: must be one of %s or NONE (x's)", name, t->dtype, nj_dtype_list());
     NJ_RETURN_IF(o == NJ_OPD_RES && opd_dtype(p, o) != x->dtype, NJ_ERR_BAD_DTYPE,
                  "residual.dtype = %s differs from x.dtype = %s", nj_dtype_name(opd_dtype(p, o)),
                  nj_dtype_name(x->dtype));
@@ -493,11 +476,10 @@ static const char *short_dtype(int32_t d) { return d == NJ_DTYPE_NONE ? "-" : nj
 
 static void text_flags(nj_buf *b, uint32_t flags)
 {
-    static const char *const names[] = {"center", "scale", "bias", "residual", "resout", "stats"};
     bool first = true;
-    for (size_t i = 0; i < NJ_ARRAY_LEN(names); i++)
-        if (flags >> i & 1u) {
-            nj_buf_printf(b, "%s%s", first ? "" : ",", names[i]);
+    for (size_t i = 0; i < nj_flag_count(); i++)
+        if (flags & nj_flag_row(i)->bit) {
+            nj_buf_printf(b, "%s%s", first ? "" : ",", nj_flag_row(i)->name);
             first = false;
         }
     if (first) nj_buf_printf(b, "none");
@@ -505,8 +487,8 @@ static void text_flags(nj_buf *b, uint32_t flags)
 
 static const char *act_name(int32_t a)
 {
-    static const char *const names[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
-    return a >= 0 && a < (int32_t)NJ_ARRAY_LEN(names) ? names[a] : "?";
+    const nj_act_info *r = nj_act_find(a);
+    return r ? r->name : "?";
 }
 
 /* e.g. "kind=row dt=bf16/bf16/-/-/bf16/bf16/f32/f32 flags=center,scale,bias act=none rs=4096 ki=1

@@ -29,7 +29,7 @@
  * Malformed text is NJ_ERR_PARSE with the offending token in the detail; a well-formed line describing an
  * invalid problem gets the validation status.
  */
-#include "internal.h"
+#include "vocab.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -37,30 +37,18 @@
 #include <string.h>
 #include <strings.h>
 
-#define NJ_TEXT_OPDS 5
-static const char *const opd_keys[NJ_TEXT_OPDS] = {"y", "res", "resout", "dy", "dx"};
+/* The text form's OP.* operands: y, res, resout, dy, dx (the operand table's keys, from y on); index i is
+ * operand NJ_OPD_Y + i. */
+#define NJ_TEXT_OPDS (NJ_OPD_DX - NJ_OPD_Y + 1)
 static const char *const preset_names[] = {"norm", "layernorm", "rmsnorm", "instancenorm", "groupnorm", "batchnorm"};
-static const char *const flag_names[] = {"center", "scale", "bias", "residual", "resout", "stats"};
-static const char *const act_names[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
 
-static const nj_tensor_desc *opd_cdesc(const nj_problem_desc *p, int i)
-{
-    const nj_tensor_desc *t[NJ_TEXT_OPDS] = {&p->y, &p->residual, &p->residual_out, &p->dy, &p->dx};
-    return t[i];
-}
+static const char *opd_key(int i) { return nj_operand_key(NJ_OPD_Y + i); }
 
-static nj_tensor_desc *opd_desc(nj_problem_desc *p, int i)
-{
-    nj_tensor_desc *t[NJ_TEXT_OPDS] = {&p->y, &p->residual, &p->residual_out, &p->dy, &p->dx};
-    return t[i];
-}
+static const nj_tensor_desc *opd_cdesc(const nj_problem_desc *p, int i) { return nj_operand_desc(p, NJ_OPD_Y + i); }
 
-static bool opd_used(const nj_problem_desc *p, int i)
-{
-    if (i == 1) return (p->flags & NJ_FLAG_RESIDUAL) != 0;
-    if (i == 2) return (p->flags & NJ_FLAG_RESIDUAL_OUT) != 0;
-    return true;
-}
+static nj_tensor_desc *opd_desc(nj_problem_desc *p, int i) { return (nj_tensor_desc *)nj_operand_desc(p, NJ_OPD_Y + i); }
+
+static bool opd_used(const nj_problem_desc *p, int i) { return nj_operand_used(p, NJ_OPD_Y + i); }
 
 /* ---- Printing ---- */
 
@@ -84,9 +72,9 @@ static void print_flags(nj_buf *b, uint32_t flags)
     nj_buf_printf(b, " flags=");
     if (!flags) nj_buf_printf(b, "none");
     bool first = true;
-    for (size_t i = 0; i < NJ_ARRAY_LEN(flag_names); i++)
-        if (flags >> i & 1u) {
-            nj_buf_printf(b, "%s%s", first ? "" : ",", flag_names[i]);
+    for (size_t i = 0; i < nj_flag_count(); i++)
+        if (flags & nj_flag_row(i)->bit) {
+            nj_buf_printf(b, "%s%s", first ? "" : ",", nj_flag_row(i)->name);
             first = false;
         }
 }
@@ -98,9 +86,9 @@ static void print_operands(nj_buf *b, const nj_problem_desc *p)
         const nj_tensor_desc *t = opd_cdesc(p, i);
         if (!opd_used(p, i)) continue;
         if (t->dtype != NJ_DTYPE_NONE && t->dtype != p->x.dtype)
-            nj_buf_printf(b, " %s.dtype=%s", opd_keys[i], nj_dtype_name((nj_dtype)t->dtype));
+            nj_buf_printf(b, " %s.dtype=%s", opd_key(i), nj_dtype_name((nj_dtype)t->dtype));
         if (t->rank != 0 && memcmp(t->strides, p->x.strides, (size_t)p->x.rank * sizeof(int64_t)) != 0) {
-            nj_buf_printf(b, " %s.strides=", opd_keys[i]);
+            nj_buf_printf(b, " %s.strides=", opd_key(i));
             print_list(b, t->strides, p->x.rank);
         }
     }
@@ -132,7 +120,7 @@ static char *problem_text(const nj_problem_desc *p)
     if (p->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS))
         nj_buf_printf(&b, " param=%s", nj_dtype_name(p->param_dtype ? (nj_dtype)p->param_dtype : NJ_F32));
     print_flags(&b, p->flags);
-    nj_buf_printf(&b, " act=%s", act_names[p->activation]);
+    nj_buf_printf(&b, " act=%s", nj_act_find(p->activation)->name);
     print_operands(&b, p);
     return nj_buf_take(&b);
 }
@@ -171,13 +159,6 @@ typedef struct nj_parsed {
     nj_text_opd opd[NJ_TEXT_OPDS];
 } nj_parsed;
 
-static int find_name(const char *s, const char *const *names, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(s, names[i]) == 0) return (int)i;
-    return -1;
-}
-
 static int find_preset(const char *s)
 {
     if (strcasecmp(s, "general") == 0) return NJ_PRESET_GENERAL;
@@ -188,9 +169,14 @@ static int find_preset(const char *s)
 
 static int32_t dtype_of(const char *s)
 {
-    static const char *const names[] = {"f32", "f16", "bf16"};
-    int i = find_name(s, names, 3);
-    return i < 0 ? -1 : i + 1;
+    const nj_dtype_info *t = nj_dtype_by_name(s);
+    return t ? (int32_t)t->id : -1;
+}
+
+/* "unknown <what> (<the table's names>)" */
+static nj_status bad_word(const char *tok, const char *what, const char *names)
+{
+    return nj_fail(NJ_ERR_PARSE, "problem text: `%s`: unknown %s (%s)", tok, what, names);
 }
 
 static bool parse_int(const char *s, int64_t *v)
@@ -257,9 +243,9 @@ static nj_status parse_flags(nj_parsed *r, const char *tok, const char *s)
     if (strcmp(tmp, "none") == 0) return NJ_OK;
     char *save = NULL;
     for (char *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int f = find_name(t, flag_names, NJ_ARRAY_LEN(flag_names));
-        if (f < 0) return bad(tok, "unknown flag (center, scale, bias, residual, resout, stats, none)");
-        r->flags |= 1u << f;
+        const nj_flag_info *f = nj_flag_by_name(t);
+        if (!f) return bad(tok, "unknown flag (center, scale, bias, residual, resout, stats, none)");
+        r->flags |= f->bit;
     }
     return NJ_OK;
 }
@@ -285,11 +271,12 @@ static nj_status parse_operand_key(nj_parsed *r, const char *tok, const char *ke
     if (n >= sizeof name) return bad(tok, "unknown key");
     memcpy(name, key, n);
     name[n] = '\0';
-    int i = find_name(name, opd_keys, NJ_TEXT_OPDS);
-    if (i < 0) return bad(tok, "unknown operand (y, res, resout, dy, dx)");
+    int i = 0;
+    while (i < NJ_TEXT_OPDS && strcmp(name, opd_key(i)) != 0) i++;
+    if (i == NJ_TEXT_OPDS) return bad(tok, "unknown operand (y, res, resout, dy, dx)");
     nj_text_opd *o = &r->opd[i];
     if (strcmp(dot + 1, "dtype") == 0) {
-        if ((o->dtype = dtype_of(val)) < 0) return bad(tok, "unknown dtype (f32, f16, bf16)");
+        if ((o->dtype = dtype_of(val)) < 0) return bad_word(tok, "dtype", nj_dtype_list());
     } else if (strcmp(dot + 1, "strides") == 0) {
         if ((o->nstrides = parse_list(val, o->strides, NJ_MAX_RANK)) < 0) return bad(tok, "malformed stride list");
     } else {
@@ -318,7 +305,7 @@ static nj_status parse_key(nj_parsed *r, const char *tok)
     if (strchr(key, '.')) return parse_operand_key(r, tok, key, val);
     if (strcmp(key, "dtype") == 0 || strcmp(key, "param") == 0) {
         int32_t d = dtype_of(val);
-        if (d < 0) return bad(tok, "unknown dtype (f32, f16, bf16)");
+        if (d < 0) return bad_word(tok, "dtype", nj_dtype_list());
         *(key[0] == 'd' ? &r->dtype : &r->param) = d;
     } else if (strcmp(key, "shape") == 0) {
         return parse_shape(r, tok, val);
@@ -340,8 +327,9 @@ static nj_status parse_key(nj_parsed *r, const char *tok)
     } else if (strcmp(key, "flags") == 0) {
         return parse_flags(r, tok, val);
     } else if (strcmp(key, "act") == 0) {
-        if ((r->act = find_name(val, act_names, NJ_ARRAY_LEN(act_names))) < 0)
-            return bad(tok, "unknown activation (none, relu, silu, gelu_tanh, gelu_erf, sigmoid)");
+        const nj_act_info *a = nj_act_by_name(val);
+        if (!a) return bad_word(tok, "activation", nj_act_list());
+        r->act = (int32_t)a->id;
     } else {
         return bad(tok, "unknown key");
     }
@@ -495,7 +483,7 @@ static nj_status apply_common(const nj_parsed *r, nj_problem_desc *d)
         nj_tensor_desc *t = opd_desc(d, i);
         if (o->dtype > 0) t->dtype = o->dtype;
         if (o->nstrides < 0) continue;
-        if (o->nstrides != d->x.rank) return bad(opd_keys[i], "OP.strides= needs one stride per x axis");
+        if (o->nstrides != d->x.rank) return bad(opd_key(i), "OP.strides= needs one stride per x axis");
         t->rank = d->x.rank;
         memcpy(t->extents, d->x.extents, sizeof t->extents);
         memcpy(t->strides, o->strides, sizeof t->strides);
@@ -506,7 +494,7 @@ static nj_status apply_common(const nj_parsed *r, nj_problem_desc *d)
 static nj_status build_problem(const nj_parsed *r, nj_problem_desc *d)
 {
     if (r->rank <= 0) return nj_fail(NJ_ERR_PARSE, "problem text: no shape");
-    if (r->dtype <= 0) return nj_fail(NJ_ERR_PARSE, "problem text: no dtype (f32, f16, bf16)");
+    if (r->dtype <= 0) return nj_fail(NJ_ERR_PARSE, "problem text: no dtype (%s)", nj_dtype_list());
     memset(d, 0, sizeof *d);
     d->struct_size = sizeof *d;
     if (r->nreduce >= 0) NJ_TRY(build_general(r, d));

@@ -6,6 +6,7 @@
  * compensated summation, so the reference stays exact enough to judge float32 kernels even for a
  * large mean offset. Speed does not matter here; clarity and independence do. */
 #include "reference.h"
+#include "vocab.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,22 +16,14 @@
 
 double nj_load_as_double(const void *base, int64_t offset, nj_dtype d)
 {
-    switch (d) {
-    case NJ_F32: return (double)((const float *)base)[offset];
-    case NJ_F16: return (double)nj_half_to_float(((const uint16_t *)base)[offset]);
-    case NJ_BF16: return (double)nj_bf16_to_float(((const uint16_t *)base)[offset]);
-    default: return NAN;
-    }
+    const nj_dtype_info *t = nj_dtype_find(d);
+    return t ? t->load(base, offset) : NAN;
 }
 
 void nj_store_from_double(void *base, int64_t offset, nj_dtype d, double v)
 {
-    switch (d) {
-    case NJ_F32: ((float *)base)[offset] = (float)v; break;
-    case NJ_F16: ((uint16_t *)base)[offset] = nj_float_to_half((float)v); break;
-    case NJ_BF16: ((uint16_t *)base)[offset] = nj_float_to_bf16((float)v); break;
-    default: break;
-    }
+    const nj_dtype_info *t = nj_dtype_find(d);
+    if (t) t->store(base, offset, v);
 }
 
 /* ---- the resolved problem ---- */
@@ -49,14 +42,15 @@ typedef struct ref_prob {
     int act;
 } ref_prob;
 
-static bool ref_dtype_ok(int32_t d) { return d == NJ_F32 || d == NJ_F16 || d == NJ_BF16; }
+static bool ref_dtype_ok(int32_t d) { return nj_dtype_find(d) != NULL; }
 
 /* Checks one optional operand against x; rank 0 means "x's extents and strides", dtype NONE "x's dtype". */
 static nj_status ref_operand(const char *name, const nj_tensor_desc *t, const nj_tensor_desc *x,
                              int64_t strides[NJ_MAX_RANK], nj_dtype *dt)
 {
     *dt = t->dtype == NJ_DTYPE_NONE ? (nj_dtype)x->dtype : (nj_dtype)t->dtype;
-    NJ_RETURN_IF(!ref_dtype_ok(*dt), NJ_ERR_BAD_DTYPE, "%s.dtype = %d is not f32, f16 or bf16", name, (int)t->dtype);
+    NJ_RETURN_IF(!ref_dtype_ok(*dt), NJ_ERR_BAD_DTYPE, "%s.dtype = %d is not one of %s", name, (int)t->dtype,
+                 nj_dtype_list());
     if (t->rank == 0) {
         memcpy(strides, x->strides, sizeof(int64_t) * (size_t)x->rank);
         return NJ_OK;
@@ -77,7 +71,8 @@ static nj_status ref_operand(const char *name, const nj_tensor_desc *t, const nj
 static nj_status ref_check_x(const nj_tensor_desc *x, int64_t *numel)
 {
     NJ_RETURN_IF(x->rank < 1 || x->rank > NJ_MAX_RANK, NJ_ERR_BAD_RANK, "x.rank = %d", (int)x->rank);
-    NJ_RETURN_IF(!ref_dtype_ok(x->dtype), NJ_ERR_BAD_DTYPE, "x.dtype = %d is not f32, f16 or bf16", (int)x->dtype);
+    NJ_RETURN_IF(!ref_dtype_ok(x->dtype), NJ_ERR_BAD_DTYPE, "x.dtype = %d is not one of %s", (int)x->dtype,
+                 nj_dtype_list());
     int64_t n = 1, span = 0;
     for (int a = 0; a < x->rank; a++) {
         int64_t e = x->extents[a], s = x->strides[a], part;
@@ -112,7 +107,7 @@ static nj_status ref_check_desc(const nj_problem_desc *p, int64_t *numel)
     NJ_RETURN_IF(p->flags & ~NJ_FLAGS_ALL, NJ_ERR_BAD_FLAGS, "unknown flag bits 0x%x", p->flags & ~NJ_FLAGS_ALL);
     NJ_RETURN_IF((p->flags & NJ_FLAG_RESIDUAL_OUT) && !(p->flags & NJ_FLAG_RESIDUAL), NJ_ERR_BAD_FLAGS,
                  "NJ_FLAG_RESIDUAL_OUT needs NJ_FLAG_RESIDUAL");
-    NJ_RETURN_IF(p->activation < NJ_ACT_NONE || p->activation > NJ_ACT_SIGMOID, NJ_ERR_BAD_ACTIVATION,
+    NJ_RETURN_IF(!nj_act_find(p->activation), NJ_ERR_BAD_ACTIVATION,
                  "activation = %d", (int)p->activation);
     uint32_t all = (1u << p->x.rank) - 1u; /* rank is 1..NJ_MAX_RANK here */
     NJ_RETURN_IF(p->reduce_axes == 0, NJ_ERR_EMPTY_REDUCTION, "reduce_axes is empty");

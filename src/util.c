@@ -1,4 +1,4 @@
-/* Small utilities shared by every module: string builder, hashing, clock, logging, dtype helpers. */
+/* Small utilities shared by every module: string builder, hashing, clock, logging (dtypes: vocab.c). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -98,77 +98,4 @@ void nj_log(const nj_logger *lg, nj_log_level level, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     lg->fn(lg->user, level, msg);
-}
-
-size_t nj_dtype_size(nj_dtype d)
-{
-    switch (d) {
-    case NJ_F32: return 4;
-    case NJ_F16:
-    case NJ_BF16: return 2;
-    default: return 0;
-    }
-}
-
-const char *nj_dtype_name(nj_dtype d)
-{
-    switch (d) {
-    case NJ_F32: return "f32";
-    case NJ_F16: return "f16";
-    case NJ_BF16: return "bf16";
-    default: return "none";
-    }
-}
-
-static uint32_t nj_f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float nj_u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-float nj_bf16_to_float(uint16_t h) { return nj_u2f((uint32_t)h << 16); }
-
-uint16_t nj_float_to_bf16(float f)
-{
-    uint32_t u = nj_f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-float nj_half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1f) return nj_u2f(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) {
-        float v = (float)man * 5.9604644775390625e-8f; /* 2^-24 */
-        return sign ? -v : v;
-    }
-    return nj_u2f(sign | ((exp + 112u) << 23) | (man << 13));
-}
-
-uint16_t nj_float_to_half(float f)
-{
-    uint32_t u = nj_f2u(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: infinity */
-    if (a < 0x38800000u) {                                   /* subnormal or zero in half */
-        float v = nj_u2f(a) * 16777216.0f;                    /* scale by 2^24, round to nearest even */
-        uint32_t m = (uint32_t)v;
-        float r = v - (float)m;
-        if (r > 0.5f || (r == 0.5f && (m & 1u))) m++;
-        return (uint16_t)(sign | m);
-    }
-    uint32_t e = ((a >> 23) - 112u) << 10, m = (a >> 13) & 0x3ffu, rest = a & 0x1fffu;
-    uint32_t h = e | m;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
 }
