@@ -2,13 +2,9 @@
  * templates/emu/emu.h prepended) -> dlopen -> run on the CPU by src/emu_fibers.c. The .so bytes are the
  * "binary" the context caches like a cubin, under target() which names the compiler and the emulator ABI. */
 #include "backend.h"
-/* codegen.h has a glob pattern inside its header comment */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
-#include "codegen.h"
-#pragma GCC diagnostic pop
 #include "emu_fibers.h"
 #include "kernel_abi.h"
+#include "templates.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -204,22 +200,8 @@ static void probe_compiler(emu_backend *e, const char *cxx)
     nj_error_clear();
 }
 
-/* nj_template_get (codegen.c) honours NORMJIT_TEMPLATE_DIR. It is weak so that a program linking the static
- * library without the code generator (this module's tests) still links; the embedded copy is used then. */
-#pragma weak nj_template_get
-
-static nj_status emu_header(const char **text, size_t *len)
-{
-    if (nj_template_get) return nj_template_get("emu/emu.h", text, len);
-    for (size_t i = 0; i < nj_embedded_template_count; i++) {
-        if (strcmp(nj_embedded_templates[i].name, "emu/emu.h") == 0) {
-            *text = nj_embedded_templates[i].text;
-            *len = nj_embedded_templates[i].len;
-            return NJ_OK;
-        }
-    }
-    return nj_fail(NJ_ERR_TEMPLATE, "emulator header emu/emu.h is not among the embedded templates");
-}
+/* From the active set, so that NORMJIT_TEMPLATE_DIR's emu/emu.h is the one compiled (templates.h). */
+static nj_status emu_header(const char **text, size_t *len) { return nj_template_get("emu/emu.h", text, len); }
 
 /* Runs the compiler in dir on k.cc -> k.so; the log goes to dir/log.txt. */
 static nj_status compile_in(emu_backend *e, const char *dir, const char *name)

@@ -9,27 +9,12 @@
  * The environment is a sandbox (no io, os, require, load, dofile): P holds the canonical problem and plan
  * parameters (field list: src/codegen_env.c) and helper functions: f32(x) -> "1.5f",
  * ceil_div(a, b), join(list, sep), need(v, what).
- * Templates and the device prelude are embedded at build time (embedded_templates.c, generated);
- * NORMJIT_TEMPLATE_DIR points at a folder used instead (development), and its hash replaces the set hash. */
+ * The template set (embedded, or NORMJIT_TEMPLATE_DIR's folder) and its hash: templates.h. */
 #ifndef NJ_CODEGEN_H
 #define NJ_CODEGEN_H
 
 #include "planner.h"
-
-typedef struct nj_embedded_file {
-    const char *name; /* path relative to templates/, e.g. "prelude.cuh", "emu/emu.h" */
-    const char *text;
-    size_t len;
-} nj_embedded_file;
-extern NJ_HIDDEN const nj_embedded_file nj_embedded_templates[];
-extern NJ_HIDDEN const size_t nj_embedded_template_count;
-
-/* Looks up a template by name in the active set (NORMJIT_TEMPLATE_DIR or embedded). The text is owned
- * by the library (process lifetime). NJ_ERR_TEMPLATE if missing. */
-NJ_HIDDEN nj_status nj_template_get(const char *name, const char **text, size_t *len);
-
-/* Hex hash of the active template set (all files, names and contents). Process lifetime. */
-NJ_HIDDEN const char *nj_template_set_hash(void);
+#include "templates.h" /* the set it renders from (and nj_template_set_hash for signatures) */
 
 /* Renders the plan's template for canonical problem c into CUDA source (caller frees *source).
  * A render error is NJ_ERR_TEMPLATE with "template:line: message" in the detail. */
