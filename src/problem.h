@@ -18,16 +18,15 @@
 
 #include "internal.h"
 
-/* Operands whose element offsets the kernels compute from per-axis strides. */
+/* Operands whose element offsets the kernels compute from per-axis strides, in index order (the device
+ * copy of these numbers is generated from this list: cmake/gen_abi.c).
+ *   PARAM  gamma, beta, dgamma, dbeta: x restricted to feature axes, contiguous; 0 elsewhere
+ *   STATS  mean, rstd: x restricted to kept axes, contiguous; 0 on reduced axes */
+#define NJ_OPERAND_LIST(OPD) OPD(X) OPD(Y) OPD(RES) OPD(RESOUT) OPD(DY) OPD(DX) OPD(PARAM) OPD(STATS)
 typedef enum nj_operand {
-    NJ_OPD_X = 0,
-    NJ_OPD_Y,
-    NJ_OPD_RES,
-    NJ_OPD_RESOUT,
-    NJ_OPD_DY,
-    NJ_OPD_DX,
-    NJ_OPD_PARAM, /* gamma, beta, dgamma, dbeta: x restricted to feature axes, contiguous; 0 elsewhere */
-    NJ_OPD_STATS, /* mean, rstd: x restricted to kept axes, contiguous; 0 on reduced axes */
+#define NJ_OPERAND_ENUM_(name) NJ_OPD_##name,
+    NJ_OPERAND_LIST(NJ_OPERAND_ENUM_)
+#undef NJ_OPERAND_ENUM_
     NJ_OPD_COUNT
 } nj_operand;
 

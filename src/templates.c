@@ -81,19 +81,23 @@ static const char *tpl_dir(void)
     return d && *d ? d : NULL;
 }
 
+static const nj_embedded_file *tpl_embedded(const char *name)
+{
+    for (size_t i = 0; i < nj_embedded_template_count; i++)
+        if (strcmp(nj_embedded_templates[i].name, name) == 0) return &nj_embedded_templates[i];
+    return NULL;
+}
+
 nj_status nj_template_get(const char *name, const char **text, size_t *len)
 {
     NJ_RETURN_IF(!name || !text || !len, NJ_ERR_NULL_POINTER, "template lookup: NULL argument");
+    const nj_embedded_file *e = tpl_embedded(name);
     const char *dir = tpl_dir();
-    if (dir) return tpl_get_dir(dir, name, text, len);
-    for (size_t i = 0; i < nj_embedded_template_count; i++) {
-        if (strcmp(nj_embedded_templates[i].name, name) == 0) {
-            *text = nj_embedded_templates[i].text;
-            *len = nj_embedded_templates[i].len;
-            return NJ_OK;
-        }
-    }
-    return nj_fail(NJ_ERR_TEMPLATE, "no embedded template named '%s'", name);
+    if (dir && !(e && e->generated)) return tpl_get_dir(dir, name, text, len);
+    NJ_RETURN_IF(!e, NJ_ERR_TEMPLATE, "no embedded template named '%s'", name);
+    *text = e->text;
+    *len = e->len;
+    return NJ_OK;
 }
 
 /* ---------------------------------------------------------------- template set hash */
@@ -102,6 +106,7 @@ typedef struct tpl_entry {
     char *name;
     char *text;
     size_t len;
+    bool borrowed; /* name and text point into the embedded set */
 } tpl_entry;
 
 static int tpl_entry_cmp(const void *a, const void *b)
@@ -138,7 +143,7 @@ static void tpl_hash_embedded(void)
     }
     for (size_t i = 0; i < n; i++)
         e[i] = (tpl_entry){(char *)nj_embedded_templates[i].name, (char *)nj_embedded_templates[i].text,
-                           nj_embedded_templates[i].len};
+                           nj_embedded_templates[i].len, true};
     tpl_hash_entries(e, n, tpl_embedded_hash);
     free(e);
 }
@@ -148,6 +153,35 @@ typedef struct tpl_list {
     size_t n, cap;
     bool failed;
 } tpl_list;
+
+/* A new zeroed entry at the end of l (counted once filled: the caller does l->n++), NULL when full. */
+static tpl_entry *tpl_list_add(tpl_list *l)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        tpl_entry *e = realloc(l->e, cap * sizeof *e);
+        if (!e) {
+            l->failed = true;
+            return NULL;
+        }
+        l->e = e, l->cap = cap;
+    }
+    memset(&l->e[l->n], 0, sizeof l->e[l->n]);
+    return &l->e[l->n];
+}
+
+/* The generated files join a folder's: they are part of every active set. */
+static void tpl_list_generated(tpl_list *l)
+{
+    for (size_t i = 0; i < nj_embedded_template_count; i++) {
+        const nj_embedded_file *f = &nj_embedded_templates[i];
+        if (!f->generated) continue;
+        tpl_entry *e = tpl_list_add(l);
+        if (!e) return;
+        *e = (tpl_entry){(char *)f->name, (char *)f->text, f->len, true};
+        l->n++;
+    }
+}
 
 static void tpl_list_dir(const char *root, const char *rel, tpl_list *l, int depth)
 {
@@ -168,16 +202,10 @@ static void tpl_list_dir(const char *root, const char *rel, tpl_list *l, int dep
             continue;
         }
         if (!S_ISREG(st.st_mode)) continue;
-        if (l->n == l->cap) {
-            size_t cap = l->cap ? 2 * l->cap : 16;
-            tpl_entry *e = realloc(l->e, cap * sizeof *e);
-            if (!e) {
-                l->failed = true;
-                break;
-            }
-            l->e = e, l->cap = cap;
-        }
-        tpl_entry *e = &l->e[l->n];
+        const nj_embedded_file *gen = tpl_embedded(sub);
+        if (gen && gen->generated) continue; /* the embedded copy stands (nj_template_get) */
+        tpl_entry *e = tpl_list_add(l);
+        if (!e) break;
         e->name = strdup(sub);
         e->text = tpl_read_file(full, &e->len);
         if (!e->name || !e->text) {
@@ -220,9 +248,11 @@ const char *nj_template_set_hash(void)
     }
     tpl_list l = {0};
     tpl_list_dir(dir, "", &l, 0);
+    tpl_list_generated(&l);
     char hex[33];
     tpl_hash_entries(l.e, l.n, hex);
-    for (size_t i = 0; i < l.n; i++) free(l.e[i].name), free(l.e[i].text);
+    for (size_t i = 0; i < l.n; i++)
+        if (!l.e[i].borrowed) free(l.e[i].name), free(l.e[i].text);
     free(l.e);
     return tpl_intern_hash(hex);
 }

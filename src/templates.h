@@ -13,15 +13,18 @@ typedef struct nj_embedded_file {
     const char *name; /* path relative to templates/, e.g. "prelude.cuh", "emu/emu.h" */
     const char *text;
     size_t len;
+    int generated; /* built from the library's own definitions (kargs.cuh): never taken from the folder */
 } nj_embedded_file;
 extern NJ_HIDDEN const nj_embedded_file nj_embedded_templates[];
 extern NJ_HIDDEN const size_t nj_embedded_template_count;
 
-/* Looks up a template by name in the active set (NORMJIT_TEMPLATE_DIR or embedded). The text is owned
+/* Looks up a template by name in the active set (NORMJIT_TEMPLATE_DIR or embedded; a generated file always
+ * comes from the embedded set, since it states the ABI of this very binary). The text is owned
  * by the library (process lifetime). NJ_ERR_TEMPLATE if missing. */
 NJ_HIDDEN nj_status nj_template_get(const char *name, const char **text, size_t *len);
 
-/* Hex hash of the active template set (all files, names and contents). Process lifetime. */
+/* Hex hash of the active template set (all files, names and contents; with a folder, its files plus the
+ * generated ones). Process lifetime. */
 NJ_HIDDEN const char *nj_template_set_hash(void);
 
 #endif

@@ -2,6 +2,8 @@
  * words, sizes and conversions are written; the static asserts below tie the tables to their enums. */
 #include "vocab.h"
 
+#include "kernel_abi.h"
+
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -226,3 +228,6 @@ const char *nj_act_list(void)
     pthread_once(&nj_act_names.once, act_list_init);
     return nj_act_names.text;
 }
+
+/* The kernel argument struct (kernel_abi.h) holds one batch stride per operand. */
+_Static_assert(NJ_KARGS_NSTRIDE == NJ_OPD_COUNT, "nj_kargs.bstride: one stride per nj_operand");

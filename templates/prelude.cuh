@@ -1,6 +1,7 @@
 {# The device prelude: every generated kernel source starts with include("prelude.cuh").
    It defines the device dialect of docs/dialect.md for CUDA (the emulator defines the same names in
-   templates/emu/emu.h and sets NJ_EMU), the kernel argument struct, dtype storage and conversions,
+   templates/emu/emu.h and sets NJ_EMU), the kernel argument struct (kargs.cuh: generated at build time
+   from src/kernel_abi.h by cmake/gen_abi.c), dtype storage and conversions,
    vector access, warp/block reductions, Welford statistics and the activations with their derivatives.
    No includes: cuda_fp16.h alone would double the compile time. #}
 /* ---- normjit device prelude (generated source: do not edit) ---- */
@@ -29,36 +30,7 @@ typedef unsigned nj_u32;
 typedef unsigned long long nj_u64;
 
 /* Identical to src/kernel_abi.h (test_codegen asserts the same size and offsets on the host side). */
-struct nj_kargs {
-    const void *x, *res, *gamma, *beta, *dy;
-    void *y, *res_out, *dx, *dgamma, *dbeta;
-    float *mean, *rstd;
-    void *workspace;
-    long long rows;
-    long long bstride[8];
-    float eps;
-    int reserved;
-    long long lib[16]; /* a library kernel's run-time extents (templates/lib_*.cu) */
-};
-static_assert(sizeof(nj_kargs) == 312, "nj_kargs differs from src/kernel_abi.h");
-/* NVRTC has no offsetof; the host compiler (emulator) and nvcc check the offsets */
-#ifndef __CUDACC_RTC__
-static_assert(__builtin_offsetof(nj_kargs, workspace) == 96, "nj_kargs.workspace offset");
-static_assert(__builtin_offsetof(nj_kargs, rows) == 104, "nj_kargs.rows offset");
-static_assert(__builtin_offsetof(nj_kargs, bstride) == 112, "nj_kargs.bstride offset");
-static_assert(__builtin_offsetof(nj_kargs, eps) == 176, "nj_kargs.eps offset");
-static_assert(__builtin_offsetof(nj_kargs, lib) == 184, "nj_kargs.lib offset");
-#endif
-
-/* Operand numbers, as in src/problem.h (nj_operand): index A.bstride with them. */
-#define NJ_OPD_X 0
-#define NJ_OPD_Y 1
-#define NJ_OPD_RES 2
-#define NJ_OPD_RESOUT 3
-#define NJ_OPD_DY 4
-#define NJ_OPD_DX 5
-#define NJ_OPD_PARAM 6
-#define NJ_OPD_STATS 7
+{% include("kargs.cuh") %}
 
 /* ---- 16-bit storage types: bits only, arithmetic is always float ---- */
 struct alignas(2) nj_f16 { unsigned short bits; };

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kernel_abi.h"
+#include "problem.h"
 #include "templates.h"
 
 static char tmpdir[256];
@@ -90,11 +92,65 @@ static void test_folder_override(void **state)
     assert_string_equal(nj_template_set_hash(), embedded);
 }
 
+/* kargs.cuh is generated from kernel_abi.h and problem.h: its size, offsets and operand numbers are the
+ * host's, and the prelude includes it. */
+static void test_generated_abi(void **state)
+{
+    (void)state;
+    unsetenv(NJ_TPL_DIR_ENV);
+    const char *text, *prelude;
+    size_t len;
+    assert_int_equal(nj_template_get("kargs.cuh", &text, &len), NJ_OK);
+    size_t i = 0;
+    while (i < nj_embedded_template_count && strcmp(nj_embedded_templates[i].name, "kargs.cuh") != 0) i++;
+    assert_true(i < nj_embedded_template_count);
+    assert_true(nj_embedded_templates[i].generated);
+    char want[160];
+    snprintf(want, sizeof want, "static_assert(sizeof(nj_kargs) == %zu,", sizeof(nj_kargs));
+    assert_non_null(strstr(text, want));
+    snprintf(want, sizeof want, "__builtin_offsetof(nj_kargs, lib) == %zu,", offsetof(nj_kargs, lib));
+    assert_non_null(strstr(text, want));
+    snprintf(want, sizeof want, "long long bstride[%d];", NJ_OPD_COUNT);
+    assert_non_null(strstr(text, want));
+    snprintf(want, sizeof want, "#define NJ_OPD_STATS %d\n", NJ_OPD_STATS);
+    assert_non_null(strstr(text, want));
+    snprintf(want, sizeof want, "#define NJ_OPD_RESOUT %d\n", NJ_OPD_RESOUT);
+    assert_non_null(strstr(text, want));
+    assert_null(strstr(text, "{{")); /* it is rendered as a template: nothing to expand */
+    assert_int_equal(nj_template_get("prelude.cuh", &prelude, &len), NJ_OK);
+    assert_non_null(strstr(prelude, "include(\"kargs.cuh\")"));
+    assert_null(strstr(prelude, "struct nj_kargs {")); /* no second, hand-kept copy */
+}
+
+/* A folder without kargs.cuh still renders (the embedded one is taken, and hashed with the folder); a
+ * folder's own kargs.cuh is ignored: the ABI is the binary's. */
+static void test_generated_beside_folder(void **state)
+{
+    (void)state;
+    unsetenv(NJ_TPL_DIR_ENV);
+    const char *embedded_text, *text;
+    size_t len;
+    assert_int_equal(nj_template_get("kargs.cuh", &embedded_text, &len), NJ_OK);
+    put("only.cu", "x\n");
+    setenv(NJ_TPL_DIR_ENV, tmpdir, 1);
+    assert_int_equal(nj_template_get("kargs.cuh", &text, &len), NJ_OK);
+    assert_ptr_equal(text, embedded_text);
+    char without[33];
+    snprintf(without, sizeof without, "%s", nj_template_set_hash());
+    put("kargs.cuh", "struct nj_kargs { int tampered; };\n");
+    assert_int_equal(nj_template_get("kargs.cuh", &text, &len), NJ_OK);
+    assert_ptr_equal(text, embedded_text);
+    assert_string_equal(nj_template_set_hash(), without);
+    unsetenv(NJ_TPL_DIR_ENV);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedded_lookup),
         cmocka_unit_test(test_folder_override),
+        cmocka_unit_test(test_generated_abi),
+        cmocka_unit_test(test_generated_beside_folder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
