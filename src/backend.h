@@ -5,12 +5,13 @@
 #define NJ_BACKEND_H
 
 #include "compile.h"
-#include "planner.h"
+#include "device.h"
 
 typedef struct nj_backend nj_backend;
 
 typedef struct nj_backend_ops {
-    const char *name; /* "cuda", "emulator", "compile-only" */
+    const char *name;         /* "cuda", "emulator", "compile-only": messages and logs only */
+    nj_backend_kind kind;     /* what callers branch on (never the name) */
     /* Target id that goes into signatures and cache file names, e.g. "sm_90", "emu-x86_64-g++12". */
     const char *(*target)(nj_backend *b);
     /* Compiler id + version for the signature, e.g. "nvrtc-13.0", "g++-12.2.0". */

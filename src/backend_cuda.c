@@ -311,6 +311,7 @@ static void nj_cuda_destroy(nj_backend *b)
 
 static const nj_backend_ops nj_cuda_ops = {
     .name = "cuda",
+    .kind = NJ_BACKEND_CUDA,
     .target = nj_cb_target,
     .compiler = nj_cb_compiler,
     .compile = nj_cb_compile,
@@ -433,6 +434,7 @@ static void nj_co_destroy(nj_backend *b) { free(b); }
 
 static const nj_backend_ops nj_compile_only_ops = {
     .name = "compile-only",
+    .kind = NJ_BACKEND_COMPILE_ONLY,
     .target = nj_cb_target,
     .compiler = nj_cb_compiler,
     .compile = nj_cb_compile,

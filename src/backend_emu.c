@@ -489,7 +489,7 @@ static void emu_destroy(nj_backend *b)
 }
 
 static const nj_backend_ops emu_ops = {
-    "emulator",  emu_target,    emu_compiler, emu_compile, emu_load, emu_function, emu_launch, emu_unload,
+    "emulator",  NJ_BACKEND_EMULATOR, emu_target,    emu_compiler, emu_compile, emu_load, emu_function, emu_launch, emu_unload,
     emu_mem_alloc, emu_mem_free, emu_copy,    emu_copy,    emu_synchronize, emu_destroy,
 };
 

@@ -165,10 +165,7 @@ void nj_context_destroy(nj_context *ctx)
 nj_backend_kind nj_context_backend(const nj_context *ctx)
 {
     if (!ctx) return NJ_BACKEND_AUTO;
-    const char *n = ctx->backend->ops->name;
-    if (strcmp(n, "emulator") == 0) return NJ_BACKEND_EMULATOR;
-    if (strcmp(n, "compile-only") == 0) return NJ_BACKEND_COMPILE_ONLY;
-    return NJ_BACKEND_CUDA;
+    return ctx->backend->ops->kind;
 }
 
 int32_t nj_context_arch(const nj_context *ctx) { return ctx ? ctx->backend->props.arch : 0; }

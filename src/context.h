@@ -5,6 +5,7 @@
 
 #include "backend.h"
 #include "cache.h"
+#include "planner.h"
 #include "problem.h"
 
 /* Everything about one pass of one problem, for `normjit plan` and logs. Strings are malloc'd. */

@@ -23,7 +23,7 @@ double nj_context_last_compile_ms(void) { return nj_last_compile_ms; }
 
 const char *nj_binary_ext(nj_context *ctx)
 {
-    if (strcmp(ctx->backend->ops->name, "emulator") == 0) return "so";
+    if (ctx->backend->ops->kind == NJ_BACKEND_EMULATOR) return "so";
     int32_t max_arch = 0;
     if (nj_nvrtc_max_arch(&max_arch) == NJ_OK && ctx->backend->props.arch > max_arch) return "ptx";
     return "cubin";

@@ -5,17 +5,9 @@
 #ifndef NJ_PLANNER_H
 #define NJ_PLANNER_H
 
+#include "device.h"
 #include "kernel_abi.h"
 #include "problem.h"
-
-typedef struct nj_device_props {
-    int32_t arch;               /* 80, 90, ... */
-    int32_t sm_count;           /* 0 when unknown (compile-only): planner uses a default of 132 */
-    int32_t max_threads_per_block;
-    int32_t max_shared_per_block; /* bytes, opt-in maximum */
-    int32_t regs_per_sm;
-    int32_t max_grid_x;         /* blocks along grid x; 0 = CUDA's 2^31 - 1 (launch layout only, not planning) */
-} nj_device_props;
 
 /* Fills conservative properties for an architecture (compile-only targets, emulator). */
 NJ_HIDDEN void nj_device_props_default(int32_t arch, nj_device_props *out);

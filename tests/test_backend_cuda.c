@@ -69,6 +69,7 @@ static void test_default_driver_answers(void **state)
     if (s == NJ_OK) {
         assert_non_null(b);
         assert_string_equal(b->ops->name, "cuda");
+        assert_int_equal(b->ops->kind, NJ_BACKEND_CUDA);
         assert_true(b->props.arch >= 50);
         b->ops->destroy(b);
     } else {
@@ -97,6 +98,7 @@ static void test_compile_only_compiles(void **state)
     nj_backend *b = NULL;
     assert_int_equal(nj_backend_compile_only_create(&cfg, &b), NJ_OK);
     assert_string_equal(b->ops->name, "compile-only");
+    assert_int_equal(b->ops->kind, NJ_BACKEND_COMPILE_ONLY);
     assert_string_equal(b->ops->target(b), "sm_90");
     const char *v = NULL;
     assert_int_equal(nj_nvrtc_version_string(&v), NJ_OK);

@@ -40,6 +40,7 @@ static nj_backend *mk(uint32_t flags, uint64_t seed)
     nj_backend *b = NULL;
     assert_int_equal(nj_backend_emu_create(&cfg, &b), NJ_OK);
     assert_non_null(b);
+    assert_int_equal(b->ops->kind, NJ_BACKEND_EMULATOR);
     return b;
 }
 
