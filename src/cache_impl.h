@@ -1,5 +1,8 @@
 /* Private to src/cache*.c: the nj_cache struct, the entry file format, and the helpers the
- * maintenance and archive files share with the lookup path. Not an interface for other modules. */
+ * maintenance and archive files share with the lookup path. Not an interface for other modules.
+ * Layers, each calling only those below it: cache_file.c (format, paths, counters, directories) <-
+ * cache_lock.c <- cache_maint.c (walk, usage, eviction) <- cache.c (open, get, put) <- cache_archive.c,
+ * cache_remote.c. */
 #ifndef NJ_CACHE_IMPL_H
 #define NJ_CACHE_IMPL_H
 
@@ -65,6 +68,9 @@ NJ_HIDDEN void nj_cache_count(nj_cache *c, nj_cache_counter which, uint64_t n);
 /* Adds delta (may be negative) to the size estimate, clamping at zero. */
 NJ_HIDDEN void nj_cache_total_add(nj_cache *c, int64_t delta);
 NJ_HIDDEN void nj_cache_total_set(nj_cache *c, uint64_t total);
+NJ_HIDDEN uint64_t nj_cache_total_get(nj_cache *c);
+/* Creates path and missing parents with mode 0700 (path is modified in place and restored). */
+NJ_HIDDEN nj_status nj_cache_mkdirs(char *path);
 
 /* Full verification of an entry image of n bytes. expect_sig NULL skips the signature comparison (the
  * caller then compares the name instead). NULL when valid, else a static reason. */

@@ -15,33 +15,6 @@ static int64_t nj_mtime_ns(const struct stat *st)
     return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 }
 
-/* Depth bound of a directory tree found where an entry should be: no cache layout nests deeper. */
-#define NJ_CACHE_REMOVE_DEPTH 16
-
-static int nj_cache_remove_depth(int dfd, const char *name, int depth)
-{
-    struct stat st;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(st.st_mode)) return unlinkat(dfd, name, 0);
-    if (depth >= NJ_CACHE_REMOVE_DEPTH) return -1;
-    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0) return -1;
-    DIR *d = fdopendir(sub);
-    if (!d) {
-        close(sub);
-        return -1;
-    }
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        if (nj_cache_remove_depth(dirfd(d), e->d_name, depth + 1) != 0) rc = -1;
-    }
-    closedir(d);
-    return rc == 0 ? unlinkat(dfd, name, AT_REMOVEDIR) : rc;
-}
-
-int nj_cache_remove_at(int dfd, const char *name) { return nj_cache_remove_depth(dfd, name, 0); }
 
 /* A temp file this old belongs to a writer that died (readers never open temp names). */
 static void nj_cache_drop_stale_temp(nj_cache *c, int dfd, const char *name, int64_t now_ns)
