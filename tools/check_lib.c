@@ -20,10 +20,23 @@ void nj_check_options_init(nj_check_options *o)
 
 /* ---- element access ---- */
 
-/* Host conversions come from the dtype table (src/vocab.c) through the reference's accessors. */
-static double nj_chk_load(const void *b, int64_t i, nj_dtype d) { return nj_load_as_double(b, i, d); }
+static double nj_chk_load(const void *b, int64_t i, nj_dtype d)
+{
+    switch (d) {
+    case NJ_F16: return nj_half_to_float(((const uint16_t *)b)[i]);
+    case NJ_BF16: return nj_bf16_to_float(((const uint16_t *)b)[i]);
+    default: return ((const float *)b)[i];
+    }
+}
 
-static void nj_chk_store(void *b, int64_t i, nj_dtype d, double v) { nj_store_from_double(b, i, d, v); }
+static void nj_chk_store(void *b, int64_t i, nj_dtype d, double v)
+{
+    switch (d) {
+    case NJ_F16: ((uint16_t *)b)[i] = nj_float_to_half((float)v); break;
+    case NJ_BF16: ((uint16_t *)b)[i] = nj_float_to_bf16((float)v); break;
+    default: ((float *)b)[i] = (float)v; break;
+    }
+}
 
 /* An operand's effective layout: rank 0 means x's extents and strides, dtype NONE means x's dtype. */
 static nj_tensor_desc nj_chk_layout(const nj_problem_desc *p, const nj_tensor_desc *t)
