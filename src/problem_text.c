@@ -244,7 +244,7 @@ static nj_status parse_flags(nj_parsed *r, const char *tok, const char *s)
     char *save = NULL;
     for (char *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         const nj_flag_info *f = nj_flag_by_name(t);
-        if (!f) return bad(tok, "unknown flag (center, scale, bias, residual, resout, stats, none)");
+        if (!f) return nj_fail(NJ_ERR_PARSE, "problem text: `%s`: unknown flag (%s, none)", tok, nj_flag_list());
         r->flags |= f->bit;
     }
     return NJ_OK;

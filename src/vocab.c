@@ -192,6 +192,18 @@ const nj_flag_info *nj_flag_by_name(const char *name)
     return NULL;
 }
 
+static vocab_list nj_flag_names = {PTHREAD_ONCE_INIT, ""};
+static void flag_list_init(void)
+{
+    for (size_t i = 0; i < NJ_ARRAY_LEN(nj_flags_table); i++) vocab_list_add(&nj_flag_names, nj_flags_table[i].name);
+}
+
+const char *nj_flag_list(void)
+{
+    pthread_once(&nj_flag_names.once, flag_list_init);
+    return nj_flag_names.text;
+}
+
 /* ---------------------------------------------------------------- activations */
 
 static const nj_act_info nj_acts[] = {

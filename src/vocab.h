@@ -52,6 +52,7 @@ typedef struct nj_flag_info {
 NJ_HIDDEN size_t nj_flag_count(void);
 NJ_HIDDEN const nj_flag_info *nj_flag_row(size_t i); /* rows in bit order; NULL past the end */
 NJ_HIDDEN const nj_flag_info *nj_flag_by_name(const char *name);
+NJ_HIDDEN const char *nj_flag_list(void); /* "center, scale, ...": the names for messages */
 
 /* ---- activations (nj_activation, normjit.h) ---- */
 typedef struct nj_act_info {

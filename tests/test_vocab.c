@@ -123,6 +123,7 @@ static void test_flag_rows(void **state)
     assert_null(nj_flag_row(nj_flag_count()));
     assert_null(nj_flag_by_name("none"));
     assert_int_equal(nj_flag_by_name("resout")->bit, NJ_FLAG_RESIDUAL_OUT);
+    assert_string_equal(nj_flag_list(), "center, scale, bias, residual, resout, stats");
 }
 
 static void test_act_rows(void **state)
@@ -155,6 +156,8 @@ static void test_text_form_uses_tables(void **state)
     assert_non_null(strstr(nj_last_error(), "unknown dtype (f32, f16, bf16)"));
     assert_int_equal(nj_problem_from_text("layernorm f32 4x64 act=tanh", 1, &p), NJ_ERR_PARSE);
     assert_non_null(strstr(nj_last_error(), "gelu_tanh"));
+    assert_int_equal(nj_problem_from_text("layernorm f32 4x64 flags=center,mean", 1, &p), NJ_ERR_PARSE);
+    assert_non_null(strstr(nj_last_error(), "unknown flag (center, scale, bias, residual, resout, stats, none)"));
 }
 
 int main(void)
