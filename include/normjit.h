@@ -352,6 +352,71 @@ NJ_API nj_status nj_mem_upload(nj_context *ctx, void *dst, const void *host_src,
 NJ_API nj_status nj_mem_download(nj_context *ctx, void *host_dst, const void *src, size_t bytes);
 NJ_API nj_status nj_synchronize(nj_context *ctx, void *stream);
 
+/* ---- Cache administration (the CLI's `normjit cache` is a client of these) ----
+ * A handle on a cache root, opened on its own (no context needed: build machines, admin scripts) or
+ * borrowed from a context (same root, same counters; the context must outlive the handle). Opened on its
+ * own, a root is never trimmed as a side effect: only nj_cachedir_trim evicts. Every call is safe beside
+ * contexts and other processes using the same root (entries are published and removed atomically). */
+typedef struct nj_cachedir nj_cachedir;
+#define NJ_CACHEDIR_READ_ONLY 1u /* never write to the root (list, stats and verify without removing) */
+
+/* root NULL: the default rules (NORMJIT_CACHE_DIR, $XDG_CACHE_HOME/normjit, ~/.cache/normjit). A root
+ * another user owns, open to group/others or a symlink is NJ_ERR_CACHE_UNSAFE; unknown flags NJ_ERR_BAD_FLAGS. */
+NJ_API nj_status nj_cachedir_open(const char *root, uint32_t flags, nj_cachedir **out);
+/* The context's disk cache; NJ_ERR_CACHE_IO when the context works in memory only. */
+NJ_API nj_status nj_cachedir_from_context(nj_context *ctx, nj_cachedir **out);
+/* Closes the handle (a borrowed context cache stays open with its context). NULL is a no-op. */
+NJ_API void nj_cachedir_close(nj_cachedir *d);
+/* The root path; "" for NULL. Owned by the handle. */
+NJ_API const char *nj_cachedir_root(const nj_cachedir *d);
+
+/* Set struct_size = sizeof(nj_cachedir_stats). entries/bytes: measured now; oldest/newest: entry mtimes in
+ * seconds since the epoch (0 when empty); the counters: this handle's cache object since it was opened
+ * (a borrowed one: since its context was created); not_stored_*: entries that could not be stored, by
+ * reason; untrusted: archive entries refused by authentication. */
+typedef struct nj_cachedir_stats {
+    uint32_t struct_size;
+    int32_t read_only, format;
+    uint64_t entries, bytes;
+    int64_t oldest, newest;
+    uint64_t hits, misses, stores, evictions, corrupt;
+    uint64_t not_stored_nospace, not_stored_read_only, not_stored_other, lock_fallbacks, untrusted;
+} nj_cachedir_stats;
+NJ_API nj_status nj_cachedir_stats_get(nj_cachedir *d, nj_cachedir_stats *out);
+
+/* One entry as listed or verified; every pointer is valid during the callback only. */
+typedef struct nj_cachedir_entry {
+    const char *path;      /* file of the entry */
+    const char *hash;      /* its cache key (32 hex characters) */
+    const char *kind;      /* binary kind: "cubin", "ptx", "so", ... */
+    const char *signature; /* full signature text; NULL when unreadable */
+    uint64_t bytes;
+    int64_t mtime;         /* seconds since the epoch (last use) */
+    nj_status status;      /* verify: NJ_OK or why the entry is bad; list: NJ_OK */
+    int32_t removed;       /* verify: a bad entry was deleted (0 on a read-only root) */
+} nj_cachedir_entry;
+/* Return nonzero to see no further entries (the call then returns NJ_OK). */
+typedef int (*nj_cachedir_visit_fn)(void *user, const nj_cachedir_entry *entry);
+NJ_API nj_status nj_cachedir_list(nj_cachedir *d, nj_cachedir_visit_fn visit, void *user);
+/* Fully verifies every entry and removes bad ones; visit (may be NULL) sees each entry with its status.
+ * *checked and *bad (optional) count them; a bad entry makes the call return NJ_OK all the same. */
+NJ_API nj_status nj_cachedir_verify(nj_cachedir *d, nj_cachedir_visit_fn visit, void *user, uint64_t *checked,
+                                    uint64_t *bad);
+/* Evicts least recently used entries until the root holds at most max_bytes; *evicted (optional). */
+NJ_API nj_status nj_cachedir_trim(nj_cachedir *d, uint64_t max_bytes, uint64_t *evicted);
+/* Removes every entry. */
+NJ_API nj_status nj_cachedir_clear(nj_cachedir *d);
+/* The key (16 to 4096 bytes, copied) that signs exported entries and authenticates imported ones. Without
+ * one, export and import load it from NORMJIT_CACHE_KEY_FILE, else NORMJIT_CACHE_KEY, else refuse
+ * (NJ_ERR_CACHE_UNTRUSTED). */
+NJ_API nj_status nj_cachedir_set_key(nj_cachedir *d, const void *key, size_t bytes);
+/* One archive file of every valid entry, each signed with HMAC-SHA256 under the key. */
+NJ_API nj_status nj_cachedir_export(nj_cachedir *d, const char *file, uint64_t *count);
+/* Adds an archive's entries, each authenticated then verified; goes on past a bad one. NJ_ERR_CACHE_UNTRUSTED
+ * when any entry was forged, NJ_ERR_CACHE_IO when an authentic one could not be stored (the stats count
+ * why), NJ_ERR_CACHE_CORRUPT for a damaged archive. *rejected counts forged and damaged entries. */
+NJ_API nj_status nj_cachedir_import(nj_cachedir *d, const char *file, uint64_t *count, uint64_t *rejected);
+
 /* ---- Host helpers ---- */
 NJ_API size_t nj_dtype_size(nj_dtype d);
 NJ_API const char *nj_dtype_name(nj_dtype d);
