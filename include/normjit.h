@@ -352,6 +352,57 @@ NJ_API nj_status nj_mem_upload(nj_context *ctx, void *dst, const void *host_src,
 NJ_API nj_status nj_mem_download(nj_context *ctx, void *host_dst, const void *src, size_t bytes);
 NJ_API nj_status nj_synchronize(nj_context *ctx, void *stream);
 
+/* ---- Warmup: compile problems into the cache ahead of serving (the CLI's `normjit warmup` is a client) ----
+ * Each problem's passes get their main kernels and, where they use vector accesses, the unaligned variant
+ * (what a call with misaligned pointers runs), so that a context created with NJ_CTX_NO_COMPILE on the same
+ * cache serves every call. Works with every backend, compile-only included; nothing is launched. */
+#define NJ_WARMUP_VERIFY 1u /* afterwards, look every warmed problem up again through a context that never
+                               compiles, on the same cache (what a request path would meet) */
+
+/* One problem's outcome. The layout is fixed within an ABI version (results are arrays). */
+typedef struct nj_warmup_result {
+    int32_t index;           /* position in the list, or among the manifest's problem lines */
+    int32_t line;            /* manifest line number (1-based); 0 for a descriptor list */
+    nj_status status;        /* NJ_OK, or the failure (a bad manifest line: its parse status) */
+    nj_status verify_status; /* NJ_WARMUP_VERIFY: NJ_OK, or why a context that never compiles missed a
+                                kernel (NJ_ERR_NOT_CACHED when one was not stored); otherwise NJ_OK */
+    int32_t compiled, cached; /* kernel sets compiled now, found already cached */
+    double seconds;          /* wall time of this problem's warmup */
+    char message[1024];      /* failure detail: "fwd pass: NJ_ERR_X: ..." per failing pass, or the parse or
+                                verify detail; "" when all is well */
+} nj_warmup_result;
+
+/* Called once per problem as it finishes (a bad manifest line first, before any compile), from a worker
+ * thread, one call at a time; done counts finished problems out of total. */
+typedef void (*nj_warmup_progress_fn)(void *user, const nj_warmup_result *result, int32_t done, int32_t total);
+
+typedef struct nj_warmup_options {
+    uint32_t struct_size;
+    uint32_t passes; /* nj_pass bits; 0 = forward and backward */
+    int32_t jobs;    /* worker threads; 0 = the number of cores (never more than the problems) */
+    uint32_t flags;  /* NJ_WARMUP_* */
+    nj_warmup_progress_fn progress;
+    void *progress_user;
+} nj_warmup_options;
+NJ_API void nj_warmup_options_init(nj_warmup_options *o);
+
+/* Warms count problems in parallel; results (may be NULL) gets count entries. Returns NJ_OK when every
+ * problem was warmed (and verified, with NJ_WARMUP_VERIFY), else the status of the first problem in list
+ * order that was not (results say which and why). Bad arguments fail before anything is compiled;
+ * NJ_WARMUP_VERIFY on a context without a disk cache is NJ_ERR_CACHE_IO (nothing would persist). */
+NJ_API nj_status nj_warmup(nj_context *ctx, const nj_problem_desc *problems, int32_t count,
+                           const nj_warmup_options *o, nj_warmup_result *results);
+/* A manifest: one problem per line in the text form, '#' starts a comment, blank lines are skipped, a
+ * '*' batch extent is read as 1. A line that does not parse (or holds a NUL byte, or is longer than 4096
+ * bytes) is a failed result of its own; the others are warmed all the same. *results (free with
+ * nj_warmup_results_free) and *count get one result per problem line. */
+NJ_API nj_status nj_warmup_manifest(nj_context *ctx, const char *text, size_t len, const nj_warmup_options *o,
+                                    nj_warmup_result **results, int32_t *count);
+/* The same, reading the manifest from a file (at most 64 MiB). */
+NJ_API nj_status nj_warmup_manifest_file(nj_context *ctx, const char *path, const nj_warmup_options *o,
+                                         nj_warmup_result **results, int32_t *count);
+NJ_API void nj_warmup_results_free(nj_warmup_result *results);
+
 /* ---- Cache administration (the CLI's `normjit cache` is a client of these) ----
  * A handle on a cache root, opened on its own (no context needed: build machines, admin scripts) or
  * borrowed from a context (same root, same counters; the context must outlive the handle). Opened on its

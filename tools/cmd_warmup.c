@@ -1,12 +1,8 @@
-/* normjit warmup: compile every problem of one or more manifests into the cache with N worker threads
- * sharing one context (nj_context_warm is thread-safe and single-flight), so that a deployment never
- * compiles on its request path. */
+/* normjit warmup: compile every problem of one or more manifests into the cache (the public nj_warmup_manifest,
+ * N worker threads sharing one context), so that a deployment never compiles on its request path. */
 #include "tool.h"
 
-#include "context.h"
-
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -42,166 +38,55 @@ static void nj_warmup_help(FILE *f)
             "cache afterwards, 2 on a usage error.\n");
 }
 
-typedef struct nj_warm_item {
-    const nj_manifest_line *src;
-    nj_problem_desc desc;
-    int parsed;
-    int failed; /* a pass failed during the run (already reported) */
-} nj_warm_item;
-
 typedef struct nj_warm_state {
-    nj_context *ctx;
-    nj_warm_item *items;
+    const nj_manifest_line *lines;
     int count;
-    uint32_t passes;
-    int next;          /* next item to take */
-    int done;          /* items finished (any outcome) */
     int compiled, cached, failed; /* kernels compiled, kernels already cached, problems failed */
-    int missing;                  /* problems not all in the cache after the run */
     int tty, quiet;
     double t0;
-    pthread_mutex_t lock;
 } nj_warm_state;
 
-static void nj_warm_progress(nj_warm_state *st)
+static void nj_warm_bar(nj_warm_state *st, int done)
 {
     if (st->quiet || !st->tty) return;
     const int width = 30;
-    int fill = st->count ? st->done * width / st->count : width;
+    int fill = st->count ? done * width / st->count : width;
     char bar[64];
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
-    fprintf(stderr, "\r[%s] %d/%d  compiled %d  cached %d  failed %d  %.1fs ", bar, st->done, st->count,
-            st->compiled, st->cached, st->failed, nj_tool_now() - st->t0);
+    fprintf(stderr, "\r[%s] %d/%d  compiled %d  cached %d  failed %d  %.1fs ", bar, done, st->count, st->compiled,
+            st->cached, st->failed, nj_tool_now() - st->t0);
     fflush(stderr);
 }
 
-/* Warms one pass; on failure copies the detail (per thread) into err. */
-static nj_status nj_warm_pass(nj_warm_state *st, nj_warm_item *it, uint32_t pass, int32_t *compiled,
-                              int32_t *cached, char *err, size_t cap)
+/* Progress from the library (one call at a time): a line per failure, per problem when not on a terminal. */
+static void nj_warm_progress(void *user, const nj_warmup_result *r, int32_t done, int32_t total)
 {
-    int32_t c = 0, h = 0;
-    nj_status s = nj_context_warm(st->ctx, &it->desc, pass, &c, &h);
-    if (s == NJ_OK) {
-        *compiled += c;
-        *cached += h;
-        return s;
-    }
-    size_t used = strlen(err);
-    snprintf(err + used, cap - used, "%s%s pass: %s: %s", used ? "; " : "", pass == NJ_PASS_FORWARD ? "fwd" : "bwd",
-             nj_status_name(s), nj_last_error()[0] ? nj_last_error() : nj_status_string(s));
-    return s;
-}
-
-/* Runs one item pass by pass (a failing pass does not hide the other's kernels); called without the
- * lock. Messages are printed under the lock so lines do not mix. */
-static void nj_warm_one(nj_warm_state *st, nj_warm_item *it)
-{
-    int32_t compiled = 0, cached = 0;
-    int failed = 0;
-    char err[4096] = "";
-    double t = nj_tool_now();
-    for (uint32_t pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1)
-        if ((st->passes & pass) && nj_warm_pass(st, it, pass, &compiled, &cached, err, sizeof err) != NJ_OK) failed = 1;
-    double ms = (nj_tool_now() - t) * 1e3;
-    pthread_mutex_lock(&st->lock);
-    st->done++;
-    st->compiled += compiled;
-    st->cached += cached;
-    if (failed) {
-        it->failed = 1;
+    nj_warm_state *st = user;
+    const nj_manifest_line *src = &st->lines[r->index];
+    st->compiled += r->compiled;
+    st->cached += r->cached;
+    if (r->status != NJ_OK) {
         st->failed++;
         if (st->tty && !st->quiet) fprintf(stderr, "\r\033[K");
-        fprintf(stderr, "%s:%d: %s: %s\n", it->src->file, it->src->line, it->src->text, err);
+        /* a failing pass says "fwd pass: NJ_ERR_X: ..."; a line that did not parse gives the parser's detail */
+        int ran = !strncmp(r->message, "fwd pass: ", 10) || !strncmp(r->message, "bwd pass: ", 10);
+        if (ran) fprintf(stderr, "%s:%d: %s: %s\n", src->file, src->line, src->text, r->message);
+        else fprintf(stderr, "%s:%d: %s: %s\n", src->file, src->line, nj_status_name(r->status), r->message);
     } else if (!st->tty && !st->quiet) {
-        fprintf(stderr, "[%d/%d] %s: %s (%.0f ms)\n", st->done, st->count, it->src->text,
-                compiled ? "compiled" : "cached", ms);
+        fprintf(stderr, "[%d/%d] %s: %s (%.0f ms)\n", (int)done, (int)total, src->text,
+                r->compiled ? "compiled" : "cached", r->seconds * 1e3);
     }
-    nj_warm_progress(st);
-    pthread_mutex_unlock(&st->lock);
+    nj_warm_bar(st, done);
 }
 
-static void *nj_warm_worker(void *arg)
+static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, int missing, double secs)
 {
-    nj_warm_state *st = arg;
-    for (;;) {
-        pthread_mutex_lock(&st->lock);
-        int i = st->next < st->count ? st->next++ : -1;
-        pthread_mutex_unlock(&st->lock);
-        if (i < 0) return NULL;
-        if (st->items[i].parsed) nj_warm_one(st, &st->items[i]);
-    }
-}
-
-static void nj_warm_run(nj_warm_state *st, int jobs)
-{
-    pthread_t *th = calloc((size_t)jobs, sizeof *th);
-    int started = 0;
-    for (int i = 0; th && i < jobs; i++)
-        if (pthread_create(&th[i], NULL, nj_warm_worker, st) == 0) started++;
-    if (!started) nj_warm_worker(st); /* no threads to be had: do the work here */
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    free(th);
-}
-
-/* Parses every line; malformed lines are reported as file:line and counted as failed problems. */
-static nj_warm_item *nj_warm_parse(nj_manifest_line *lines, int n, int *failed, int *done)
-{
-    nj_warm_item *items = calloc((size_t)(n ? n : 1), sizeof *items);
-    if (!items) return NULL;
-    for (int i = 0; i < n; i++) {
-        items[i].src = &lines[i];
-        nj_status s = nj_problem_from_text(lines[i].text, 1, &items[i].desc);
-        if (s == NJ_OK) {
-            items[i].parsed = 1;
-            continue;
-        }
-        fprintf(stderr, "%s:%d: %s: %s\n", lines[i].file, lines[i].line, nj_status_name(s),
-                nj_last_error()[0] ? nj_last_error() : nj_status_string(s));
-        (*failed)++;
-        (*done)++;
-    }
-    return items;
-}
-
-/* Looks every problem up again through a context that never compiles, on the same cache: what a
- * deployment with NJ_CTX_NO_COMPILE would fail on at request time. Returns -1 when that context cannot
- * be made (the failure printed). */
-static int nj_warm_verify(nj_warm_state *st, uint32_t ctx_flags)
-{
-    nj_context_options o;
-    nj_context_options_init(&o);
-    o.backend = nj_context_backend(st->ctx);
-    o.arch = nj_context_arch(st->ctx);
-    o.cache_dir = nj_context_cache_dir(st->ctx);
-    o.flags = ctx_flags | NJ_CTX_NO_COMPILE;
-    nj_context *v = NULL;
-    nj_status s = nj_context_create(&o, &v);
-    if (s == NJ_OK && !nj_context_cache_dir(v)[0])
-        s = nj_fail(NJ_ERR_CACHE_IO, "the cache %s cannot be opened again", o.cache_dir);
-    if (s != NJ_OK) {
-        nj_tool_error(s, "cannot check the cache after the warmup");
-        nj_context_destroy(v);
-        return -1;
-    }
-    for (int i = 0; i < st->count; i++) {
-        nj_warm_item *it = &st->items[i];
-        if (!it->parsed || it->failed) continue;
-        s = nj_context_warm(v, &it->desc, st->passes, NULL, NULL);
-        if (s == NJ_OK) continue;
-        st->missing++;
-        fprintf(stderr, "%s:%d: %s: not in the cache after the warmup: %s: %s\n", it->src->file, it->src->line,
-                it->src->text, nj_status_name(s), nj_last_error()[0] ? nj_last_error() : nj_status_string(s));
-    }
-    nj_context_destroy(v);
-    return 0;
-}
-
-static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, double secs)
-{
-    nj_cache_counters k;
-    memset(&k, 0, sizeof k);
-    if (nj_context_disk_cache(ctx)) nj_cache_counters_get(nj_context_disk_cache(ctx), &k);
+    nj_cachedir_stats k = {.struct_size = sizeof k};
+    nj_cachedir *d = NULL;
+    if (nj_cachedir_from_context(ctx, &d) != NJ_OK || nj_cachedir_stats_get(d, &k) != NJ_OK)
+        memset(&k, 0, sizeof k);
+    nj_cachedir_close(d);
     printf("backend            %s (%s%d)\n", nj_tool_backend_name(nj_context_backend(ctx)), "sm_",
            (int)nj_context_arch(ctx));
     printf("cache              %s\n", nj_context_cache_dir(ctx)[0] ? nj_context_cache_dir(ctx) : "(memory only)");
@@ -210,10 +95,10 @@ static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, double secs)
     printf("already cached     %d\n", st->cached);
     printf("failed             %d\n", st->failed);
     printf("not stored         %llu (no space %llu, read-only %llu, other %llu)\n",
-           (unsigned long long)(k.store_nospace + k.store_read_only + k.store_other),
-           (unsigned long long)k.store_nospace, (unsigned long long)k.store_read_only,
-           (unsigned long long)k.store_other);
-    printf("missing after      %d\n", st->missing);
+           (unsigned long long)(k.not_stored_nospace + k.not_stored_read_only + k.not_stored_other),
+           (unsigned long long)k.not_stored_nospace, (unsigned long long)k.not_stored_read_only,
+           (unsigned long long)k.not_stored_other);
+    printf("missing after      %d\n", missing);
     printf("time               %.2f s\n", secs);
 }
 
@@ -221,14 +106,70 @@ static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, double secs)
  * say why (by opening the root once more for its message) and fail. Returns 1 to stop. */
 static int nj_warm_explain_no_cache(const char *dir)
 {
-    char *root = nj_cache_default_root(nj_tool_cache_root(dir));
-    nj_cache *c = NULL;
-    nj_status s = root ? nj_cache_open(root, 0, &c) : NJ_ERR_CACHE_IO;
-    if (s != NJ_OK) nj_tool_error(s, "cannot use the cache root %s", root ? root : "(none: HOME unset)");
+    nj_cachedir *d = NULL;
+    const char *root = nj_tool_cache_root(dir);
+    nj_status s = nj_cachedir_open(root, 0, &d);
+    if (s != NJ_OK) nj_tool_error(s, "cannot use the cache root %s", root ? root : "(the default)");
     else fprintf(stderr, "normjit warmup: the context has no disk cache; nothing would be persisted\n");
-    if (c) nj_cache_close(c);
-    free(root);
+    nj_cachedir_close(d);
     return 1;
+}
+
+/* The manifests' problem lines as one manifest text for the library: line i + 1 is lines[i]. */
+static char *nj_warm_text(const nj_manifest_line *lines, int n, size_t *len)
+{
+    size_t total = 1;
+    for (int i = 0; i < n; i++) total += strlen(lines[i].text) + 1;
+    char *text = malloc(total), *p = text;
+    if (!text) return NULL;
+    for (int i = 0; i < n; i++) {
+        size_t k = strlen(lines[i].text);
+        memcpy(p, lines[i].text, k);
+        p[k] = '\n';
+        p += k + 1;
+    }
+    *p = '\0';
+    *len = (size_t)(p - text);
+    return text;
+}
+
+/* Warms every line and reports problems not found again by a context that never compiles. */
+static int nj_warm_all(nj_context *ctx, const nj_manifest_line *lines, int n, uint32_t passes, int jobs, int quiet)
+{
+    nj_warm_state st = {.lines = lines, .count = n, .quiet = quiet, .tty = isatty(STDERR_FILENO), .t0 = nj_tool_now()};
+    size_t len = 0;
+    char *text = nj_warm_text(lines, n, &len);
+    if (!text) {
+        fprintf(stderr, "normjit warmup: out of memory\n");
+        return NJ_EXIT_FAIL;
+    }
+    nj_warmup_options o;
+    nj_warmup_options_init(&o);
+    o.passes = passes;
+    o.jobs = jobs;
+    o.flags = NJ_WARMUP_VERIFY;
+    o.progress = nj_warm_progress;
+    o.progress_user = &st;
+    nj_warmup_result *res = NULL;
+    int32_t count = 0;
+    nj_status s = nj_warmup_manifest(ctx, text, len, &o, &res, &count);
+    free(text);
+    if (st.tty && !st.quiet) fprintf(stderr, "\n");
+    int missing = 0, accounted = 0;
+    for (int32_t i = 0; i < count && i < n; i++) {
+        accounted |= res[i].status != NJ_OK;
+        if (res[i].status != NJ_OK || res[i].verify_status == NJ_OK) continue;
+        missing++;
+        fprintf(stderr, "%s:%d: %s: not in the cache after the warmup: %s\n", lines[i].file, lines[i].line,
+                lines[i].text, res[i].message);
+    }
+    if (s != NJ_OK && !accounted && !missing) {
+        nj_tool_error(s, "cannot check the cache after the warmup");
+        accounted = 1;
+    }
+    if (count == n) nj_warm_table(&st, ctx, missing, nj_tool_now() - st.t0);
+    nj_warmup_results_free(res);
+    return s != NJ_OK || accounted || missing || count != n ? NJ_EXIT_FAIL : NJ_EXIT_OK;
 }
 
 typedef struct nj_warm_args {
@@ -304,34 +245,10 @@ int nj_cmd_warmup(int argc, char **argv)
     nj_manifest_line *lines = NULL;
     int n = 0;
     nj_context *ctx = NULL;
-    nj_warm_state st;
-    memset(&st, 0, sizeof st);
     rc = NJ_EXIT_FAIL;
-    if (nj_warm_load(&a, &lines, &n) != 0) goto out;
-    if (nj_tool_open_context(&a.target, NJ_TOOL_FALLBACK_COMPILE_ONLY, &ctx) != NJ_OK) goto out;
-    if (!nj_context_cache_dir(ctx)[0] && nj_warm_explain_no_cache(a.target.cache_dir)) goto out;
-    st.ctx = ctx;
-    st.count = n;
-    st.passes = a.passes;
-    st.quiet = a.quiet;
-    st.tty = isatty(STDERR_FILENO);
-    st.t0 = nj_tool_now();
-    pthread_mutex_init(&st.lock, NULL);
-    st.items = nj_warm_parse(lines, n, &st.failed, &st.done);
-    if (!st.items) {
-        fprintf(stderr, "normjit warmup: out of memory\n");
-        goto out;
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int jobs = a.target.jobs ? a.target.jobs : (int)(cores > 0 ? cores : 1);
-    nj_warm_run(&st, jobs < n ? jobs : (n ? n : 1));
-    if (st.tty && !st.quiet) fprintf(stderr, "\n");
-    int checked = nj_warm_verify(&st, a.target.ctx_flags);
-    nj_warm_table(&st, ctx, nj_tool_now() - st.t0);
-    rc = st.failed || st.missing || checked < 0 ? NJ_EXIT_FAIL : NJ_EXIT_OK;
-    pthread_mutex_destroy(&st.lock);
-out:
-    free(st.items);
+    if (nj_warm_load(&a, &lines, &n) == 0 && nj_tool_open_context(&a.target, NJ_TOOL_FALLBACK_COMPILE_ONLY, &ctx) == NJ_OK &&
+        (nj_context_cache_dir(ctx)[0] || !nj_warm_explain_no_cache(a.target.cache_dir)))
+        rc = nj_warm_all(ctx, lines, n, a.passes, a.target.jobs, a.quiet);
     nj_context_destroy(ctx);
     nj_tool_free_manifest(lines, n);
     free(a.files);
