@@ -7,7 +7,8 @@ set(NJ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/normjit)
 install(TARGETS normjit normjit_static EXPORT normjitTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(FILES ${CMAKE_SOURCE_DIR}/include/normjit.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${CMAKE_SOURCE_DIR}/include/normjit.h ${CMAKE_SOURCE_DIR}/include/normjit_ops.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(TARGET normjit_tool)
   install(TARGETS normjit_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

@@ -45,6 +45,59 @@ NJ_OPS nj_status nj_ops_cachedir_pull(nj_cachedir *d, uint64_t *pulled, uint64_t
 /* Loads the key from NORMJIT_CACHE_KEY_FILE or NORMJIT_CACHE_KEY now (export and import do it on demand). */
 NJ_OPS nj_status nj_ops_cachedir_key_from_env(nj_cachedir *d);
 
+/* ---- Plans explained (`normjit plan`, `normjit bench --dump`) ---- */
+
+/* One pass of one problem, planned but not compiled. Strings are malloc'd (nj_ops_pass_info_free). */
+typedef struct nj_ops_pass_info {
+    char *canon_text; /* the canonical problem */
+    char *plan_text;  /* the plan: family, block, vector width, launches */
+    char *signature;  /* full signature text (the cache key is its hash) */
+    char *source;     /* rendered CUDA source (only when asked) */
+    char *libraries;  /* a line per library module the launches use: "colsum param=f32 <hash> cached|not cached" */
+    char hash[33];    /* cache key */
+    int32_t cached;   /* 1 when the disk cache holds a valid entry */
+    int32_t kernels;  /* kernels the source defines (what its compile is told) */
+} nj_ops_pass_info;
+NJ_OPS nj_status nj_ops_explain(nj_context *ctx, const nj_problem_desc *p, nj_pass pass, int with_source,
+                                nj_ops_pass_info *out);
+NJ_OPS void nj_ops_pass_info_free(nj_ops_pass_info *pi);
+
+/* ---- Compile timings (`normjit bench`) ---- */
+
+/* nj_warmup's work for one problem with a choice of variants: passes (nj_pass bits) plus NJ_OPS_WARM_MAIN
+ * and/or NJ_OPS_WARM_UNALIGNED (neither: both). *compiled and *cached (optional) count kernel sets. */
+#define NJ_OPS_WARM_MAIN 0x100u      /* the main kernels only */
+#define NJ_OPS_WARM_UNALIGNED 0x200u /* the unaligned variant only, where it differs from the main one */
+NJ_OPS nj_status nj_ops_warm(nj_context *ctx, const nj_problem_desc *p, uint32_t passes, int32_t *compiled,
+                             int32_t *cached);
+/* Wall milliseconds of this thread's last NVRTC compile (not counting the wait for a compile slot). */
+NJ_OPS double nj_ops_last_compile_ms(void);
+/* Library modules (kernels shared by many problems' backward passes, one per gamma dtype or one in all):
+ * how many, and module i's name ("<kernel>_<dtype>") and source, both malloc'd (free()). */
+NJ_OPS int32_t nj_ops_library_module_count(void);
+NJ_OPS nj_status nj_ops_library_module(int32_t i, char **name, char **source);
+/* One NVRTC compile of source with the library's options, for sm_arch; kernels: how many it defines.
+ * *millis (optional): the compile's wall time. The binary is dropped. */
+NJ_OPS nj_status nj_ops_nvrtc_compile(const char *source, const char *name, int32_t arch, int32_t kernels,
+                                      double *millis);
+
+/* ---- Double-precision reference (`normjit check` and the tests) ---- */
+
+/* Host buffers laid out exactly as the descriptor says; outputs in double, dense, in x's logical order
+ * (stats row-major over the kept axes, params over the feature axes). Any output may be NULL to skip it.
+ * The backward pass recomputes the statistics from x (already residual-summed). */
+typedef struct nj_ops_ref_inputs {
+    const void *x, *residual, *gamma, *beta, *dy;
+    double eps;
+} nj_ops_ref_inputs;
+typedef struct nj_ops_ref_outputs {
+    double *y, *residual_out, *mean, *rstd, *dx, *dgamma, *dbeta;
+} nj_ops_ref_outputs;
+/* Element counts of x, of the statistics (kept axes) and of gamma (feature axes). */
+NJ_OPS void nj_ops_ref_sizes(const nj_problem_desc *p, int64_t *numel, int64_t *kept, int64_t *feature);
+NJ_OPS nj_status nj_ops_ref_forward(const nj_problem_desc *p, const nj_ops_ref_inputs *in, nj_ops_ref_outputs *out);
+NJ_OPS nj_status nj_ops_ref_backward(const nj_problem_desc *p, const nj_ops_ref_inputs *in, nj_ops_ref_outputs *out);
+
 #ifdef __cplusplus
 }
 #endif

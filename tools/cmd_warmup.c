@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static void nj_warmup_help(FILE *f)
+static void njt_warmup_help(FILE *f)
 {
     fprintf(f,
             "usage: normjit warmup [options] MANIFEST...\n"
@@ -38,15 +38,15 @@ static void nj_warmup_help(FILE *f)
             "cache afterwards, 2 on a usage error.\n");
 }
 
-typedef struct nj_warm_state {
-    const nj_manifest_line *lines;
+typedef struct njt_warm_state {
+    const njt_manifest_line *lines;
     int count;
     int compiled, cached, failed; /* kernels compiled, kernels already cached, problems failed */
     int tty, quiet;
     double t0;
-} nj_warm_state;
+} njt_warm_state;
 
-static void nj_warm_bar(nj_warm_state *st, int done)
+static void njt_warm_bar(njt_warm_state *st, int done)
 {
     if (st->quiet || !st->tty) return;
     const int width = 30;
@@ -55,15 +55,15 @@ static void nj_warm_bar(nj_warm_state *st, int done)
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
     fprintf(stderr, "\r[%s] %d/%d  compiled %d  cached %d  failed %d  %.1fs ", bar, done, st->count, st->compiled,
-            st->cached, st->failed, nj_tool_now() - st->t0);
+            st->cached, st->failed, njt_tool_now() - st->t0);
     fflush(stderr);
 }
 
 /* Progress from the library (one call at a time): a line per failure, per problem when not on a terminal. */
-static void nj_warm_progress(void *user, const nj_warmup_result *r, int32_t done, int32_t total)
+static void njt_warm_progress(void *user, const nj_warmup_result *r, int32_t done, int32_t total)
 {
-    nj_warm_state *st = user;
-    const nj_manifest_line *src = &st->lines[r->index];
+    njt_warm_state *st = user;
+    const njt_manifest_line *src = &st->lines[r->index];
     st->compiled += r->compiled;
     st->cached += r->cached;
     if (r->status != NJ_OK) {
@@ -77,17 +77,17 @@ static void nj_warm_progress(void *user, const nj_warmup_result *r, int32_t done
         fprintf(stderr, "[%d/%d] %s: %s (%.0f ms)\n", (int)done, (int)total, src->text,
                 r->compiled ? "compiled" : "cached", r->seconds * 1e3);
     }
-    nj_warm_bar(st, done);
+    njt_warm_bar(st, done);
 }
 
-static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, int missing, double secs)
+static void njt_warm_table(const njt_warm_state *st, nj_context *ctx, int missing, double secs)
 {
     nj_cachedir_stats k = {.struct_size = sizeof k};
     nj_cachedir *d = NULL;
     if (nj_cachedir_from_context(ctx, &d) != NJ_OK || nj_cachedir_stats_get(d, &k) != NJ_OK)
         memset(&k, 0, sizeof k);
     nj_cachedir_close(d);
-    printf("backend            %s (%s%d)\n", nj_tool_backend_name(nj_context_backend(ctx)), "sm_",
+    printf("backend            %s (%s%d)\n", njt_tool_backend_name(nj_context_backend(ctx)), "sm_",
            (int)nj_context_arch(ctx));
     printf("cache              %s\n", nj_context_cache_dir(ctx)[0] ? nj_context_cache_dir(ctx) : "(memory only)");
     printf("problems           %d\n", st->count);
@@ -104,19 +104,19 @@ static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, int missing,
 
 /* The context works in memory when the cache root is refused; a warmup would then persist nothing, so
  * say why (by opening the root once more for its message) and fail. Returns 1 to stop. */
-static int nj_warm_explain_no_cache(const char *dir)
+static int njt_warm_explain_no_cache(const char *dir)
 {
     nj_cachedir *d = NULL;
-    const char *root = nj_tool_cache_root(dir);
+    const char *root = njt_tool_cache_root(dir);
     nj_status s = nj_cachedir_open(root, 0, &d);
-    if (s != NJ_OK) nj_tool_error(s, "cannot use the cache root %s", root ? root : "(the default)");
+    if (s != NJ_OK) njt_tool_error(s, "cannot use the cache root %s", root ? root : "(the default)");
     else fprintf(stderr, "normjit warmup: the context has no disk cache; nothing would be persisted\n");
     nj_cachedir_close(d);
     return 1;
 }
 
 /* The manifests' problem lines as one manifest text for the library: line i + 1 is lines[i]. */
-static char *nj_warm_text(const nj_manifest_line *lines, int n, size_t *len)
+static char *njt_warm_text(const njt_manifest_line *lines, int n, size_t *len)
 {
     size_t total = 1;
     for (int i = 0; i < n; i++) total += strlen(lines[i].text) + 1;
@@ -134,21 +134,21 @@ static char *nj_warm_text(const nj_manifest_line *lines, int n, size_t *len)
 }
 
 /* Warms every line and reports problems not found again by a context that never compiles. */
-static int nj_warm_all(nj_context *ctx, const nj_manifest_line *lines, int n, uint32_t passes, int jobs, int quiet)
+static int njt_warm_all(nj_context *ctx, const njt_manifest_line *lines, int n, uint32_t passes, int jobs, int quiet)
 {
-    nj_warm_state st = {.lines = lines, .count = n, .quiet = quiet, .tty = isatty(STDERR_FILENO), .t0 = nj_tool_now()};
+    njt_warm_state st = {.lines = lines, .count = n, .quiet = quiet, .tty = isatty(STDERR_FILENO), .t0 = njt_tool_now()};
     size_t len = 0;
-    char *text = nj_warm_text(lines, n, &len);
+    char *text = njt_warm_text(lines, n, &len);
     if (!text) {
         fprintf(stderr, "normjit warmup: out of memory\n");
-        return NJ_EXIT_FAIL;
+        return NJT_EXIT_FAIL;
     }
     nj_warmup_options o;
     nj_warmup_options_init(&o);
     o.passes = passes;
     o.jobs = jobs;
     o.flags = NJ_WARMUP_VERIFY;
-    o.progress = nj_warm_progress;
+    o.progress = njt_warm_progress;
     o.progress_user = &st;
     nj_warmup_result *res = NULL;
     int32_t count = 0;
@@ -164,69 +164,69 @@ static int nj_warm_all(nj_context *ctx, const nj_manifest_line *lines, int n, ui
                 lines[i].text, res[i].message);
     }
     if (s != NJ_OK && !accounted && !missing) {
-        nj_tool_error(s, "cannot check the cache after the warmup");
+        njt_tool_error(s, "cannot check the cache after the warmup");
         accounted = 1;
     }
-    if (count == n) nj_warm_table(&st, ctx, missing, nj_tool_now() - st.t0);
+    if (count == n) njt_warm_table(&st, ctx, missing, njt_tool_now() - st.t0);
     nj_warmup_results_free(res);
-    return s != NJ_OK || accounted || missing || count != n ? NJ_EXIT_FAIL : NJ_EXIT_OK;
+    return s != NJ_OK || accounted || missing || count != n ? NJT_EXIT_FAIL : NJT_EXIT_OK;
 }
 
-typedef struct nj_warm_args {
-    nj_tool_target target;
+typedef struct njt_warm_args {
+    njt_tool_target target;
     uint32_t passes;
     int quiet;
     int nfiles;
     char **files;
-} nj_warm_args;
+} njt_warm_args;
 
-static int nj_warm_parse_args(int argc, char **argv, nj_warm_args *a)
+static int njt_warm_parse_args(int argc, char **argv, njt_warm_args *a)
 {
     memset(a, 0, sizeof *a);
     a->passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
     a->files = calloc((size_t)argc, sizeof(char *));
-    if (!a->files) return NJ_EXIT_FAIL;
+    if (!a->files) return NJT_EXIT_FAIL;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
         long n;
-        if (nj_tool_is_help(argv[i])) {
-            nj_warmup_help(stdout);
+        if (njt_tool_is_help(argv[i])) {
+            njt_warmup_help(stdout);
             return -1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--arch", &v))) {
-            if (r < 0 || nj_tool_parse_arch(v, &a->target.arch))
-                return nj_tool_usage_error("warmup", "--arch needs an architecture like sm_90");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--backend", &v))) {
-            if (r < 0 || nj_tool_parse_backend(v, &a->target.backend))
-                return nj_tool_usage_error("warmup", "--backend takes cuda, emulator or compile-only");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--arch", &v))) {
+            if (r < 0 || njt_tool_parse_arch(v, &a->target.arch))
+                return njt_tool_usage_error("warmup", "--arch needs an architecture like sm_90");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--backend", &v))) {
+            if (r < 0 || njt_tool_parse_backend(v, &a->target.backend))
+                return njt_tool_usage_error("warmup", "--backend takes cuda, emulator or compile-only");
             a->target.backend_given = 1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--jobs", &v)) || (r = nj_tool_opt(argc, argv, &i, "-j", &v))) {
-            if (r < 0 || nj_tool_parse_int(v, 1, 1024, &n))
-                return nj_tool_usage_error("warmup", "--jobs takes a number from 1 to 1024");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--jobs", &v)) || (r = njt_tool_opt(argc, argv, &i, "-j", &v))) {
+            if (r < 0 || njt_tool_parse_int(v, 1, 1024, &n))
+                return njt_tool_usage_error("warmup", "--jobs takes a number from 1 to 1024");
             a->target.jobs = (int32_t)n;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--passes", &v))) {
-            if (r < 0 || nj_tool_parse_passes(v, &a->passes))
-                return nj_tool_usage_error("warmup", "--passes takes fwd, bwd or fwd,bwd");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--cache", &v))) {
-            if (r < 0) return nj_tool_usage_error("warmup", "--cache needs a directory");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--passes", &v))) {
+            if (r < 0 || njt_tool_parse_passes(v, &a->passes))
+                return njt_tool_usage_error("warmup", "--passes takes fwd, bwd or fwd,bwd");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--cache", &v))) {
+            if (r < 0) return njt_tool_usage_error("warmup", "--cache needs a directory");
             a->target.cache_dir = v;
         } else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
             a->quiet = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            return nj_tool_usage_error("warmup", "unknown option '%s'", argv[i]);
+            return njt_tool_usage_error("warmup", "unknown option '%s'", argv[i]);
         } else {
             a->files[a->nfiles++] = argv[i];
         }
     }
-    if (!a->nfiles) return nj_tool_usage_error("warmup", "no manifest given");
-    return NJ_EXIT_OK;
+    if (!a->nfiles) return njt_tool_usage_error("warmup", "no manifest given");
+    return NJT_EXIT_OK;
 }
 
-static int nj_warm_load(const nj_warm_args *a, nj_manifest_line **lines, int *n)
+static int njt_warm_load(const njt_warm_args *a, njt_manifest_line **lines, int *n)
 {
     int cap = 0;
     for (int f = 0; f < a->nfiles; f++) {
-        if (nj_tool_read_manifest(a->files[f], lines, n, &cap) != 0) {
+        if (njt_tool_read_manifest(a->files[f], lines, n, &cap) != 0) {
             fprintf(stderr, "normjit warmup: cannot read %s: %s\n", a->files[f], strerror(errno));
             return -1;
         }
@@ -234,23 +234,23 @@ static int nj_warm_load(const nj_warm_args *a, nj_manifest_line **lines, int *n)
     return 0;
 }
 
-int nj_cmd_warmup(int argc, char **argv)
+int njt_cmd_warmup(int argc, char **argv)
 {
-    nj_warm_args a;
-    int rc = nj_warm_parse_args(argc, argv, &a);
+    njt_warm_args a;
+    int rc = njt_warm_parse_args(argc, argv, &a);
     if (rc) {
         free(a.files);
-        return rc < 0 ? NJ_EXIT_OK : rc;
+        return rc < 0 ? NJT_EXIT_OK : rc;
     }
-    nj_manifest_line *lines = NULL;
+    njt_manifest_line *lines = NULL;
     int n = 0;
     nj_context *ctx = NULL;
-    rc = NJ_EXIT_FAIL;
-    if (nj_warm_load(&a, &lines, &n) == 0 && nj_tool_open_context(&a.target, NJ_TOOL_FALLBACK_COMPILE_ONLY, &ctx) == NJ_OK &&
-        (nj_context_cache_dir(ctx)[0] || !nj_warm_explain_no_cache(a.target.cache_dir)))
-        rc = nj_warm_all(ctx, lines, n, a.passes, a.target.jobs, a.quiet);
+    rc = NJT_EXIT_FAIL;
+    if (njt_warm_load(&a, &lines, &n) == 0 && njt_tool_open_context(&a.target, NJT_TOOL_FALLBACK_COMPILE_ONLY, &ctx) == NJ_OK &&
+        (nj_context_cache_dir(ctx)[0] || !njt_warm_explain_no_cache(a.target.cache_dir)))
+        rc = njt_warm_all(ctx, lines, n, a.passes, a.target.jobs, a.quiet);
     nj_context_destroy(ctx);
-    nj_tool_free_manifest(lines, n);
+    njt_tool_free_manifest(lines, n);
     free(a.files);
     return rc;
 }
