@@ -117,6 +117,7 @@ typedef struct fake_api {
     int (*pop)(void **c);
     int (*retain)(void **c, int dev);
     int (*load)(void **m, const void *image);
+    int (*unload)(void *m);
     int (*function)(void **f, void *m, const char *name);
     int (*launch)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                   unsigned shmem, void *stream, void **params, void **extra);
@@ -136,10 +137,11 @@ static void fake_bind(void)
     *(void **)&fake.pop = dlsym(h, "cuCtxPopCurrent_v2");
     *(void **)&fake.retain = dlsym(h, "cuDevicePrimaryCtxRetain");
     *(void **)&fake.load = dlsym(h, "cuModuleLoadData");
+    *(void **)&fake.unload = dlsym(h, "cuModuleUnload");
     *(void **)&fake.function = dlsym(h, "cuModuleGetFunction");
     *(void **)&fake.launch = dlsym(h, "cuLaunchKernel");
     assert_true(fake.calls && fake.last_dev && fake.get_current && fake.push && fake.pop && fake.retain &&
-                fake.load && fake.function && fake.launch);
+                fake.load && fake.unload && fake.function && fake.launch);
 }
 
 static nj_context *cuda_context(int32_t device)
@@ -351,6 +353,9 @@ static double raw_driver_ns(long launches, int iters)
         double ns = (now_s() - t) * 1e9 / iters;
         if (ns < best) best = ns;
     }
+    assert_int_equal(fake.push(primary), 0);
+    assert_int_equal(fake.unload(module), 0);
+    assert_int_equal(fake.pop(&popped), 0);
     return best;
 }
 

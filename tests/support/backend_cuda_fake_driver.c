@@ -32,17 +32,20 @@ static _Thread_local void *ctx_stack[16];
 static _Thread_local int ctx_depth;
 static int ctx_refs, dyn_shared_attr;
 
-typedef struct fake_module {
-    char *image;
-    size_t size;
-    int elf;
-    int dev; /* device whose context was current at load */
-} fake_module;
-
+typedef struct fake_module fake_module;
 typedef struct fake_function {
     fake_module *module;
     const char *name;
 } fake_function;
+
+struct fake_module {
+    char *image;
+    size_t size;
+    int elf;
+    int dev; /* device whose context was current at load */
+    fake_function fns[16]; /* handed out by cuModuleGetFunction, freed with the module */
+    int nfns;
+};
 
 /* Calls by entry point, so a test can assert which driver calls a path makes (fake_calls). */
 #define FAKE_MAX_NAMES 64
@@ -198,7 +201,7 @@ EXPORT CUresult cuModuleLoadData(void **m, const void *image)
     const char *p = image;
     int elf = memcmp(p, "\x7f" "ELF", 4) == 0;
     if (!elf && !(strstr(p, ".version") && strstr(p, ".target"))) return INVALID_IMAGE;
-    fake_module *fm = malloc(sizeof *fm);
+    fake_module *fm = calloc(1, sizeof *fm);
     fm->size = elf ? elf_size(image) : strlen(p);
     fm->image = malloc(fm->size);
     memcpy(fm->image, p, fm->size); /* a real driver copies too: the caller may free the image */
@@ -225,10 +228,11 @@ EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
         if (memcmp(fm->image + i, name, n) != 0) continue;
         if (fm->elf ? fm->image[i + n] == '\0' && (i == 0 || fm->image[i - 1] == '\0')
                     : fm->image[i + n] == '(' && i >= 7 && memcmp(fm->image + i - 7, ".entry ", 7) == 0) {
-            fake_function *fn = malloc(sizeof *fn); /* freed never: a test process is short */
-            fn->module = fm;
-            fn->name = fm->image + i;
-            *f = fn;
+            int k = 0;
+            while (k < fm->nfns && fm->fns[k].name != fm->image + i) k++;
+            if (k == 16) return INVALID_VALUE;
+            if (k == fm->nfns) fm->fns[fm->nfns++] = (fake_function){fm, fm->image + i};
+            *f = &fm->fns[k];
             return OK;
         }
     }
