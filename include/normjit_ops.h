@@ -42,6 +42,9 @@ NJ_OPS nj_status nj_ops_cachedir_remote_info(nj_cachedir *d, nj_ops_remote_info 
  * (*rejected counts values refused by verification). Both authenticate values with the cache key. */
 NJ_OPS nj_status nj_ops_cachedir_push(nj_cachedir *d, uint64_t *pushed);
 NJ_OPS nj_status nj_ops_cachedir_pull(nj_cachedir *d, uint64_t *pulled, uint64_t *rejected);
+/* Looks an entry up as a context does (the disk, then the attached tier): NJ_OK on a hit, NJ_ERR_NOT_CACHED
+ * on a miss. kind: "cubin", "ptx", "so". For measuring the tier's miss latency (tools/bench/bench_remote). */
+NJ_OPS nj_status nj_ops_cachedir_lookup(nj_cachedir *d, const char *signature, const char *kind);
 /* Loads the key from NORMJIT_CACHE_KEY_FILE or NORMJIT_CACHE_KEY now (export and import do it on demand). */
 NJ_OPS nj_status nj_ops_cachedir_key_from_env(nj_cachedir *d);
 

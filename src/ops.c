@@ -43,9 +43,9 @@ nj_status nj_ops_cachedir_remote_info(nj_cachedir *d, nj_ops_remote_info *out)
     snprintf(out->prefix, sizeof out->prefix, "%s", cfg->prefix);
     out->port = cfg->port;
     out->db = cfg->db;
-    out->status = nj_cache_remote_usage(c, &out->values); /* leaves its detail in nj_last_error() */
-    nj_remote_counters k;
+    nj_remote_counters k; /* before the count below, whose own commands would show in them */
     nj_remote_counters_get(r, &k);
+    out->status = nj_cache_remote_usage(c, &out->values); /* leaves its detail in nj_last_error() */
     nj_remote_cache_stats *st = &out->counters;
     st->struct_size = sizeof *st;
     st->enabled = 1;
@@ -79,6 +79,17 @@ nj_status nj_ops_cachedir_pull(nj_cachedir *d, uint64_t *pulled, uint64_t *rejec
     nj_status s = nj_cache_remote_pull(nj_cachedir_cache(d), &n, &bad);
     if (pulled) *pulled = n;
     if (rejected) *rejected = bad;
+    return s;
+}
+
+nj_status nj_ops_cachedir_lookup(nj_cachedir *d, const char *signature, const char *kind)
+{
+    nj_error_clear();
+    NJ_RETURN_IF(!d || !signature || !kind, NJ_ERR_NULL_POINTER, "nj_ops_cachedir_lookup: NULL argument");
+    nj_cache_entry e;
+    memset(&e, 0, sizeof e);
+    nj_status s = nj_cache_get(nj_cachedir_cache(d), signature, kind, &e);
+    if (s == NJ_OK) nj_cache_entry_free(&e);
     return s;
 }
 
