@@ -388,8 +388,9 @@ NJ_API void nj_warmup_options_init(nj_warmup_options *o);
 
 /* Warms count problems in parallel; results (may be NULL) gets count entries. Returns NJ_OK when every
  * problem was warmed (and verified, with NJ_WARMUP_VERIFY), else the status of the first problem in list
- * order that was not (results say which and why). Bad arguments fail before anything is compiled;
- * NJ_WARMUP_VERIFY on a context without a disk cache is NJ_ERR_CACHE_IO (nothing would persist). */
+ * order that was not (results say which and why), or why the verification could not run. Bad arguments
+ * fail before anything is compiled; NJ_WARMUP_VERIFY on a context without a disk cache is NJ_ERR_CACHE_IO
+ * (nothing would persist). */
 NJ_API nj_status nj_warmup(nj_context *ctx, const nj_problem_desc *problems, int32_t count,
                            const nj_warmup_options *o, nj_warmup_result *results);
 /* A manifest: one problem per line in the text form, '#' starts a comment, blank lines are skipped, a

@@ -162,8 +162,8 @@ static nj_status nj_warm_go(nj_context *ctx, const nj_problem_desc *problems, co
         if (skip[i]) nj_warm_report(&j, &res[i]);
     if (count) nj_warm_run(&j);
     pthread_mutex_destroy(&j.lock);
-    nj_status vs = NJ_OK;
-    if (j.o->flags & NJ_WARMUP_VERIFY) vs = nj_warm_verify(&j);
+    /* a verification that could not run says why itself (its detail is the last error) */
+    if (j.o->flags & NJ_WARMUP_VERIFY) NJ_TRY(nj_warm_verify(&j));
     nj_error_clear();
     for (int32_t i = 0; i < count; i++) {
         nj_status s = res[i].status != NJ_OK ? res[i].status : res[i].verify_status;
@@ -171,7 +171,7 @@ static nj_status nj_warm_go(nj_context *ctx, const nj_problem_desc *problems, co
             return nj_fail(s, "%s %d: %s", res[i].line ? "manifest line" : "problem",
                            (int)(res[i].line ? res[i].line : res[i].index), res[i].message);
     }
-    return vs;
+    return NJ_OK;
 }
 
 nj_status nj_warmup(nj_context *ctx, const nj_problem_desc *problems, int32_t count, const nj_warmup_options *o,
