@@ -3,7 +3,7 @@
  *
  *   P.pass            "fwd" | "bwd"
  *   P.kind            "row" | "column" | "general"
- *   P.family          "row" | "general" | "param_grad" | "column" | "channels_last"
+ *   P.family          a family's name (family_list.h): "row" | "column" | "channels_last" | "general"
  *   P.block, P.vec, P.rows_per_block, P.split, P.regs_cache, P.chans, P.tile, P.grid_loop   plan parameters
  *   P.unaligned       true for the unaligned variant (vec 1; the launch picked it for misaligned arguments)
  *   P.rank            number of canonical axes, batch axis included
@@ -30,6 +30,7 @@
  * problem.
  */
 #include "codegen_env.h"
+#include "family.h"
 
 #include <stdio.h>
 
@@ -161,7 +162,7 @@ nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_
     NJ_RETURN_IF(pp->family != NJ_FAMILY_LIBRARY || pp->nlaunch != 1, NJ_ERR_INTERNAL, "codegen: not a library plan");
     lua_createtable(L, 0, 7);
     env_str(L, "pass", "lib");
-    env_str(L, "family", "library");
+    env_str(L, "family", nj_family_name(NJ_FAMILY_LIBRARY));
     env_int(L, "block", pp->block);
     lua_createtable(L, 0, 1);
     env_str(L, "param", env_dtype(param_dtype));
@@ -181,17 +182,16 @@ nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_
 nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_params *pp)
 {
     static const char *const kinds[] = {NULL, "row", "column", "general"};
-    static const char *const families[] = {NULL, "row", "general", "param_grad", "column", "channels_last"};
     NJ_RETURN_IF(c->rank < 1 || c->rank > NJ_CANON_MAX_AXES, NJ_ERR_INTERNAL, "codegen: canonical rank %d", c->rank);
     NJ_RETURN_IF(c->kind < 1 || c->kind > 3, NJ_ERR_INTERNAL, "codegen: canonical kind %d", c->kind);
-    NJ_RETURN_IF(pp->family < 1 || pp->family > NJ_FAMILY_CHANNELS_LAST, NJ_ERR_INTERNAL, "codegen: plan family %d", pp->family);
+    NJ_RETURN_IF(!nj_family_planned(pp->family), NJ_ERR_INTERNAL, "codegen: plan family %d", pp->family);
     NJ_RETURN_IF(!env_act(c->act), NJ_ERR_INTERNAL, "codegen: activation %d", c->act);
     NJ_RETURN_IF(pp->nlaunch < 0 || pp->nlaunch > NJ_MAX_LAUNCHES, NJ_ERR_INTERNAL, "codegen: %d launches",
                  pp->nlaunch);
     lua_createtable(L, 0, 24);
     env_str(L, "pass", pp->pass == NJ_PASS_BACKWARD ? "bwd" : "fwd");
     env_str(L, "kind", kinds[c->kind]);
-    env_str(L, "family", families[pp->family]);
+    env_str(L, "family", nj_family_name(pp->family));
     env_int(L, "block", pp->block);
     env_int(L, "vec", pp->vec);
     env_int(L, "rows_per_block", pp->rows_per_block);

@@ -1,4 +1,4 @@
-/* Planner (src/planner.c): canonical problem + device properties -> plan for one pass.
+/* Planner (src/planner.c, the driver; a file per family, planner_<family>.c): canonical problem + device properties -> plan for one pass.
  * A plan is a list of launches of kernels that one rendered source defines, plus the template
  * parameters codegen needs. Everything in it is a function of (canonical problem, pass, device props),
  * and all of it goes into the signature (nj_plan_text). */
@@ -20,13 +20,15 @@ typedef struct nj_device_props {
 /* Fills conservative properties for an architecture (compile-only targets, emulator). */
 NJ_HIDDEN void nj_device_props_default(int32_t arch, nj_device_props *out);
 
+/* Kernel families, numbered in the order of their rows in family_list.h (the registry: family.h). */
 typedef enum nj_family {
-    NJ_FAMILY_ROW = 1,     /* forward/backward of row problems: a block (or warp) per row */
-    NJ_FAMILY_GENERAL = 2, /* any canonical problem: a block per statistic, strided walks */
-    NJ_FAMILY_PARAM_GRAD = 3, /* backward dgamma/dbeta: deterministic reductions over non-feature axes */
-    NJ_FAMILY_COLUMN = 4,     /* column problems: a block per tile of 32 contiguous kept columns */
-    NJ_FAMILY_CHANNELS_LAST = 5, /* GroupNorm over channels-last images: pixel tiles, vectors across channels */
-    NJ_FAMILY_LIBRARY = 6     /* a library module (nj_plan_library): no problem of its own */
+    NJ_FAMILY_NONE = 0,
+#define NJ_FAMILY_X(ID, name, fwd_tpl, bwd_tpl, applies, plan_fwd, plan_bwd) NJ_FAMILY_##ID,
+#define NJ_FAMILY_LIB_X(ID, name) NJ_FAMILY_##ID,
+#include "family_list.h"
+#undef NJ_FAMILY_X
+#undef NJ_FAMILY_LIB_X
+    NJ_FAMILY_COUNT
 } nj_family;
 
 /* Library kernels: problem-independent steps (adding workspace partials into dgamma/dbeta, merging the
@@ -129,18 +131,11 @@ typedef enum nj_variant { NJ_VARIANT_MAIN = 0, NJ_VARIANT_UNALIGNED = 1 } nj_var
 NJ_HIDDEN nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,
                                     nj_plan_params *out);
 
-/* The channels-last GroupNorm family (planner_cl.c): whether c has its form for a pass, and its plans. */
-NJ_HIDDEN bool nj_plan_cl_ok(const nj_canon *c, nj_pass pass);
-NJ_HIDDEN nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
-NJ_HIDDEN nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
-
 /* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) blocks.
  * Shared by the forward and backward planners. Past NJ_MAX_LAUNCHES it appends nothing and sets
  * pp->overflow (checked by nj_plan_check). */
 NJ_HIDDEN void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult,
                                   int64_t row_div, int32_t grid_x);
-/* Pieces of each walk of the column family (1: none), forward and backward alike. */
-NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev);
 /* Appends a launch of library kernel NJ_LIB_COLSUM (a fixed grid: 32 of the NJ_COLSUM_NCOLS columns a
  * block, which must not depend on the batch); arg: each NJ_COLSUM_* argument as a {constant, per
  * batch row} pair, an inner count of 0 read as 1. */

@@ -364,7 +364,7 @@ static void test_forward_variants(void **state)
     build_cases();
     nj_device_props dev;
     nj_device_props_default(90, &dev);
-    int families[NJ_FAMILY_CHANNELS_LAST + 1] = {0};
+    int families[NJ_FAMILY_COUNT] = {0};
     for (int i = 0; i < nfwd; i++) {
         nj_plan_params pp;
         assert_int_equal(nj_plan_pass(&fwd[i].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
