@@ -9,6 +9,7 @@
 #include "planner_impl.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 /* The set corrections dl (templates/bwd_lib.cuh: the saved float32 mean's rounding) that a dx kernel
@@ -70,16 +71,42 @@ nj_status nj_plan_pass(const nj_canon *c, nj_pass pass, const nj_device_props *d
     return s;
 }
 
+void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out)
+{
+    *out = *main;
+    if (main->align_opds == 0) return;
+    out->vec = 1;
+    out->regs_cache = 0;
+    out->unaligned = 1;
+    out->align_opds = 0;
+}
+
 nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,
                           nj_plan_params *out)
 {
     NJ_RETURN_IF(v != NJ_VARIANT_MAIN && v != NJ_VARIANT_UNALIGNED, NJ_ERR_BAD_ARGUMENT, "planner: variant %d", (int)v);
     NJ_TRY(nj_plan_pass(c, pass, dev, out));
-    if (v == NJ_VARIANT_MAIN || out->align_opds == 0) return NJ_OK;
-    /* Same blocks, launches and workspace (the caller sized it for the main plan); scalar accesses. */
-    out->vec = 1;
-    out->regs_cache = 0;
-    out->unaligned = 1;
-    out->align_opds = 0;
+    if (v == NJ_VARIANT_UNALIGNED) nj_plan_unaligned(out, out);
     return NJ_OK;
+}
+
+nj_status nj_pass_plan_make(const nj_canon *full, nj_pass pass, const nj_device_props *dev, nj_pass_plan *out)
+{
+    NJ_RETURN_IF(!full || !dev || !out, NJ_ERR_NULL_POINTER, "planner: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->pass = pass;
+    nj_canon_for_pass(full, pass, &out->view);
+    out->status = nj_plan_pass(&out->view, pass, dev, &out->variant[NJ_VARIANT_MAIN]);
+    if (out->status != NJ_OK) {
+        snprintf(out->detail, sizeof out->detail, "%s", nj_last_error());
+        return out->status;
+    }
+    nj_plan_unaligned(&out->variant[NJ_VARIANT_MAIN], &out->variant[NJ_VARIANT_UNALIGNED]);
+    return NJ_OK;
+}
+
+nj_status nj_pass_plan_status(const nj_pass_plan *pl)
+{
+    if (pl->status == NJ_OK) return NJ_OK;
+    return nj_fail(pl->status, "%s", pl->detail);
 }

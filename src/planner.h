@@ -130,6 +130,30 @@ typedef enum nj_variant { NJ_VARIANT_MAIN = 0, NJ_VARIANT_UNALIGNED = 1 } nj_var
 #define NJ_VARIANT_COUNT 2
 NJ_HIDDEN nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,
                                     nj_plan_params *out);
+/* The unaligned variant of a main plan (nj_plan_variant without planning again): same blocks, launches
+ * and workspace (the caller sized it for the main plan), scalar accesses; main itself when it has no
+ * alignment to lose. */
+NJ_HIDDEN void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out);
+
+/* One pass of one problem, planned once (nj_pass_plan_make) and read by everything after it: the
+ * kernels' signature, source and launches (kernels.c), the workspace size and describe (context.c,
+ * explain.c), explain and warmup. view: the canonical problem as the pass's kernels see it
+ * (nj_canon_for_pass), which the signature, plan and source come from. variant[v]: the plan of each
+ * variant (the unaligned one equal to the main one when that has align_opds 0: the same signature).
+ * status: NJ_OK, or why the pass cannot be planned (an unsupported backward), with nj_last_error's
+ * detail kept, so that a problem is refused a pass only when that pass is asked for. */
+typedef struct nj_pass_plan {
+    nj_status status;
+    char detail[240];
+    nj_pass pass;
+    nj_canon view;
+    nj_plan_params variant[NJ_VARIANT_COUNT];
+} nj_pass_plan;
+/* Plans pass of the full canonical problem into *out; returns out->status (its detail in nj_last_error). */
+NJ_HIDDEN nj_status nj_pass_plan_make(const nj_canon *full, nj_pass pass, const nj_device_props *dev,
+                                      nj_pass_plan *out);
+/* out->status, with its detail replayed into nj_last_error when it is a failure. */
+NJ_HIDDEN nj_status nj_pass_plan_status(const nj_pass_plan *pl);
 
 /* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) blocks.
  * Shared by the forward and backward planners. Past NJ_MAX_LAUNCHES it appends nothing and sets

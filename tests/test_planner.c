@@ -762,6 +762,42 @@ static void test_family_registry(void **state)
     }
 }
 
+/* nj_pass_plan_make: the pass's view planned once, the unaligned variant derived from the main plan as
+ * nj_plan_variant plans it, and a pass that cannot be planned kept with its reason. */
+static void test_pass_plan(void **state)
+{
+    (void)state;
+    nj_problem_desc p;
+    nj_canon c, v;
+    assert_int_equal(nj_problem_from_text("layernorm f16 8x4096 flags=scale,bias,residual,resout act=silu", 4, &p), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    nj_pass_plan *pl = malloc(sizeof *pl);
+    assert_non_null(pl);
+    for (int pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
+        assert_int_equal(nj_pass_plan_make(&c, (nj_pass)pass, &dev90, pl), NJ_OK);
+        nj_canon_for_pass(&c, (nj_pass)pass, &v);
+        assert_memory_equal(&pl->view, &v, sizeof v);
+        for (int var = 0; var < NJ_VARIANT_COUNT; var++) {
+            nj_plan_params want;
+            assert_int_equal(nj_plan_variant(&v, (nj_pass)pass, (nj_variant)var, &dev90, &want), NJ_OK);
+            assert_memory_equal(&pl->variant[var], &want, sizeof want);
+        }
+        assert_true(pl->variant[NJ_VARIANT_MAIN].align_opds != 0); /* a vectorized row: the variants differ */
+        assert_int_equal(pl->variant[NJ_VARIANT_UNALIGNED].vec, 1);
+        assert_int_equal(nj_pass_plan_status(pl), NJ_OK);
+    }
+    /* gamma over more than 2^31 - 1 elements: the backward is refused, the forward is not */
+    assert_int_equal(nj_problem_from_text("layernorm f32 2x2200000000 flags=scale", 4, &p), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_pass_plan_make(&c, NJ_PASS_FORWARD, &dev90, pl), NJ_OK);
+    assert_int_equal(nj_pass_plan_make(&c, NJ_PASS_BACKWARD, &dev90, pl), NJ_ERR_UNSUPPORTED);
+    assert_int_equal(pl->status, NJ_ERR_UNSUPPORTED);
+    nj_error_clear();
+    assert_int_equal(nj_pass_plan_status(pl), NJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(nj_last_error(), "gamma elements"));
+    free(pl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -770,7 +806,7 @@ int main(void)
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
-        cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry),
+        cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
     };
     return cmocka_run_group_tests_name("planner", tests, setup, NULL);
 }
