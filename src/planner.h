@@ -85,6 +85,29 @@ typedef struct nj_launch {
     uint32_t shmem;     /* dynamic shared memory bytes */
 } nj_launch;
 
+/* What the templates read by name (codegen_env.c: P.role, P.pgrad, P.ws), so that none infers a decision
+ * from a kernel name, a launch position or a workspace size.
+ * Roles of a plan's launches: PART, the first walk of a split pass (pieces' partial sums); MAIN, the
+ * kernel that writes y (forward) or dx (backward); PGRAD, the separate dgamma/dbeta walk; MERGE and
+ * COLSUM, the library launches. */
+typedef enum nj_role { NJ_ROLE_PART, NJ_ROLE_MAIN, NJ_ROLE_PGRAD, NJ_ROLE_MERGE, NJ_ROLE_COLSUM, NJ_ROLE_COUNT } nj_role;
+/* How a backward plan makes dgamma/dbeta. SLOTS: the row kernel keeps column sums in registers across
+ * rows, a partial row per block (pgrad_parts blocks) added by the column sum. FUSED: the dx walk also
+ * sums them, a partial per (work item) added by the column sum (partials follow the batch). WALK: a
+ * separate walk a feature element (bwd_pgrad.cuh), pgrad_parts pieces each (1: no column sum). TILES:
+ * a separate column-tiled walk (bwd_pgrad_col.cuh), pgrad_parts pieces each (1: no column sum). */
+typedef enum nj_pgrad { NJ_PGRAD_NONE, NJ_PGRAD_SLOTS, NJ_PGRAD_FUSED, NJ_PGRAD_WALK, NJ_PGRAD_TILES, NJ_PGRAD_COUNT } nj_pgrad;
+/* Named workspace regions. PGRAD: the dgamma/dbeta partials ([2][parts][param] floats: gamma's, then
+ * beta's, except WALK's [parts][param][2] pairs and the layouts the FUSED families document). PARTS:
+ * the pieces' partial sums of a split pass. MEANS: the statistics (forward) or means (backward) the merge
+ * writes. DL: the saved-mean corrections a dx kernel leaves for a separate dgamma/dbeta walk. */
+typedef enum nj_ws_name { NJ_WS_PGRAD, NJ_WS_PARTS, NJ_WS_MEANS, NJ_WS_DL, NJ_WS_COUNT } nj_ws_name;
+/* A region starts fixed + per_row * rows floats into the workspace (rows: the batch's), or, in a plan
+ * with ws_stride, that far into each batch row's ws_stride floats. */
+typedef struct nj_ws_region {
+    int64_t fixed, per_row;
+} nj_ws_region;
+
 typedef struct nj_plan_params {
     int32_t pass;        /* nj_pass */
     int32_t family;      /* nj_family of the main kernel */
@@ -110,7 +133,22 @@ typedef struct nj_plan_params {
     nj_launch launch[NJ_MAX_LAUNCHES];
     uint64_t workspace_per_row; /* workspace bytes = workspace_fixed + rows * workspace_per_row */
     uint64_t workspace_fixed;
+    int8_t role[NJ_ROLE_COUNT]; /* 1 + the index of the launch playing each role, 0 for none */
+    int32_t pgrad;              /* nj_pgrad */
+    int32_t pgrad_parts;        /* SLOTS, WALK, TILES: partials of each dgamma/dbeta element (1: none) */
+    uint32_t ws_used;           /* bits (1 << nj_ws_name) of the regions the plan uses */
+    nj_ws_region ws[NJ_WS_COUNT];
+    int64_t ws_stride;          /* floats of a batch row's workspace when its regions repeat per row, else 0 */
 } nj_plan_params;
+
+/* Marks the last launch added as the one playing role. */
+NJ_HIDDEN void nj_plan_role(nj_plan_params *pp, nj_role role);
+/* Names a workspace region (offsets in floats). */
+NJ_HIDDEN void nj_plan_ws(nj_plan_params *pp, nj_ws_name name, int64_t fixed, int64_t per_row);
+/* Names of roles, dgamma/dbeta strategies and regions (plan text, P.role, P.pgrad, P.ws). */
+NJ_HIDDEN const char *nj_role_name(int32_t role);
+NJ_HIDDEN const char *nj_pgrad_name(int32_t pgrad);
+NJ_HIDDEN const char *nj_ws_name_text(int32_t name);
 
 /* The invariants later stages rely on, checked on a finished plan: launch count within the array (no
  * overflow), blocks of 1 to the device's threads in multiples of 32, fixed grids within CUDA's limits,

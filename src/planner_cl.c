@@ -130,6 +130,7 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
     cl_tiling(c, NJ_PASS_FORWARD, pp);
     int64_t groups = c->axes[2].extent, tiles = pp->split, image = (tiles + 1) * groups * 2;
     nj_plan_add_launch(pp, "nj_fwd_cl_stats", pp->block, pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_PART);
     /* per image: each tile's (sum, m2) per group, then the image's (mean, rstd) per group; tile t counts
      * min(tile, HW - t * tile) pixels of C/G channels */
     const int64_t arg[NJ_LIB_NARGS][2] = {
@@ -141,6 +142,10 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
         [NJ_MERGE_CMUL] = {c->axes[3].extent, 0}};
     nj_plan_add_merge(pp, arg);
     nj_plan_add_launch(pp, "nj_fwd_cl_norm", pp->block, pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    pp->ws_stride = image;
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
+    nj_plan_ws(pp, NJ_WS_MEANS, tiles * groups * 2, 0);
     pp->workspace_per_row = (uint64_t)image * sizeof(float);
     return NJ_OK;
 }
@@ -157,6 +162,7 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
      * (from `chans` on). The merge takes 2 * groups items an image. */
     int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
     nj_plan_add_launch(pp, "nj_bwd_cl_part", pp->block, pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_PART);
     const int64_t marg[NJ_LIB_NARGS][2] = {
         [NJ_MERGE_NITEMS] = {0, 2 * groups}, [NJ_MERGE_NPARTS] = {tiles, 0}, [NJ_MERGE_RADIX] = {2 * groups, 0},
         [NJ_MERGE_S_HI] = {image, 0},    [NJ_MERGE_S_LO] = {2, 0},        [NJ_MERGE_S_PART] = {4 * groups, 0},
@@ -165,6 +171,10 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
         [NJ_MERGE_N] = {c->reduce_size, 0}};
     nj_plan_add_merge(pp, marg);
     nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    pp->ws_stride = image;
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
+    nj_plan_ws(pp, NJ_WS_MEANS, means, 0);
     if (params) {
         /* image k's tile t partial pair of channel j at k * image + chans + (t * channels + j) * 2 */
         const int64_t arg[NJ_LIB_NARGS][2] = {
@@ -173,6 +183,8 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
             [NJ_COLSUM_S_COL] = {2, 0},        [NJ_COLSUM_BASE_A] = {chans, 0},
             [NJ_COLSUM_BASE_B] = {chans + 1, 0}};
         nj_plan_add_colsum(pp, arg);
+        pp->pgrad = NJ_PGRAD_FUSED;
+        nj_plan_ws(pp, NJ_WS_PGRAD, chans, 0);
     }
     pp->workspace_per_row = (uint64_t)image * sizeof(float);
     return NJ_OK;

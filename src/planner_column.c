@@ -46,12 +46,14 @@ nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     pp->block = 256;
     if (pp->split == 1) {
         nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
         return NJ_OK;
     }
     /* partials per (tile, piece), statistics per tile, then the pieces normalized (fwd_column.cu); the
      * workspace holds [tile][piece][sum, m2][32] partials, then [tile][mean, rstd][32], over the batch */
     int64_t s = pp->split, n = c->reduce_size;
     nj_plan_add_launch(pp, "nj_fwd_column_part", pp->block, tiles * pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_PART);
     const int64_t arg[NJ_LIB_NARGS][2] = {
         [NJ_MERGE_NITEMS] = {0, tiles * 32},    [NJ_MERGE_NPARTS] = {s, 0},      [NJ_MERGE_RADIX] = {32, 0},
         [NJ_MERGE_S_HI] = {s * 64, 0},          [NJ_MERGE_S_LO] = {1, 0},        [NJ_MERGE_S_PART] = {64, 0},
@@ -61,6 +63,9 @@ nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
         [NJ_MERGE_N] = {n, 0},                  [NJ_MERGE_PLEN] = {nj_ceil_div64(n, s), 0}, [NJ_MERGE_CMUL] = {1, 0}};
     nj_plan_add_merge(pp, arg);
     nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles * pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
+    nj_plan_ws(pp, NJ_WS_MEANS, 0, tiles * s * 64);
     pp->workspace_per_row = (uint64_t)tiles * (uint64_t)(pp->split + 1) * 64u * sizeof(float);
     return NJ_OK;
 }
@@ -91,6 +96,7 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     bool fused = bwd_column_fused(c);
     if (s == 1) {
         nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
     } else {
         /* a piece's two sums per column, then a tile's two means: [tile][piece][2][32], [tile][2][32] over
          * the batch, after the fused partial rows (2 x ec a row, outer index and piece) when fused, and
@@ -100,6 +106,7 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
         int64_t ipt = (c->flags & NJ_FLAG_CENTER) ? 64 : 32, q = 2 * ipt; /* items a tile, floats a piece */
         int64_t si = (int64_t)s, n = c->reduce_size, sums = fused ? 2 * (c->kept_inner / ec) * si * ec : 0;
         nj_plan_add_launch(pp, "nj_bwd_column_part", pp->block, tiles * pp->split, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_PART);
         const int64_t arg[NJ_LIB_NARGS][2] = {
             [NJ_MERGE_NITEMS] = {0, tiles * ipt}, [NJ_MERGE_NPARTS] = {si, 0},  [NJ_MERGE_RADIX] = {ipt, 0},
             [NJ_MERGE_IN_BASE] = {0, sums},       [NJ_MERGE_S_HI] = {si * q, 0}, [NJ_MERGE_S_LO] = {1, 0},
@@ -109,6 +116,9 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
             [NJ_MERGE_N] = {n, 0}};
         nj_plan_add_merge(pp, arg);
         nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles * pp->split, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
+        nj_plan_ws(pp, NJ_WS_PARTS, 0, sums);
+        nj_plan_ws(pp, NJ_WS_MEANS, 0, sums + tiles * si * q);
         pp->workspace_per_row = (uint64_t)tiles * (s + 1) * (uint64_t)q * sizeof(float);
     }
     if (fused) {
@@ -118,11 +128,16 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
                                              [NJ_COLSUM_S_OUTER] = {ec, 0}, [NJ_COLSUM_S_COL] = {1, 0},
                                              [NJ_COLSUM_BASE_B] = {0, parts * ec}};
         nj_plan_add_colsum(pp, arg);
+        pp->pgrad = NJ_PGRAD_FUSED;
+        nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
         pp->workspace_per_row += (uint64_t)c->kept_inner * s * 2u * sizeof(float);
         return NJ_OK;
     }
     nj_plan_pgrad(c, dev, pp);
-    for (int32_t i = 0; i < pp->nlaunch; i++) { /* the split's region follows the dgamma/dbeta launches' fixed one */
+    int64_t after = (int64_t)(pp->workspace_fixed / sizeof(float)); /* the split's regions follow that one */
+    pp->ws[NJ_WS_PARTS].fixed += after;
+    pp->ws[NJ_WS_MEANS].fixed += after;
+    for (int32_t i = 0; i < pp->nlaunch; i++) {
         if (pp->launch[i].lib != NJ_LIB_MERGE) continue;
         pp->launch[i].arg[NJ_MERGE_IN_BASE][0] += (int64_t)(pp->workspace_fixed / sizeof(float));
         pp->launch[i].arg[NJ_MERGE_OUT_BASE][0] += (int64_t)(pp->workspace_fixed / sizeof(float));

@@ -46,6 +46,35 @@ void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, i
     l->row_div = row_div;
 }
 
+void nj_plan_role(nj_plan_params *pp, nj_role role)
+{
+    if (pp->nlaunch > 0 && !pp->overflow) pp->role[role] = (int8_t)pp->nlaunch;
+}
+
+void nj_plan_ws(nj_plan_params *pp, nj_ws_name name, int64_t fixed, int64_t per_row)
+{
+    pp->ws_used |= 1u << name;
+    pp->ws[name] = (nj_ws_region){fixed, per_row};
+}
+
+const char *nj_role_name(int32_t role)
+{
+    static const char *const names[NJ_ROLE_COUNT] = {"part", "main", "pgrad", "merge", "colsum"};
+    return role >= 0 && role < NJ_ROLE_COUNT ? names[role] : NULL;
+}
+
+const char *nj_pgrad_name(int32_t pgrad)
+{
+    static const char *const names[NJ_PGRAD_COUNT] = {"none", "slots", "fused", "walk", "tiles"};
+    return pgrad >= 0 && pgrad < NJ_PGRAD_COUNT ? names[pgrad] : NULL;
+}
+
+const char *nj_ws_name_text(int32_t name)
+{
+    static const char *const names[NJ_WS_COUNT] = {"pgrad", "parts", "means", "dl"};
+    return name >= 0 && name < NJ_WS_COUNT ? names[name] : NULL;
+}
+
 int32_t nj_plan_kernel_count(const nj_plan_params *pp)
 {
     int32_t n = 0;
@@ -106,12 +135,14 @@ void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
     nj_launch *l = plan_add_lib(pp, NJ_LIB_COLSUM, 1, 1, (int32_t)((arg[NJ_COLSUM_NCOLS][0] + 31) / 32), arg);
     l->block[0] = (int32_t)warps * 32;
     if (l->arg[NJ_COLSUM_INNER][0] == 0 && l->arg[NJ_COLSUM_INNER][1] == 0) l->arg[NJ_COLSUM_INNER][0] = 1;
+    nj_plan_role(pp, NJ_ROLE_COLSUM);
 }
 
 void nj_plan_add_merge(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
 {
     /* a block per 32 items (its 8 warps over the parts), items a batch row times the rows */
     plan_add_lib(pp, NJ_LIB_MERGE, arg[NJ_MERGE_NITEMS][1], 32, 0, arg);
+    nj_plan_role(pp, NJ_ROLE_MERGE);
 }
 
 nj_status nj_plan_library(int32_t lib, nj_plan_params *out)
@@ -154,7 +185,11 @@ void nj_plan_fwd_split(const nj_canon *c, const char *part, const char *main_ker
 {
     pp->split = nj_plan_split_pieces(c->reduce_size);
     nj_plan_add_launch(pp, part, pp->block, c->kept_inner * pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_PART);
     nj_plan_add_launch(pp, main_kernel, pp->block, c->kept_inner * pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    /* [statistic][piece][sum, m2] */
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
     pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * 2u * sizeof(float);
 }
 
@@ -187,7 +222,11 @@ static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_pla
      * over the tiles (the kernel sees grid_x < its tasks); else no loop (it costs NVRTC 7-14 ms). */
     int64_t tasks = tiles * split;
     nj_plan_add_launch(pp, "nj_bwd_pgrad_col", 256, 1, 1, (int32_t)(tasks < want * 4 ? tasks : want * 4));
+    nj_plan_role(pp, NJ_ROLE_PGRAD);
+    pp->pgrad = NJ_PGRAD_TILES;
+    pp->pgrad_parts = (int32_t)split;
     if (split > 1) {
+        nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
         /* split s's partial of gamma element j at [s][j], of beta at [split + s][j] */
         int64_t ps = c->param_size;
         const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {ps, 0}, [NJ_COLSUM_NPARTS] = {split, 0},
@@ -216,9 +255,16 @@ void nj_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_plan_params
         if (split <= 1) {
             int64_t cap = (int64_t)sms * (2048 / pb) * 2;
             nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(c->param_size < cap ? c->param_size : cap));
+            nj_plan_role(pp, NJ_ROLE_PGRAD);
+            pp->pgrad = NJ_PGRAD_WALK;
+            pp->pgrad_parts = 1;
             return;
         }
         nj_plan_add_launch(pp, "nj_bwd_pgrad", pb, 1, 1, (int32_t)(c->param_size * split));
+        nj_plan_role(pp, NJ_ROLE_PGRAD);
+        pp->pgrad = NJ_PGRAD_WALK;
+        pp->pgrad_parts = (int32_t)split;
+        nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
         /* piece q's pair (gamma, beta) of element j at [q][j][2] */
         int64_t ps = c->param_size;
         const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {ps, 0}, [NJ_COLSUM_NPARTS] = {split, 0},

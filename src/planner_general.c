@@ -29,6 +29,7 @@ nj_status nj_plan_fwd_general(const nj_canon *c, const nj_device_props *dev, nj_
         return NJ_OK;
     }
     nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
     nj_plan_grid_loop(pp, n, dev);
     return NJ_OK;
 }
@@ -43,14 +44,19 @@ nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_
     if (c->reduce_size >= NJ_SPLIT_MIN) {
         pp->split = nj_plan_split_pieces(c->reduce_size);
         nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_PART);
         nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner * pp->split, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
         /* (sum g, sum g * xhat) a piece, and centered sum (x - mean) * rstd: the saved mean's correction */
         uint64_t per_piece = (c->flags & NJ_FLAG_CENTER) ? 3u : 2u;
         pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * per_piece * sizeof(float);
     } else {
         nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
         nj_plan_grid_loop(pp, c->reduce_size, dev);
     }
     nj_plan_pgrad(c, dev, pp);
+    /* [statistic][piece][WQ] sums, after the fixed region of the dgamma/dbeta launches */
+    if (pp->split > 1) nj_plan_ws(pp, NJ_WS_PARTS, (int64_t)(pp->workspace_fixed / sizeof(float)), 0);
     return NJ_OK;
 }

@@ -132,6 +132,7 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
         return NJ_OK;
     }
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
     nj_plan_grid_loop(pp, (int64_t)pp->rows_per_block * n, dev);
     return NJ_OK;
 }
@@ -210,6 +211,7 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
     if (c->param_size == 0 || n > NJ_BWD_ROW_MAX) {
         nj_plan_add_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
         pp->launch[0].row_div = pp->rows_per_block;
         nj_plan_grid_loop(pp, (int64_t)pp->rows_per_block * n, dev);
         nj_plan_pgrad(c, dev, pp); /* none without gamma/beta */
@@ -226,6 +228,10 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     int32_t per_sm = pp->block < 512 ? 1024 / pp->block : pp->block == 512 && one_chunk <= 512 ? 2 : 1;
     int32_t nslot = sms * per_sm;
     nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    pp->pgrad = NJ_PGRAD_SLOTS;
+    pp->pgrad_parts = nslot;
+    nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
     /* slot k's partial row of gamma at [k][n], of beta at [nslot + k][n] */
     const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0}, [NJ_COLSUM_NPARTS] = {nslot, 0},
                                          [NJ_COLSUM_S_OUTER] = {n, 0}, [NJ_COLSUM_S_COL] = {1, 0},

@@ -45,6 +45,21 @@ char *nj_plan_text(const nj_plan_params *pp)
                   pp->template_name ? pp->template_name : "-", pp->block, pp->vec, pp->rows_per_block, pp->split,
                   pp->regs_cache, pp->grid_loop);
     if (pp->chans) nj_buf_printf(&b, "chans=%d tile=%d ", pp->chans, pp->tile); /* channels-last family only */
+    /* the named fields templates read (planner.h): in the signature like every other decision */
+    if (pp->pgrad != NJ_PGRAD_NONE) nj_buf_printf(&b, "pgrad=%s:%d ", nj_pgrad_name(pp->pgrad), pp->pgrad_parts);
+    nj_buf_append(&b, "roles=", 6);
+    for (int r = 0; r < NJ_ROLE_COUNT; r++)
+        if (pp->role[r]) nj_buf_printf(&b, "%s:%d,", nj_role_name(r), pp->role[r]);
+    nj_buf_append(&b, " ", 1);
+    if (pp->ws_used) {
+        nj_buf_printf(&b, "ws=");
+        for (int w = 0; w < NJ_WS_COUNT; w++)
+            if (pp->ws_used & (1u << w))
+                nj_buf_printf(&b, "%s:%lld+%lld,", nj_ws_name_text(w), (long long)pp->ws[w].fixed,
+                              (long long)pp->ws[w].per_row);
+        if (pp->ws_stride) nj_buf_printf(&b, "stride:%lld", (long long)pp->ws_stride);
+        nj_buf_append(&b, " ", 1);
+    }
     nj_buf_printf(&b, "variant=%s align=0x%x workspace=%llu+%llu*rows launches=%d", pp->unaligned ? "unaligned" : "main",
                   pp->align_opds, (unsigned long long)pp->workspace_fixed, (unsigned long long)pp->workspace_per_row,
                   pp->nlaunch);

@@ -84,7 +84,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         const nj_shift sh = nj_shift_of(col_ok ? nj_load_f32(X, ox){{ F.residual and " + nj_load_f32(RES, ores)" or "" }} : 0.0f, {{ F.center and "true" or "false" }});
 {% if mode == "norm" then %}
         /* the tile's merged moments of the scaled values (lib_merge.cu) */
-        const float *ST = (const float *)A.workspace + A.rows * ({{ NTASK }}LL * NJ_SPLIT * 64) + task * 64;
+        const float *ST = (const float *)A.workspace{{ ws_plus("means") }} + task * 64;
 {% fwd_finish("ST[tx]", "ST[32 + tx]") %}
 {% fwd_save_stats("col_ok && piece == 0 && ty == 0", kept) %}
 {% else %}
@@ -128,7 +128,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             for (int k = 1; k < NJ_BY; k++) s += nj_part[k * 32 + tx];
 {% end %}
 {% if mode == "part" then %}
-            float *WS = (float *)A.workspace + wi * 64;
+            float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * 64;
             WS[tx] = {{ F.center and "sum" or "s" }};
             WS[32 + tx] = {{ F.center and "m2" or "0.0f" }};
         }
@@ -170,9 +170,9 @@ NJ_KERNEL({{ name }}, {{ B }})
 }
 {% end %}
 {% if SPLIT > 1 then %}
-{% col_kernel(P.launch[1].kernel, "part") %}
+{% col_kernel(P.role.part.kernel, "part") %}
 
-{% col_kernel(P.launch[3].kernel, "norm") %}
+{% col_kernel(P.role.main.kernel, "norm") %}
 {% else %}
-{% col_kernel(P.launch[1].kernel, "full") %}
+{% col_kernel(P.role.main.kernel, "full") %}
 {% end %}

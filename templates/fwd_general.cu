@@ -67,7 +67,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% fwd_shift() %}
 {% if mode == "norm" then %}
         /* the statistic from its pieces' (nj_fwd_general_part) */
-{% fwd_split_stats("(const float *)A.workspace + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept) %}
+{% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept) %}
 {% else %}
 {% if F.center then %}
         nj_welford w = nj_welford_init();
@@ -94,7 +94,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         s = nj_block_sum<{{ NW }}>(s, nj_scratch);
 {% end %}
         if (threadIdx.x == 0) {
-            float *WS = (float *)A.workspace + wi * 2;
+            float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * 2;
             WS[0] = {{ F.center and "w.n * w.mean" or "s" }};
             WS[1] = {{ F.center and "w.m2" or "0.0f" }};
         }
@@ -131,9 +131,9 @@ NJ_KERNEL({{ name }}, {{ B }})
 }
 {% end %}
 {% if SPLIT > 1 then %}
-{% stat_kernel(P.launch[1].kernel, "part") %}
+{% stat_kernel(P.role.part.kernel, "part") %}
 
-{% stat_kernel(P.launch[2].kernel, "norm") %}
+{% stat_kernel(P.role.main.kernel, "norm") %}
 {% else %}
-{% stat_kernel(P.launch[1].kernel, "full") %}
+{% stat_kernel(P.role.main.kernel, "full") %}
 {% end %}

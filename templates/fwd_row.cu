@@ -60,7 +60,7 @@ local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
 local SPLIT = P.split
-if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or #P.launch ~= 2) then error("fwd_row: split rows are streamed, a block a piece") end
+if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or not P.role.part) then error("fwd_row: split rows are streamed, a block a piece") end
 -- the chunk range a thread streams: the whole row, or its piece of a split row
 local LO = SPLIT > 1 and "ch_lo + lane" or "lane"
 local HI = SPLIT > 1 and "ch_hi" or "NCH"
@@ -120,7 +120,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% end %}
 {% if mode == "norm" then %}
         /* the row's statistics from its pieces' (nj_fwd_row_part) */
-{% fwd_split_stats("(const float *)A.workspace + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept) %}
+{% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept) %}
 {% elseif cache then %}
         constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
         float v[CPT][V];
@@ -228,7 +228,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% end %}
 {% if mode == "part" then %}
         if (threadIdx.x == 0) {
-            float *WS = (float *)A.workspace + row * (2 * NJ_SPLIT) + 2 * piece;
+            float *WS = (float *)A.workspace{{ ws_plus("parts") }} + row * (2 * NJ_SPLIT) + 2 * piece;
             WS[0] = p_sum;
             WS[1] = p_m2;
         }
@@ -294,14 +294,14 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% row_body("nj_fwd_row_part_body", P.vec, false, "part") %}
 {% row_body("nj_fwd_row_body", P.vec, false, "norm") %}
 
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_scratch, {{ NW }});
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
     nj_fwd_row_part_body(A, nj_scratch, nj_wscratch);
 }
 
-NJ_KERNEL({{ P.launch[2].kernel }}, {{ B }})
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_scratch, 2);
     nj_fwd_row_body(A, nj_scratch, 0);
@@ -309,7 +309,7 @@ NJ_KERNEL({{ P.launch[2].kernel }}, {{ B }})
 {% else %}
 {% row_body("nj_fwd_row_body", P.vec, P.regs_cache > 0) %}
 
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
 {% if RPB == 1 then %}
     NJ_SHARED(float, nj_scratch, {{ NW }});
