@@ -127,9 +127,7 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 #pragma unroll
             for (int q = 0; q < NJ_CH; q += {{ VV }}) {
                 {{ load_x("v", "p") }}
-{% if F.resout then %}
-                nj_store_vec<{{ VV }}>(RESOUT, oresout + (nj_i64)p * {{ PSRO }} + c0 + q, &v[q]);
-{% end %}
+{% fwd_resout("                ", "(nj_i64)p * " .. PSRO .. " + c0 + q", "&v[q]", VV) %}
             }
             n += 1.0f;
             const float inv = __fdividef(1.0f, n);
@@ -224,10 +222,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
         for (int p = r; p < npx; p += NJ_R) {
 {% local function affine(o, k) %}
                 float u = ((o_[{{ o }}] - kk[{{ k }}]) - mk[{{ k }}]) * sk[{{ k }}];
-{%   if F.bias then %}
-                u += bk[{{ k }}];
-{%   end %}
-                o_[{{ o }}] = nj_act_{{ P.act }}(u);
+{% fwd_epilogue("                ", nil, F.bias and ("bk[" .. k .. "]"), {to = "o_[" .. o .. "]"}) %}
 {% end %}
 {% if VV > 1 then %}
             float o_[NJ_CH];
@@ -240,14 +235,14 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {% affine("k", "k") %}
             }
 #pragma unroll
-            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_store_vec<{{ VV }}>(Y, oy + (nj_i64)p * {{ PSY }} + c0 + q, &o_[q]);
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {{ fwd_out("(nj_i64)p * " .. PSY .. " + c0 + q", "&o_[q]", VV) }}
 {% else %}
             /* a channel at a time (unaligned variant): no vector of values held across the activations */
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {
                 float o_[1] = {nj_load_f32(X, ox + (nj_i64)p * {{ PSX }} + c0 + k){{ F.residual and (" + nj_load_f32(RES, ores + (nj_i64)p * " .. PSR .. " + c0 + k)") or "" }}};
 {% affine(0, "k") %}
-                nj_store_f32(Y, oy + (nj_i64)p * {{ PSY }} + c0 + k, o_[0]);
+                {{ fwd_out("(nj_i64)p * " .. PSY .. " + c0 + k", "o_[0]") }}
             }
 {% end %}
         }

@@ -97,9 +97,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {{ walk_unroll(F.residual and 2 or 1) }}
             for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
 {% load_x("v") %}
-{% if F.resout then %}
-                nj_store_f32(RESOUT, oresout + {{ offset("resout", red, "r") }}, v);
-{% end %}
+{% fwd_resout("                ", offset("resout", red, "r"), "v") %}
 {% if F.center then %}
                 nj_welford_add(w, (v - sh.k) * sh.inv);
 {% else %}
@@ -157,13 +155,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if has_param then %}
                 const nj_i64 opi = op + {{ offset("param", red, "r") }};
 {% end %}
-{% if F.scale then %}
-                u *= nj_load_f32(GAMMA, opi);
-{% end %}
-{% if F.bias then %}
-                u += nj_load_f32(BETA, opi);
-{% end %}
-                nj_store_f32(Y, oy + {{ offset("y", red, "r") }}, nj_act_{{ P.act }}(u));
+{% fwd_epilogue("                ", F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)", {y = offset("y", red, "r")}) %}
             }
         }
     }

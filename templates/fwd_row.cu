@@ -131,9 +131,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             if (NCH % NJ_TPR == 0 || ch < NCH) {
                 const nj_i64 j = ch * V;
 {% load_x("v[c]") %}
-{% if F.resout then %}
-                nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, v[c]);
-{% end %}
+{% fwd_resout("                ", roff("resout"), "v[c]", "V") %}
 #pragma unroll
                 for (int k = 0; k < V; k++) s += {{ F.center and "(v[c][k] - sh.k) * sh.inv" or "nj_sq(v[c][k] * sh.inv)" }};
             } else {
@@ -165,9 +163,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
-{% if F.resout then %}
-            nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, xv);
-{% end %}
+{% fwd_resout("            ", roff("resout"), "xv", "V") %}
             s += {{ F.center and "(xv[0] - sh.k) * sh.inv" or "nj_sq(xv[0] * sh.inv)" }};
         }
 {% if F.center then %}
@@ -205,9 +201,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
-{% if F.resout then %}
-            nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, xv);
-{% end %}
+{% fwd_resout("            ", roff("resout"), "xv", "V") %}
 #pragma unroll
             for (int k = 0; k < V; k++) {{ F.center and "nj_welford_add(w, (xv[k] - sh.k) * sh.inv)" or "s += nj_sq(xv[k] * sh.inv)" }};
         }
@@ -260,15 +254,10 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 float u = {{ fwd_centered(src .. "[k]") }} * rstd;
-{% if F.scale then %}
-                u *= {{ param_vec and "g_[k]" or param_row and "g_row" or "g_chunk" }};
-{% end %}
-{% if F.bias then %}
-                u += {{ param_vec and "b_[k]" or param_row and "b_row" or "b_chunk" }};
-{% end %}
-                o_[k] = nj_act_{{ P.act }}(u);
+{% fwd_epilogue("                ", F.scale and (param_vec and "g_[k]" or param_row and "g_row" or "g_chunk"),
+                F.bias and (param_vec and "b_[k]" or param_row and "b_row" or "b_chunk"), {to = "o_[k]"}) %}
             }
-            nj_store_vec<V>(Y, oy + {{ roff("y") }}, o_);
+            {{ fwd_out(roff("y"), "o_", "V") }}
 {% end %}
 {% if cache then %}
 #pragma unroll
