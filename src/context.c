@@ -376,7 +376,7 @@ nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes
 static nj_status nj_warm_variant(nj_context *ctx, const nj_pass_plan *pl, nj_variant v, int32_t *done, int32_t *total)
 {
     NJ_TRY(nj_pass_plan_status(pl));
-    if (v == NJ_VARIANT_UNALIGNED && pl->variant[NJ_VARIANT_MAIN].align_opds == 0)
+    if (v == NJ_VARIANT_UNALIGNED && pl->main.align_opds == 0)
         return NJ_OK; /* the main kernels serve every argument */
     nj_kernelset *ks;
     nj_build_stats st = {0, 0};
@@ -424,5 +424,5 @@ size_t nj_plan_workspace_size(const nj_plan *plan, nj_pass pass)
     const nj_pass_plan *pl = nj_plan_pass_plan(plan, pass);
     if (pl->status != NJ_OK) return 0;
     /* the unaligned variant shares the main plan's workspace; within 64 bits: nj_plan_check */
-    return nj_plan_params_workspace(&pl->variant[NJ_VARIANT_MAIN], plan->rows);
+    return nj_plan_params_workspace(&pl->main, plan->rows);
 }

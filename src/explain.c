@@ -66,7 +66,7 @@ nj_status nj_context_explain(nj_context *ctx, const nj_problem_desc *p, nj_pass 
         return ps;
     }
     const nj_canon *c = &pl->view; /* as nj_kernels_for: the same signature and source */
-    out->params = pl->variant[NJ_VARIANT_MAIN];
+    out->params = pl->main;
     out->canon_text = nj_canon_text(c);
     out->plan_text = nj_plan_text(&out->params);
     out->signature = nj_signature_text(ctx, c, &out->params);
@@ -96,7 +96,7 @@ nj_status nj_plan_describe(const nj_plan *plan, char *buf, size_t cap, size_t *l
     for (int pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
         const nj_pass_plan *pl = nj_plan_pass_plan(plan, (nj_pass)pass);
         if (pl->status != NJ_OK) continue;
-        const nj_plan_params *pp = &pl->variant[NJ_VARIANT_MAIN];
+        const nj_plan_params *pp = &pl->main;
         char *text = nj_plan_text(pp);
         nj_kernelset *ks = atomic_load(&((nj_plan *)plan)->pass[pass == NJ_PASS_BACKWARD][NJ_VARIANT_MAIN]);
         nj_buf_printf(&b, "%s %s [%s]\n", pass == NJ_PASS_FORWARD ? "fwd" : "bwd", text ? text : "?",

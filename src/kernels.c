@@ -367,7 +367,9 @@ nj_status nj_kernels_for(nj_context *ctx, const nj_pass_plan *pl, nj_variant v, 
 {
     NJ_TRY(nj_pass_plan_status(pl));
     NJ_RETURN_IF(v != NJ_VARIANT_MAIN && v != NJ_VARIANT_UNALIGNED, NJ_ERR_BAD_ARGUMENT, "kernels: variant %d", (int)v);
-    const nj_plan_params *pp = &pl->variant[v];
+    nj_plan_params vp;
+    nj_pass_plan_variant(pl, v, &vp);
+    const nj_plan_params *pp = &vp;
     char *sig = nj_signature_text(ctx, &pl->view, pp);
     NJ_RETURN_IF(!sig, NJ_ERR_OUT_OF_MEMORY, "signature text");
     nj_build_stats none = {0, 0};

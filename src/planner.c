@@ -94,13 +94,18 @@ nj_status nj_pass_plan_make(const nj_canon *full, nj_pass pass, const nj_device_
     memset(out, 0, sizeof *out);
     out->pass = pass;
     nj_canon_for_pass(full, pass, &out->view);
-    out->status = nj_plan_pass(&out->view, pass, dev, &out->variant[NJ_VARIANT_MAIN]);
+    out->status = nj_plan_pass(&out->view, pass, dev, &out->main);
     if (out->status != NJ_OK) {
         snprintf(out->detail, sizeof out->detail, "%s", nj_last_error());
         return out->status;
     }
-    nj_plan_unaligned(&out->variant[NJ_VARIANT_MAIN], &out->variant[NJ_VARIANT_UNALIGNED]);
     return NJ_OK;
+}
+
+void nj_pass_plan_variant(const nj_pass_plan *pl, nj_variant v, nj_plan_params *out)
+{
+    if (v == NJ_VARIANT_UNALIGNED) nj_plan_unaligned(&pl->main, out);
+    else *out = pl->main;
 }
 
 nj_status nj_pass_plan_status(const nj_pass_plan *pl)

@@ -176,8 +176,9 @@ NJ_HIDDEN void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out
 /* One pass of one problem, planned once (nj_pass_plan_make) and read by everything after it: the
  * kernels' signature, source and launches (kernels.c), the workspace size and describe (context.c,
  * explain.c), explain and warmup. view: the canonical problem as the pass's kernels see it
- * (nj_canon_for_pass), which the signature, plan and source come from. variant[v]: the plan of each
- * variant (the unaligned one equal to the main one when that has align_opds 0: the same signature).
+ * (nj_canon_for_pass), which the signature, plan and source come from. main: the main variant's plan;
+ * the unaligned variant's is derived from it (nj_pass_plan_variant), not stored: a plan object exists per
+ * distinct batch, and this keeps it to one plan a pass.
  * status: NJ_OK, or why the pass cannot be planned (an unsupported backward), with nj_last_error's
  * detail kept, so that a problem is refused a pass only when that pass is asked for. */
 typedef struct nj_pass_plan {
@@ -185,8 +186,10 @@ typedef struct nj_pass_plan {
     char detail[240];
     nj_pass pass;
     nj_canon view;
-    nj_plan_params variant[NJ_VARIANT_COUNT];
+    nj_plan_params main;
 } nj_pass_plan;
+/* Variant v of a planned pass into *out (nj_plan_unaligned for the unaligned one). */
+NJ_HIDDEN void nj_pass_plan_variant(const nj_pass_plan *pl, nj_variant v, nj_plan_params *out);
 /* Plans pass of the full canonical problem into *out; returns out->status (its detail in nj_last_error). */
 NJ_HIDDEN nj_status nj_pass_plan_make(const nj_canon *full, nj_pass pass, const nj_device_props *dev,
                                       nj_pass_plan *out);

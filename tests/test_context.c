@@ -607,7 +607,7 @@ static void test_one_plan_per_pass(void **state)
         assert_int_equal(pl->status, NJ_OK);
         nj_kernelset *ks = atomic_load(&plan->pass[i][NJ_VARIANT_MAIN]);
         assert_non_null(ks);
-        assert_memory_equal(&ks->params, &pl->variant[NJ_VARIANT_MAIN], sizeof ks->params);
+        assert_memory_equal(&ks->params, &pl->main, sizeof ks->params);
         assert_int_equal(nj_plan_workspace_size(plan, pass), nj_plan_params_workspace(&ks->params, plan->rows));
         nj_pass_info pi;
         assert_int_equal(nj_context_explain(ctx, &p, pass, 0, &pi), NJ_OK);
