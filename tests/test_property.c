@@ -23,7 +23,7 @@
 #include "planner.h"
 #include "problem.h"
 #include "problem_gen.h"
-#include "tool_check.h"
+#include "check_lib.h"
 
 #define NJ_PROP_SEED_DEFAULT 20261204u
 
@@ -284,19 +284,19 @@ static void test_random_problems_emulator(void **state)
             redrawn++, i--;
             continue;
         }
-        nj_check_options co;
-        nj_check_options_init(&co);
+        njt_check_options co;
+        njt_check_options_init(&co);
         co.seed = seed;
         co.passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
-        nj_check_report rep;
+        njt_check_report rep;
         memset(&rep, 0, sizeof rep);
-        nj_status s = nj_check_problem(ctx, &p, &co, &rep);
+        nj_status s = njt_check_problem(ctx, &p, &co, &rep);
         if (s != NJ_OK || !rep.pass) {
             char text[2048] = "?";
             (void)nj_problem_to_text(&p, text, sizeof text, NULL);
             fprintf(stderr, "FAIL seed %llu: %s\n", (unsigned long long)seed, text);
             if (s != NJ_OK) fprintf(stderr, "  %s: %s\n", nj_status_name(s), nj_last_error());
-            else nj_check_report_print(stderr, &rep);
+            else njt_check_report_print(stderr, &rep);
             failed++;
             continue;
         }
