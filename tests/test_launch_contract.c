@@ -183,7 +183,7 @@ static nj_plan *setup_plan(nj_context *ctx, bufs *b)
     nj_plan *plan = NULL;
     assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD | NJ_PASS_BACKWARD, &plan), NJ_OK);
     memset(b, 0, sizeof *b);
-    size_t act = BATCH * WIDTH * sizeof(float);
+    size_t act = (BATCH * WIDTH + 4) * sizeof(float); /* room for the misaligned views below */
     b->x = dev_alloc(ctx, act);
     b->y = dev_alloc(ctx, act);
     b->dy = dev_alloc(ctx, act);
@@ -262,6 +262,13 @@ static void test_launch_contract(void **state)
     assert_int_equal(check_pass(plan, &b, NJ_PASS_BACKWARD, 50, 0), bl);
     assert_int_equal(fake.pop(&popped), 0);
     assert_ptr_equal(popped, primary);
+    /* misaligned pointers run the unaligned variant: its first call may load it, every later one keeps the
+     * contract too */
+    bufs mis = b;
+    mis.f.x = (const float *)b.x + 1;
+    mis.f.y = (float *)b.y + 1;
+    assert_int_equal(nj_forward(plan, &mis.f), NJ_OK);
+    assert_int_equal(check_pass(plan, &mis, NJ_PASS_FORWARD, 50, 1), fl);
     /* the wrappers do count: a plan lookup that builds a new plan allocates */
     nj_problem_desc p2;
     assert_int_equal(nj_problem_from_text("rmsnorm f32 *x256 flags=scale", 3, &p2), NJ_OK);
