@@ -1,4 +1,5 @@
-/* Planner (src/planner.c, the driver; a file per family, planner_<family>.c): canonical problem + device properties -> plan for one pass.
+/* Planner (src/planner.c, the driver; a file per family, planner_<family>.c): canonical problem + device
+ * properties -> plan for one pass.
  * A plan is a list of launches of kernels that one rendered source defines, plus the template
  * parameters codegen needs. Everything in it is a function of (canonical problem, pass, device props),
  * and all of it goes into the signature (nj_plan_text). */
@@ -219,12 +220,6 @@ NJ_HIDDEN int32_t nj_lib_dtype(int32_t lib, int32_t param_dtype);
 NJ_HIDDEN int32_t nj_plan_libs(const nj_plan_params *pp, int32_t libs[NJ_MAX_LAUNCHES]);
 /* Distinct kernels of the plan's own source among the launches (library launches not counted). */
 NJ_HIDDEN int32_t nj_plan_kernel_count(const nj_plan_params *pp);
-/* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then
- * caps the grids of its launches that scale with the batch at two waves of resident blocks. */
-#define NJ_LOOP_ELEMS 2048
-NJ_HIDDEN void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev);
-/* Threads of a block that walks n elements of one statistic. */
-NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
 
 /* Workspace bytes of a plan for `rows` batch rows (nj_plan_check has verified it fits in 64 bits for the
  * problem's batch). */

@@ -23,6 +23,13 @@ NJ_HIDDEN int32_t nj_plan_split_pieces(int64_t n);
  * in order and normalizing its piece. */
 NJ_HIDDEN void nj_plan_fwd_split(const nj_canon *c, const char *part, const char *main_kernel, nj_plan_params *pp);
 
+/* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then
+ * caps the grids of its launches that scale with the batch at two waves of resident blocks. */
+#define NJ_LOOP_ELEMS 2048
+NJ_HIDDEN void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev);
+/* Threads of a block that walks n elements of one statistic. */
+NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
+
 /* Pieces of each walk of the column family (1: none), forward and backward alike. */
 NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev);
 
