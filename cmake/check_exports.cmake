@@ -1,8 +1,10 @@
 # ctest abi_exports: cmake -DLIB=libnormjit.so -DHEADER=normjit.h -DSONAME=libnormjit.so.N -DNM=nm
-#                          -DREADELF=readelf [-DNO_RUNPATH=ON] -P check_exports.cmake
+#                          -DREADELF=readelf [-DNO_RUNPATH=ON] [-DOPS_HEADER=normjit_ops.h] -P check_exports.cmake
 # Fails unless the library's dynamic symbol table defines exactly the functions the header declares NJ_API
 # (no XXH*, lua_*, or internal name leaks; no public function missing) and its soname is SONAME; with
-# NO_RUNPATH (the installed library, scripts/check-install.sh) also if it carries an RPATH or RUNPATH.
+# NO_RUNPATH (the installed library, scripts/check-install.sh) also if it carries an RPATH or RUNPATH. With
+# OPS_HEADER, its NJ_OPS functions (the operator API, static library only) must be found there and not
+# exported: an operator name leaking into the ABI fails by name.
 foreach(v LIB HEADER SONAME NM READELF)
   if(NOT ${v})
     message(FATAL_ERROR "check_exports: -D${v}= is required")
@@ -59,6 +61,25 @@ elseif(NOT CMAKE_MATCH_1 STREQUAL SONAME)
 endif()
 if(NO_RUNPATH AND dyn MATCHES "\\((RPATH|RUNPATH)\\)[^\n]*")
   string(APPEND problems "carries a run path: ${CMAKE_MATCH_0}\n")
+endif()
+
+if(OPS_HEADER)
+  file(STRINGS ${OPS_HEADER} ops_lines REGEX "^NJ_OPS ")
+  set(ops "")
+  foreach(line IN LISTS ops_lines)
+    if(line MATCHES "[ *](nj_[A-Za-z0-9_]+)\\(")
+      list(APPEND ops ${CMAKE_MATCH_1})
+    endif()
+  endforeach()
+  if(NOT ops)
+    string(APPEND problems "no NJ_OPS prototypes in ${OPS_HEADER}\n")
+  endif()
+  foreach(name IN LISTS ops)
+    list(FIND exported ${name} at)
+    if(at GREATER -1)
+      string(APPEND problems "operator API exported: ${name}\n")
+    endif()
+  endforeach()
 endif()
 
 if(problems)

@@ -352,6 +352,123 @@ NJ_API nj_status nj_mem_upload(nj_context *ctx, void *dst, const void *host_src,
 NJ_API nj_status nj_mem_download(nj_context *ctx, void *host_dst, const void *src, size_t bytes);
 NJ_API nj_status nj_synchronize(nj_context *ctx, void *stream);
 
+/* ---- Warmup: compile problems into the cache ahead of serving (the CLI's `normjit warmup` is a client) ----
+ * Each problem's passes get their main kernels and, where they use vector accesses, the unaligned variant
+ * (what a call with misaligned pointers runs), so that a context created with NJ_CTX_NO_COMPILE on the same
+ * cache serves every call. Works with every backend, compile-only included; nothing is launched. */
+#define NJ_WARMUP_VERIFY 1u /* afterwards, look every warmed problem up again through a context that never
+                               compiles, on the same cache (what a request path would meet) */
+
+/* One problem's outcome. The layout is fixed within an ABI version (results are arrays). */
+typedef struct nj_warmup_result {
+    int32_t index;           /* position in the list, or among the manifest's problem lines */
+    int32_t line;            /* manifest line number (1-based); 0 for a descriptor list */
+    nj_status status;        /* NJ_OK, or the failure (a bad manifest line: its parse status) */
+    nj_status verify_status; /* NJ_WARMUP_VERIFY: NJ_OK, or why a context that never compiles missed a
+                                kernel (NJ_ERR_NOT_CACHED when one was not stored); otherwise NJ_OK */
+    int32_t compiled, cached; /* kernel sets compiled now, found already cached */
+    double seconds;          /* wall time of this problem's warmup */
+    char message[1024];      /* failure detail: "fwd pass: NJ_ERR_X: ..." per failing pass, or the parse or
+                                verify detail; "" when all is well */
+} nj_warmup_result;
+
+/* Called once per problem as it finishes (a bad manifest line first, before any compile), from a worker
+ * thread, one call at a time; done counts finished problems out of total. */
+typedef void (*nj_warmup_progress_fn)(void *user, const nj_warmup_result *result, int32_t done, int32_t total);
+
+typedef struct nj_warmup_options {
+    uint32_t struct_size;
+    uint32_t passes; /* nj_pass bits; 0 = forward and backward */
+    int32_t jobs;    /* worker threads; 0 = the number of cores (never more than the problems) */
+    uint32_t flags;  /* NJ_WARMUP_* */
+    nj_warmup_progress_fn progress;
+    void *progress_user;
+} nj_warmup_options;
+NJ_API void nj_warmup_options_init(nj_warmup_options *o);
+
+/* Warms count problems in parallel; results (may be NULL) gets count entries. Returns NJ_OK when every
+ * problem was warmed (and verified, with NJ_WARMUP_VERIFY), else the status of the first problem in list
+ * order that was not (results say which and why), or why the verification could not run. Bad arguments
+ * fail before anything is compiled; NJ_WARMUP_VERIFY on a context without a disk cache is NJ_ERR_CACHE_IO
+ * (nothing would persist). */
+NJ_API nj_status nj_warmup(nj_context *ctx, const nj_problem_desc *problems, int32_t count,
+                           const nj_warmup_options *o, nj_warmup_result *results);
+/* A manifest: one problem per line in the text form, '#' starts a comment, blank lines are skipped, a
+ * '*' batch extent is read as 1. A line that does not parse (or holds a NUL byte, or is longer than 4096
+ * bytes) is a failed result of its own; the others are warmed all the same. *results (free with
+ * nj_warmup_results_free) and *count get one result per problem line. */
+NJ_API nj_status nj_warmup_manifest(nj_context *ctx, const char *text, size_t len, const nj_warmup_options *o,
+                                    nj_warmup_result **results, int32_t *count);
+/* The same, reading the manifest from a file (at most 64 MiB). */
+NJ_API nj_status nj_warmup_manifest_file(nj_context *ctx, const char *path, const nj_warmup_options *o,
+                                         nj_warmup_result **results, int32_t *count);
+NJ_API void nj_warmup_results_free(nj_warmup_result *results);
+
+/* ---- Cache administration (the CLI's `normjit cache` is a client of these) ----
+ * A handle on a cache root, opened on its own (no context needed: build machines, admin scripts) or
+ * borrowed from a context (same root, same counters; the context must outlive the handle). Opened on its
+ * own, a root is never trimmed as a side effect: only nj_cachedir_trim evicts. Every call is safe beside
+ * contexts and other processes using the same root (entries are published and removed atomically). */
+typedef struct nj_cachedir nj_cachedir;
+#define NJ_CACHEDIR_READ_ONLY 1u /* never write to the root (list, stats and verify without removing) */
+
+/* root NULL: the default rules (NORMJIT_CACHE_DIR, $XDG_CACHE_HOME/normjit, ~/.cache/normjit). A root
+ * another user owns, open to group/others or a symlink is NJ_ERR_CACHE_UNSAFE; unknown flags NJ_ERR_BAD_FLAGS. */
+NJ_API nj_status nj_cachedir_open(const char *root, uint32_t flags, nj_cachedir **out);
+/* The context's disk cache; NJ_ERR_CACHE_IO when the context works in memory only. */
+NJ_API nj_status nj_cachedir_from_context(nj_context *ctx, nj_cachedir **out);
+/* Closes the handle (a borrowed context cache stays open with its context). NULL is a no-op. */
+NJ_API void nj_cachedir_close(nj_cachedir *d);
+/* The root path; "" for NULL. Owned by the handle. */
+NJ_API const char *nj_cachedir_root(const nj_cachedir *d);
+
+/* Set struct_size = sizeof(nj_cachedir_stats). entries/bytes: measured now; oldest/newest: entry mtimes in
+ * seconds since the epoch (0 when empty); the counters: this handle's cache object since it was opened
+ * (a borrowed one: since its context was created); not_stored_*: entries that could not be stored, by
+ * reason; untrusted: archive entries refused by authentication. */
+typedef struct nj_cachedir_stats {
+    uint32_t struct_size;
+    int32_t read_only, format;
+    uint64_t entries, bytes;
+    int64_t oldest, newest;
+    uint64_t hits, misses, stores, evictions, corrupt;
+    uint64_t not_stored_nospace, not_stored_read_only, not_stored_other, lock_fallbacks, untrusted;
+} nj_cachedir_stats;
+NJ_API nj_status nj_cachedir_stats_get(nj_cachedir *d, nj_cachedir_stats *out);
+
+/* One entry as listed or verified; every pointer is valid during the callback only. */
+typedef struct nj_cachedir_entry {
+    const char *path;      /* file of the entry */
+    const char *hash;      /* its cache key (32 hex characters) */
+    const char *kind;      /* binary kind: "cubin", "ptx", "so", ... */
+    const char *signature; /* full signature text; NULL when unreadable */
+    uint64_t bytes;
+    int64_t mtime;         /* seconds since the epoch (last use) */
+    nj_status status;      /* verify: NJ_OK or why the entry is bad; list: NJ_OK */
+    int32_t removed;       /* verify: a bad entry was deleted (0 on a read-only root) */
+} nj_cachedir_entry;
+/* Return nonzero to see no further entries (the call then returns NJ_OK). */
+typedef int (*nj_cachedir_visit_fn)(void *user, const nj_cachedir_entry *entry);
+NJ_API nj_status nj_cachedir_list(nj_cachedir *d, nj_cachedir_visit_fn visit, void *user);
+/* Fully verifies every entry and removes bad ones; visit (may be NULL) sees each entry with its status.
+ * *checked and *bad (optional) count them; a bad entry makes the call return NJ_OK all the same. */
+NJ_API nj_status nj_cachedir_verify(nj_cachedir *d, nj_cachedir_visit_fn visit, void *user, uint64_t *checked,
+                                    uint64_t *bad);
+/* Evicts least recently used entries until the root holds at most max_bytes; *evicted (optional). */
+NJ_API nj_status nj_cachedir_trim(nj_cachedir *d, uint64_t max_bytes, uint64_t *evicted);
+/* Removes every entry. */
+NJ_API nj_status nj_cachedir_clear(nj_cachedir *d);
+/* The key (16 to 4096 bytes, copied) that signs exported entries and authenticates imported ones. Without
+ * one, export and import load it from NORMJIT_CACHE_KEY_FILE, else NORMJIT_CACHE_KEY, else refuse
+ * (NJ_ERR_CACHE_UNTRUSTED). */
+NJ_API nj_status nj_cachedir_set_key(nj_cachedir *d, const void *key, size_t bytes);
+/* One archive file of every valid entry, each signed with HMAC-SHA256 under the key. */
+NJ_API nj_status nj_cachedir_export(nj_cachedir *d, const char *file, uint64_t *count);
+/* Adds an archive's entries, each authenticated then verified; goes on past a bad one. NJ_ERR_CACHE_UNTRUSTED
+ * when any entry was forged, NJ_ERR_CACHE_IO when an authentic one could not be stored (the stats count
+ * why), NJ_ERR_CACHE_CORRUPT for a damaged archive. *rejected counts forged and damaged entries. */
+NJ_API nj_status nj_cachedir_import(nj_cachedir *d, const char *file, uint64_t *count, uint64_t *rejected);
+
 /* ---- Host helpers ---- */
 NJ_API size_t nj_dtype_size(nj_dtype d);
 NJ_API const char *nj_dtype_name(nj_dtype d);

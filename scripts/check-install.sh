@@ -23,6 +23,8 @@ use_prefix() {
   export NORMJIT_CACHE_DIR=$work/cache
   unset NORMJIT_TEMPLATE_DIR NORMJIT_BACKEND
   echo '#include <normjit.h>' | c++ -std=c++11 -Wall -Wextra -Werror -fsyntax-only -I"$P/include" -x c++ -
+  printf '#define NJ_OPERATOR_API\n#include <normjit_ops.h>\n' |
+    c++ -std=c++11 -Wall -Wextra -Werror -fsyntax-only -I"$P/include" -x c++ -
   local how
   for how in find_package pkg-config; do
     local b=$work/consumer-$how
@@ -80,7 +82,7 @@ major=${version%%.*}
 cmake --install "$build" --prefix "$tmp/staged" >"$tmp/install.log" || { cat "$tmp/install.log"; exit 1; }
 mv "$tmp/staged" "$tmp/prefix"
 P=$tmp/prefix
-for f in include/normjit.h bin/normjit "$libdir/libnormjit.so" "$libdir/libnormjit.so.$major" \
+for f in include/normjit.h include/normjit_ops.h bin/normjit "$libdir/libnormjit.so" "$libdir/libnormjit.so.$major" \
   "$libdir/libnormjit.so.$version" "$libdir/libnormjit.a" "$libdir/pkgconfig/normjit.pc" \
   "$libdir/cmake/normjit/normjitConfig.cmake" "$libdir/cmake/normjit/normjitConfigVersion.cmake" \
   "$libdir/cmake/normjit/normjitTargets.cmake" share/doc/normjit/examples/manifests/llm.txt \
@@ -94,7 +96,7 @@ for f in "$P/bin/normjit" "$P/$libdir/libnormjit.so.$version"; do
   ! readelf -d "$f" | grep -E '\((RPATH|RUNPATH)\)' || fail "$f carries a run path"
 done
 cmake -DLIB="$P/$libdir/libnormjit.so.$version" -DHEADER="$P/include/normjit.h" -DSONAME="libnormjit.so.$major" \
-  -DNM=nm -DREADELF=readelf -DNO_RUNPATH=ON -P "$src/cmake/check_exports.cmake"
+  -DNM=nm -DREADELF=readelf -DNO_RUNPATH=ON -DOPS_HEADER="$P/include/normjit_ops.h" -P "$src/cmake/check_exports.cmake"
 echo "-- installed $(find "$P" -type f | wc -l) files, $(du -sh "$P" | cut -f1); moved prefix, no paths back"
 
 # Hide the source tree (and the build tree, when outside it) while the prefix is used.

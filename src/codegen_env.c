@@ -3,7 +3,7 @@
  *
  *   P.pass            "fwd" | "bwd"
  *   P.kind            "row" | "column" | "general"
- *   P.family          "row" | "general" | "param_grad" | "column" | "channels_last"
+ *   P.family          a family's name (family_list.h): "row" | "column" | "channels_last" | "general"
  *   P.block, P.vec, P.rows_per_block, P.split, P.regs_cache, P.chans, P.tile, P.grid_loop   plan parameters
  *   P.unaligned       true for the unaligned variant (vec 1; the launch picked it for misaligned arguments)
  *   P.rank            number of canonical axes, batch axis included
@@ -21,15 +21,25 @@
  *   P.reduce_size     elements per statistic; P.kept_inner: kept elements per batch row (batch excluded)
  *   P.param_size      gamma elements (0 without scale/bias)
  *   P.launch[1..n]    {kernel=, block=, grid_x=} (block = threads in x; grid_x: the fixed grid, 0 when it
- *                     follows the batch)
- *   P.workspace_per_row, P.workspace_fixed   bytes
+ *                     follows the batch), in launch order
+ *   P.role            the launch of each role the plan has (planner.h: nj_role), as in P.launch:
+ *                     P.role.part, .main, .pgrad, .merge, .colsum (nil when the plan has none)
+ *   P.pgrad           how dgamma/dbeta are made: "none" | "slots" | "fused" | "walk" | "tiles" (nj_pgrad);
+ *                     P.pgrad_parts: partials of each element the column sum adds (slots, walk, tiles)
+ *   P.ws              named workspace regions {fixed=, per_row=} in floats: P.ws.pgrad, .parts, .means, .dl
+ *                     (nil when unused); P.ws_stride: floats a batch row when the regions repeat per row
+ *                     (the offsets are then within a row's), else 0
+ * Templates read decisions from these names only: never from a kernel name, a launch position or a
+ * workspace size (the workspace size is not in P).
  *
  * A library module (templates/lib_*.cu, nj_codegen_library) sees only P.pass = "lib", P.family =
  * "library", P.block, P.launch, P.dtype.param / P.ctype.param (none and nil for a module that is not
- * built per gamma dtype) and P.mode (NJ_LIB_MERGE's modes: {sums=, stats=, rms=}): its kernels take no
- * problem.
+ * built per gamma dtype), P.mode (NJ_LIB_MERGE's modes: {sums=, stats=, rms=}) and the positions of the
+ * library kernels' arguments in A.lib, P.colsum.<name> and P.merge.<name> (planner.h's NJ_COLSUM_* and
+ * NJ_MERGE_*, lower case without the prefix): its kernels take no problem.
  */
 #include "codegen_env.h"
+#include "family.h"
 #include "vocab.h"
 
 #include <stdio.h>
@@ -116,17 +126,62 @@ static void env_flags(lua_State *L, uint32_t f)
     lua_setfield(L, -2, "flags");
 }
 
+static void env_launch(lua_State *L, const nj_launch *l)
+{
+    lua_createtable(L, 0, 3);
+    env_str(L, "kernel", l->kernel);
+    env_int(L, "block", l->block[0]);
+    env_int(L, "grid_x", l->grid_x);
+}
+
 static void env_launches(lua_State *L, const nj_plan_params *pp)
 {
     lua_createtable(L, pp->nlaunch, 0);
     for (int i = 0; i < pp->nlaunch; i++) {
-        lua_createtable(L, 0, 2);
-        env_str(L, "kernel", pp->launch[i].kernel);
-        env_int(L, "block", pp->launch[i].block[0]);
-        env_int(L, "grid_x", pp->launch[i].grid_x);
+        env_launch(L, &pp->launch[i]);
         lua_rawseti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "launch");
+}
+
+/* The planner's decisions by name (planner.h): P.role, P.pgrad, P.pgrad_parts, P.ws, P.ws_stride. */
+static void env_named(lua_State *L, const nj_plan_params *pp)
+{
+    lua_createtable(L, 0, NJ_ROLE_COUNT);
+    for (int r = 0; r < NJ_ROLE_COUNT; r++) {
+        if (!pp->role[r]) continue;
+        env_launch(L, &pp->launch[pp->role[r] - 1]);
+        lua_setfield(L, -2, nj_role_name(r));
+    }
+    lua_setfield(L, -2, "role");
+    env_str(L, "pgrad", nj_pgrad_name(pp->pgrad));
+    env_int(L, "pgrad_parts", pp->pgrad_parts);
+    lua_createtable(L, 0, NJ_WS_COUNT);
+    for (int w = 0; w < NJ_WS_COUNT; w++) {
+        if (!(pp->ws_used & (1u << w))) continue;
+        lua_createtable(L, 0, 2);
+        env_int(L, "fixed", pp->ws[w].fixed);
+        env_int(L, "per_row", pp->ws[w].per_row);
+        lua_setfield(L, -2, nj_ws_name_text(w));
+    }
+    lua_setfield(L, -2, "ws");
+    env_int(L, "ws_stride", pp->ws_stride);
+}
+
+/* The library kernels' argument positions in nj_kargs.lib (planner.h), by name: P.colsum.ncols, ... */
+static void env_lib_args(lua_State *L)
+{
+    static const char *const colsum[] = {"ncols", "nparts", "inner", "s_outer", "s_inner", "s_col", "base_a", "base_b"};
+    static const char *const merge[] = {"nitems", "nparts", "radix", "in_base", "s_hi", "s_lo", "s_part", "off_b",
+                                        "out_base", "o_hi", "o_lo", "o_b", "mode", "n", "plen", "cmul"};
+    _Static_assert(sizeof colsum / sizeof *colsum == NJ_COLSUM_BASE_B + 1, "a name per colsum argument");
+    _Static_assert(sizeof merge / sizeof *merge == NJ_MERGE_CMUL + 1, "a name per merge argument");
+    lua_createtable(L, 0, 8);
+    for (int k = 0; k <= NJ_COLSUM_BASE_B; k++) env_int(L, colsum[k], k);
+    lua_setfield(L, -2, "colsum");
+    lua_createtable(L, 0, 16);
+    for (int k = 0; k <= NJ_MERGE_CMUL; k++) env_int(L, merge[k], k);
+    lua_setfield(L, -2, "merge");
 }
 
 nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_t param_dtype)
@@ -136,7 +191,7 @@ nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_
     NJ_RETURN_IF(pp->family != NJ_FAMILY_LIBRARY || pp->nlaunch != 1, NJ_ERR_INTERNAL, "codegen: not a library plan");
     lua_createtable(L, 0, 7);
     env_str(L, "pass", "lib");
-    env_str(L, "family", "library");
+    env_str(L, "family", nj_family_name(NJ_FAMILY_LIBRARY));
     env_int(L, "block", pp->block);
     lua_createtable(L, 0, 1);
     env_str(L, "param", env_dtype(param_dtype));
@@ -149,6 +204,7 @@ nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_
     env_int(L, "stats", NJ_MERGE_STATS);
     env_int(L, "rms", NJ_MERGE_RMS);
     lua_setfield(L, -2, "mode");
+    env_lib_args(L);
     env_launches(L, pp);
     return NJ_OK;
 }
@@ -156,17 +212,16 @@ nj_status nj_codegen_push_lib_env(lua_State *L, const nj_plan_params *pp, int32_
 nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_params *pp)
 {
     static const char *const kinds[] = {NULL, "row", "column", "general"};
-    static const char *const families[] = {NULL, "row", "general", "param_grad", "column", "channels_last"};
     NJ_RETURN_IF(c->rank < 1 || c->rank > NJ_CANON_MAX_AXES, NJ_ERR_INTERNAL, "codegen: canonical rank %d", c->rank);
     NJ_RETURN_IF(c->kind < 1 || c->kind > 3, NJ_ERR_INTERNAL, "codegen: canonical kind %d", c->kind);
-    NJ_RETURN_IF(pp->family < 1 || pp->family > NJ_FAMILY_CHANNELS_LAST, NJ_ERR_INTERNAL, "codegen: plan family %d", pp->family);
+    NJ_RETURN_IF(!nj_family_planned(pp->family), NJ_ERR_INTERNAL, "codegen: plan family %d", pp->family);
     NJ_RETURN_IF(!env_act(c->act), NJ_ERR_INTERNAL, "codegen: activation %d", c->act);
     NJ_RETURN_IF(pp->nlaunch < 0 || pp->nlaunch > NJ_MAX_LAUNCHES, NJ_ERR_INTERNAL, "codegen: %d launches",
                  pp->nlaunch);
     lua_createtable(L, 0, 24);
     env_str(L, "pass", pp->pass == NJ_PASS_BACKWARD ? "bwd" : "fwd");
     env_str(L, "kind", kinds[c->kind]);
-    env_str(L, "family", families[pp->family]);
+    env_str(L, "family", nj_family_name(pp->family));
     env_int(L, "block", pp->block);
     env_int(L, "vec", pp->vec);
     env_int(L, "rows_per_block", pp->rows_per_block);
@@ -191,7 +246,6 @@ nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_par
     env_int(L, "kept_inner", c->kept_inner);
     env_int(L, "param_size", c->param_size);
     env_launches(L, pp);
-    env_int(L, "workspace_per_row", (long long)pp->workspace_per_row);
-    env_int(L, "workspace_fixed", (long long)pp->workspace_fixed);
+    env_named(L, pp);
     return NJ_OK;
 }

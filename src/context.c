@@ -266,7 +266,7 @@ static void nj_record(nj_context *ctx, const nj_problem_desc *p)
     close(fd);
 }
 
-static nj_status nj_plan_new(const nj_problem_desc *p, const void *key, uint32_t keylen, uint64_t h, nj_plan **out)
+static nj_status nj_plan_new(nj_context *ctx, const nj_problem_desc *p, const void *key, uint32_t keylen, uint64_t h, nj_plan **out)
 {
     nj_plan *pl = calloc(1, sizeof *pl + keylen);
     NJ_RETURN_IF(!pl, NJ_ERR_OUT_OF_MEMORY, "plan");
@@ -277,6 +277,10 @@ static nj_status nj_plan_new(const nj_problem_desc *p, const void *key, uint32_t
     }
     pl->desc = *p;
     nj_canon_batch(&pl->canon, &pl->rows, pl->bstride);
+    /* both passes now, read by everything after; a pass that cannot be planned fails only when asked for */
+    for (int i = 0; i < 2; i++)
+        (void)nj_pass_plan_make(&pl->canon, i ? NJ_PASS_BACKWARD : NJ_PASS_FORWARD, &ctx->backend->props, &pl->plans[i]);
+    nj_error_clear();
     pl->numel = 1;
     for (int32_t i = 0; i < p->x.rank; i++) pl->numel *= p->x.extents[i];
     pl->keylen = keylen;
@@ -297,7 +301,7 @@ static nj_status nj_plan_lookup(nj_context *ctx, const nj_problem_desc *p, nj_pl
     if (*out) return NJ_OK;
 
     nj_plan *fresh = NULL;
-    NJ_TRY(nj_plan_new(p, key, (uint32_t)keylen, h, &fresh));
+    NJ_TRY(nj_plan_new(ctx, p, key, (uint32_t)keylen, h, &fresh));
     fresh->ctx = ctx;
     pthread_mutex_lock(&ctx->lock);
     nj_plan *raced = nj_table_find(atomic_load(&ctx->table), key, (uint32_t)keylen, h);
@@ -319,7 +323,7 @@ nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_variant v, nj_kernelset
     _Atomic(nj_kernelset *) *slot = &plan->pass[pass == NJ_PASS_BACKWARD][v];
     nj_kernelset *ks = atomic_load_explicit(slot, memory_order_acquire);
     if (!ks) {
-        NJ_TRY(nj_kernels_for(plan->ctx, &plan->canon, pass, v, 1, &ks, NULL));
+        NJ_TRY(nj_kernels_for(plan->ctx, nj_plan_pass_plan(plan, pass), v, 1, &ks, NULL));
         atomic_store_explicit(slot, ks, memory_order_release);
     }
     *out = ks;
@@ -336,6 +340,9 @@ static void nj_plan_preload_unaligned(nj_plan *plan, nj_pass pass, const nj_kern
     if (nj_plan_ensure(plan, pass, NJ_VARIANT_UNALIGNED, &ks) != NJ_OK) nj_error_clear();
 }
 
+static nj_status nj_warm_plans(nj_context *ctx, const nj_pass_plan plans[2], uint32_t passes, int32_t *compiled,
+                               int32_t *cached);
+
 nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes, nj_plan **out)
 {
     nj_error_clear();
@@ -347,7 +354,7 @@ nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes
     nj_plan *plan;
     NJ_TRY(nj_plan_lookup(ctx, p, &plan));
     if (nj_context_backend(ctx) == NJ_BACKEND_COMPILE_ONLY) {
-        if (passes) NJ_TRY(nj_context_warm(ctx, p, passes, NULL, NULL));
+        NJ_TRY(nj_warm_plans(ctx, plan->plans, passes, NULL, NULL));
         *out = plan;
         return NJ_OK;
     }
@@ -361,21 +368,35 @@ nj_status nj_plan_get(nj_context *ctx, const nj_problem_desc *p, uint32_t passes
     return NJ_OK;
 }
 
-/* Warms one variant of one pass; *done counts a compile, *total a kernel set that is distinct (a library
- * module counts where it is compiled: it is no problem's, and shared by most backward passes). */
-static nj_status nj_warm_variant(nj_context *ctx, const nj_canon *c, nj_pass pass, nj_variant v, int32_t *done,
-                                 int32_t *total)
+/* Warms one variant of a planned pass; *done counts a compile, *total a kernel set that is distinct (a
+ * library module counts where it is compiled: it is no problem's, and shared by most backward passes). */
+static nj_status nj_warm_variant(nj_context *ctx, const nj_pass_plan *pl, nj_variant v, int32_t *done, int32_t *total)
 {
-    if (v == NJ_VARIANT_UNALIGNED) {
-        nj_plan_params pp;
-        NJ_TRY(nj_plan_pass(c, pass, &ctx->backend->props, &pp));
-        if (pp.align_opds == 0) return NJ_OK; /* the main kernels serve every argument */
-    }
+    NJ_TRY(nj_pass_plan_status(pl));
+    if (v == NJ_VARIANT_UNALIGNED && pl->main.align_opds == 0)
+        return NJ_OK; /* the main kernels serve every argument */
     nj_kernelset *ks;
     nj_build_stats st = {0, 0};
-    NJ_TRY(nj_kernels_for(ctx, c, pass, v, 0, &ks, &st));
+    NJ_TRY(nj_kernels_for(ctx, pl, v, 0, &ks, &st));
     *done += st.compiled + st.lib_compiled;
     *total += 1 + st.lib_compiled;
+    return NJ_OK;
+}
+
+/* nj_context_warm over the passes planned already (plans[0] forward, plans[1] backward). */
+static nj_status nj_warm_plans(nj_context *ctx, const nj_pass_plan plans[2], uint32_t passes, int32_t *compiled,
+                               int32_t *cached)
+{
+    uint32_t which = passes & (NJ_WARM_MAIN | NJ_WARM_UNALIGNED);
+    if (!which) which = NJ_WARM_MAIN | NJ_WARM_UNALIGNED;
+    int32_t done = 0, total = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!(passes & (uint32_t)(i ? NJ_PASS_BACKWARD : NJ_PASS_FORWARD))) continue;
+        if (which & NJ_WARM_MAIN) NJ_TRY(nj_warm_variant(ctx, &plans[i], NJ_VARIANT_MAIN, &done, &total));
+        if (which & NJ_WARM_UNALIGNED) NJ_TRY(nj_warm_variant(ctx, &plans[i], NJ_VARIANT_UNALIGNED, &done, &total));
+    }
+    if (compiled) *compiled = done;
+    if (cached) *cached = total - done;
     return NJ_OK;
 }
 
@@ -384,23 +405,21 @@ nj_status nj_context_warm(nj_context *ctx, const nj_problem_desc *p, uint32_t pa
 {
     nj_canon c;
     NJ_TRY(nj_canonicalize(p, &c));
-    uint32_t which = passes & (NJ_WARM_MAIN | NJ_WARM_UNALIGNED);
-    if (!which) which = NJ_WARM_MAIN | NJ_WARM_UNALIGNED;
-    int32_t done = 0, total = 0;
-    for (int pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
-        if (!(passes & (uint32_t)pass)) continue;
-        if (which & NJ_WARM_MAIN) NJ_TRY(nj_warm_variant(ctx, &c, (nj_pass)pass, NJ_VARIANT_MAIN, &done, &total));
-        if (which & NJ_WARM_UNALIGNED)
-            NJ_TRY(nj_warm_variant(ctx, &c, (nj_pass)pass, NJ_VARIANT_UNALIGNED, &done, &total));
-    }
-    if (compiled) *compiled = done;
-    if (cached) *cached = total - done;
-    return NJ_OK;
+    nj_pass_plan *plans = calloc(2, sizeof *plans); /* a few kB each: off the caller's (thread's) stack */
+    NJ_RETURN_IF(!plans, NJ_ERR_OUT_OF_MEMORY, "warm: plans");
+    for (int i = 0; i < 2; i++)
+        if (passes & (uint32_t)(i ? NJ_PASS_BACKWARD : NJ_PASS_FORWARD))
+            (void)nj_pass_plan_make(&c, i ? NJ_PASS_BACKWARD : NJ_PASS_FORWARD, &ctx->backend->props, &plans[i]);
+    nj_status s = nj_warm_plans(ctx, plans, passes, compiled, cached);
+    free(plans);
+    return s;
 }
 
 size_t nj_plan_workspace_size(const nj_plan *plan, nj_pass pass)
 {
-    nj_plan_params pp;
-    if (!plan || nj_plan_pass(&plan->canon, pass, &plan->ctx->backend->props, &pp) != NJ_OK) return 0;
-    return nj_plan_params_workspace(&pp, plan->rows); /* within 64 bits: nj_plan_check */
+    if (!plan || (pass != NJ_PASS_FORWARD && pass != NJ_PASS_BACKWARD)) return 0;
+    const nj_pass_plan *pl = nj_plan_pass_plan(plan, pass);
+    if (pl->status != NJ_OK) return 0;
+    /* the unaligned variant shares the main plan's workspace; within 64 bits: nj_plan_check */
+    return nj_plan_params_workspace(&pl->main, plan->rows);
 }

@@ -10,7 +10,8 @@
 #include <stdatomic.h>
 
 /* The loaded kernels of one signature; shared by every plan whose pass has that signature (problems that
- * differ only in batch). Owned by the context's module list. */
+ * differ only in batch). params: the plan (nj_pass_plan's variant) the kernels were built from, which
+ * the launch reads. Owned by the context's module list. */
 typedef struct nj_kernelset {
     char hash[33];
     nj_plan_params params;
@@ -29,6 +30,9 @@ struct nj_plan {
     int64_t rows;
     int64_t bstride[NJ_OPD_COUNT];
     int64_t numel;
+    /* [0] forward, [1] backward: each pass planned once, when the plan object is made; the kernel sets,
+     * the workspace size and describe all read these */
+    nj_pass_plan plans[2];
     /* [0] forward, [1] backward; [nj_variant]; NULL until built */
     _Atomic(nj_kernelset *) pass[2][NJ_VARIANT_COUNT];
     uint32_t keylen;
@@ -64,15 +68,20 @@ struct nj_context {
 
 /* context.c */
 NJ_HIDDEN nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_variant v, nj_kernelset **out);
+/* The plan of a pass of a plan object (made with it: nj_pass_plan). */
+static inline const nj_pass_plan *nj_plan_pass_plan(const nj_plan *plan, nj_pass pass)
+{
+    return &plan->plans[pass == NJ_PASS_BACKWARD];
+}
 
 /* kernels.c */
 /* What building kernel sets did: modules of passes compiled, library modules compiled beside them. */
 typedef struct nj_build_stats {
     int32_t compiled, lib_compiled;
 } nj_build_stats;
-/* The kernels of a pass of c (loaded when load): its own module and the library modules its launches
- * name (planner.h: nj_lib_kernel). st (may be NULL) counts the compiles this call made. */
-NJ_HIDDEN nj_status nj_kernels_for(nj_context *ctx, const nj_canon *c, nj_pass pass, nj_variant v, int load,
+/* The kernels of variant v of a planned pass (loaded when load): its own module and the library modules
+ * its launches name (planner.h: nj_lib_kernel). st (may be NULL) counts the compiles this call made. */
+NJ_HIDDEN nj_status nj_kernels_for(nj_context *ctx, const nj_pass_plan *pl, nj_variant v, int load,
                                    nj_kernelset **out, nj_build_stats *st);
 NJ_HIDDEN char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_plan_params *pp);
 /* The signature of library module lib for dtype (nj_lib_dtype's), and its plan into *pp (nj_plan_library).

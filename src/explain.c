@@ -56,28 +56,32 @@ nj_status nj_context_explain(nj_context *ctx, const nj_problem_desc *p, nj_pass 
     nj_error_clear();
     NJ_RETURN_IF(!ctx || !p || !out, NJ_ERR_NULL_POINTER, "nj_context_explain: NULL argument");
     memset(out, 0, sizeof *out);
-    nj_canon c;
-    NJ_TRY(nj_canonicalize(p, &c));
-    nj_canon_for_pass(&c, pass, &c); /* as nj_kernels_for: the same signature and source */
-    NJ_TRY(nj_plan_pass(&c, pass, &ctx->backend->props, &out->params));
-    out->canon_text = nj_canon_text(&c);
+    nj_canon full;
+    NJ_TRY(nj_canonicalize(p, &full));
+    nj_pass_plan *pl = malloc(sizeof *pl); /* a few kB: off the caller's stack */
+    NJ_RETURN_IF(!pl, NJ_ERR_OUT_OF_MEMORY, "explain: plan");
+    nj_status ps = nj_pass_plan_make(&full, pass, &ctx->backend->props, pl);
+    if (ps != NJ_OK) {
+        free(pl);
+        return ps;
+    }
+    const nj_canon *c = &pl->view; /* as nj_kernels_for: the same signature and source */
+    out->params = pl->main;
+    out->canon_text = nj_canon_text(c);
     out->plan_text = nj_plan_text(&out->params);
-    out->signature = nj_signature_text(ctx, &c, &out->params);
-    out->libraries = nj_explain_libraries(ctx, &c, &out->params);
+    out->signature = nj_signature_text(ctx, c, &out->params);
+    out->libraries = nj_explain_libraries(ctx, c, &out->params);
     if (!out->canon_text || !out->plan_text || !out->signature || !out->libraries) {
+        free(pl);
         nj_pass_info_free(out);
         return nj_fail(NJ_ERR_OUT_OF_MEMORY, "plan text");
     }
     nj_hash_hex(out->signature, strlen(out->signature), out->hash);
     out->cached = nj_cached(ctx, out->signature);
-    if (with_source) {
-        nj_status s = nj_codegen(&c, &out->params, &out->source);
-        if (s != NJ_OK) {
-            nj_pass_info_free(out);
-            return s;
-        }
-    }
-    return NJ_OK;
+    nj_status s = with_source ? nj_codegen(c, &out->params, &out->source) : NJ_OK;
+    free(pl);
+    if (s != NJ_OK) nj_pass_info_free(out);
+    return s;
 }
 
 nj_status nj_plan_describe(const nj_plan *plan, char *buf, size_t cap, size_t *len)
@@ -90,20 +94,21 @@ nj_status nj_plan_describe(const nj_plan *plan, char *buf, size_t cap, size_t *l
     nj_buf_printf(&b, "problem %s\nrows %lld\n", canon ? canon : "?", (long long)plan->rows);
     free(canon);
     for (int pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
-        nj_plan_params pp;
-        if (nj_plan_pass(&plan->canon, (nj_pass)pass, &plan->ctx->backend->props, &pp) != NJ_OK) continue;
-        char *text = nj_plan_text(&pp);
+        const nj_pass_plan *pl = nj_plan_pass_plan(plan, (nj_pass)pass);
+        if (pl->status != NJ_OK) continue;
+        const nj_plan_params *pp = &pl->main;
+        char *text = nj_plan_text(pp);
         nj_kernelset *ks = atomic_load(&((nj_plan *)plan)->pass[pass == NJ_PASS_BACKWARD][NJ_VARIANT_MAIN]);
         nj_buf_printf(&b, "%s %s [%s]\n", pass == NJ_PASS_FORWARD ? "fwd" : "bwd", text ? text : "?",
                       ks ? ks->hash : "not loaded");
         free(text);
-        for (int32_t i = 0; i < pp.nlaunch; i++) {
+        for (int32_t i = 0; i < pp->nlaunch; i++) {
             /* 0,0,0: no CUDA grid holds this many rows (launching fails with NJ_ERR_OVERFLOW) */
             uint32_t g[3] = {0, 0, 0};
-            (void)nj_launch_grid(&pp.launch[i], plan->rows, plan->ctx->backend->props.max_grid_x, g);
-            nj_buf_printf(&b, "  launch %s%s grid %u,%u,%u block %d,%d,%d shmem %u\n", pp.launch[i].kernel,
-                          pp.launch[i].lib != NJ_LIB_NONE ? " (library)" : "", g[0], g[1], g[2], pp.launch[i].block[0],
-                          pp.launch[i].block[1], pp.launch[i].block[2], pp.launch[i].shmem);
+            (void)nj_launch_grid(&pp->launch[i], plan->rows, plan->ctx->backend->props.max_grid_x, g);
+            nj_buf_printf(&b, "  launch %s%s grid %u,%u,%u block %d,%d,%d shmem %u\n", pp->launch[i].kernel,
+                          pp->launch[i].lib != NJ_LIB_NONE ? " (library)" : "", g[0], g[1], g[2], pp->launch[i].block[0],
+                          pp->launch[i].block[1], pp->launch[i].block[2], pp->launch[i].shmem);
         }
     }
     char *text = nj_buf_take(&b);

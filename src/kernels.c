@@ -362,18 +362,19 @@ static nj_status nj_kernelset_get(nj_context *ctx, const nj_unit *u, const nj_pl
     return s;
 }
 
-nj_status nj_kernels_for(nj_context *ctx, const nj_canon *full, nj_pass pass, nj_variant v, int load,
-                         nj_kernelset **out, nj_build_stats *st)
+nj_status nj_kernels_for(nj_context *ctx, const nj_pass_plan *pl, nj_variant v, int load, nj_kernelset **out,
+                         nj_build_stats *st)
 {
-    nj_canon view; /* what this pass's kernels depend on: the signature, plan and source come from it */
-    nj_canon_for_pass(full, pass, &view);
-    nj_plan_params pp;
-    NJ_TRY(nj_plan_variant(&view, pass, v, &ctx->backend->props, &pp));
-    char *sig = nj_signature_text(ctx, &view, &pp);
+    NJ_TRY(nj_pass_plan_status(pl));
+    NJ_RETURN_IF(v != NJ_VARIANT_MAIN && v != NJ_VARIANT_UNALIGNED, NJ_ERR_BAD_ARGUMENT, "kernels: variant %d", (int)v);
+    nj_plan_params vp;
+    nj_pass_plan_variant(pl, v, &vp);
+    const nj_plan_params *pp = &vp;
+    char *sig = nj_signature_text(ctx, &pl->view, pp);
     NJ_RETURN_IF(!sig, NJ_ERR_OUT_OF_MEMORY, "signature text");
     nj_build_stats none = {0, 0};
-    nj_unit u = {&view, NJ_LIB_NONE, view.dtype[NJ_OPD_PARAM], 0};
-    nj_status s = nj_kernelset_get(ctx, &u, &pp, sig, load, out, st ? st : &none);
+    nj_unit u = {&pl->view, NJ_LIB_NONE, pl->view.dtype[NJ_OPD_PARAM], 0};
+    nj_status s = nj_kernelset_get(ctx, &u, pp, sig, load, out, st ? st : &none);
     free(sig);
     return s;
 }

@@ -1,4 +1,5 @@
-/* Planner (src/planner.c): canonical problem + device properties -> plan for one pass.
+/* Planner (src/planner.c, the driver; a file per family, planner_<family>.c): canonical problem + device
+ * properties -> plan for one pass.
  * A plan is a list of launches of kernels that one rendered source defines, plus the template
  * parameters codegen needs. Everything in it is a function of (canonical problem, pass, device props),
  * and all of it goes into the signature (nj_plan_text). */
@@ -12,13 +13,15 @@
 /* Fills conservative properties for an architecture (compile-only targets, emulator). */
 NJ_HIDDEN void nj_device_props_default(int32_t arch, nj_device_props *out);
 
+/* Kernel families, numbered in the order of their rows in family_list.h (the registry: family.h). */
 typedef enum nj_family {
-    NJ_FAMILY_ROW = 1,     /* forward/backward of row problems: a block (or warp) per row */
-    NJ_FAMILY_GENERAL = 2, /* any canonical problem: a block per statistic, strided walks */
-    NJ_FAMILY_PARAM_GRAD = 3, /* backward dgamma/dbeta: deterministic reductions over non-feature axes */
-    NJ_FAMILY_COLUMN = 4,     /* column problems: a block per tile of 32 contiguous kept columns */
-    NJ_FAMILY_CHANNELS_LAST = 5, /* GroupNorm over channels-last images: pixel tiles, vectors across channels */
-    NJ_FAMILY_LIBRARY = 6     /* a library module (nj_plan_library): no problem of its own */
+    NJ_FAMILY_NONE = 0,
+#define NJ_FAMILY_X(ID, name, fwd_tpl, bwd_tpl, applies, plan_fwd, plan_bwd) NJ_FAMILY_##ID,
+#define NJ_FAMILY_LIB_X(ID, name) NJ_FAMILY_##ID,
+#include "family_list.h"
+#undef NJ_FAMILY_X
+#undef NJ_FAMILY_LIB_X
+    NJ_FAMILY_COUNT
 } nj_family;
 
 /* Library kernels: problem-independent steps (adding workspace partials into dgamma/dbeta, merging the
@@ -75,6 +78,29 @@ typedef struct nj_launch {
     uint32_t shmem;     /* dynamic shared memory bytes */
 } nj_launch;
 
+/* What the templates read by name (codegen_env.c: P.role, P.pgrad, P.ws), so that none infers a decision
+ * from a kernel name, a launch position or a workspace size.
+ * Roles of a plan's launches: PART, the first walk of a split pass (pieces' partial sums); MAIN, the
+ * kernel that writes y (forward) or dx (backward); PGRAD, the separate dgamma/dbeta walk; MERGE and
+ * COLSUM, the library launches. */
+typedef enum nj_role { NJ_ROLE_PART, NJ_ROLE_MAIN, NJ_ROLE_PGRAD, NJ_ROLE_MERGE, NJ_ROLE_COLSUM, NJ_ROLE_COUNT } nj_role;
+/* How a backward plan makes dgamma/dbeta. SLOTS: the row kernel keeps column sums in registers across
+ * rows, a partial row per block (pgrad_parts blocks) added by the column sum. FUSED: the dx walk also
+ * sums them, a partial per (work item) added by the column sum (partials follow the batch). WALK: a
+ * separate walk a feature element (bwd_pgrad.cuh), pgrad_parts pieces each (1: no column sum). TILES:
+ * a separate column-tiled walk (bwd_pgrad_col.cuh), pgrad_parts pieces each (1: no column sum). */
+typedef enum nj_pgrad { NJ_PGRAD_NONE, NJ_PGRAD_SLOTS, NJ_PGRAD_FUSED, NJ_PGRAD_WALK, NJ_PGRAD_TILES, NJ_PGRAD_COUNT } nj_pgrad;
+/* Named workspace regions. PGRAD: the dgamma/dbeta partials ([2][parts][param] floats: gamma's, then
+ * beta's, except WALK's [parts][param][2] pairs and the layouts the FUSED families document). PARTS:
+ * the pieces' partial sums of a split pass. MEANS: the statistics (forward) or means (backward) the merge
+ * writes. DL: the saved-mean corrections a dx kernel leaves for a separate dgamma/dbeta walk. */
+typedef enum nj_ws_name { NJ_WS_PGRAD, NJ_WS_PARTS, NJ_WS_MEANS, NJ_WS_DL, NJ_WS_COUNT } nj_ws_name;
+/* A region starts fixed + per_row * rows floats into the workspace (rows: the batch's), or, in a plan
+ * with ws_stride, that far into each batch row's ws_stride floats. */
+typedef struct nj_ws_region {
+    int64_t fixed, per_row;
+} nj_ws_region;
+
 typedef struct nj_plan_params {
     int32_t pass;        /* nj_pass */
     int32_t family;      /* nj_family of the main kernel */
@@ -100,7 +126,22 @@ typedef struct nj_plan_params {
     nj_launch launch[NJ_MAX_LAUNCHES];
     uint64_t workspace_per_row; /* workspace bytes = workspace_fixed + rows * workspace_per_row */
     uint64_t workspace_fixed;
+    int8_t role[NJ_ROLE_COUNT]; /* 1 + the index of the launch playing each role, 0 for none */
+    int32_t pgrad;              /* nj_pgrad */
+    int32_t pgrad_parts;        /* SLOTS, WALK, TILES: partials of each dgamma/dbeta element (1: none) */
+    uint32_t ws_used;           /* bits (1 << nj_ws_name) of the regions the plan uses */
+    nj_ws_region ws[NJ_WS_COUNT];
+    int64_t ws_stride;          /* floats of a batch row's workspace when its regions repeat per row, else 0 */
 } nj_plan_params;
+
+/* Marks the last launch added as the one playing role. */
+NJ_HIDDEN void nj_plan_role(nj_plan_params *pp, nj_role role);
+/* Names a workspace region (offsets in floats). */
+NJ_HIDDEN void nj_plan_ws(nj_plan_params *pp, nj_ws_name name, int64_t fixed, int64_t per_row);
+/* Names of roles, dgamma/dbeta strategies and regions (plan text, P.role, P.pgrad, P.ws). */
+NJ_HIDDEN const char *nj_role_name(int32_t role);
+NJ_HIDDEN const char *nj_pgrad_name(int32_t pgrad);
+NJ_HIDDEN const char *nj_ws_name_text(int32_t name);
 
 /* The invariants later stages rely on, checked on a finished plan: launch count within the array (no
  * overflow), blocks of 1 to the device's threads in multiples of 32, fixed grids within CUDA's limits,
@@ -120,19 +161,39 @@ typedef enum nj_variant { NJ_VARIANT_MAIN = 0, NJ_VARIANT_UNALIGNED = 1 } nj_var
 #define NJ_VARIANT_COUNT 2
 NJ_HIDDEN nj_status nj_plan_variant(const nj_canon *c, nj_pass pass, nj_variant v, const nj_device_props *dev,
                                     nj_plan_params *out);
+/* The unaligned variant of a main plan (nj_plan_variant without planning again): same blocks, launches
+ * and workspace (the caller sized it for the main plan), scalar accesses; main itself when it has no
+ * alignment to lose. */
+NJ_HIDDEN void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out);
 
-/* The channels-last GroupNorm family (planner_cl.c): whether c has its form for a pass, and its plans. */
-NJ_HIDDEN bool nj_plan_cl_ok(const nj_canon *c, nj_pass pass);
-NJ_HIDDEN nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
-NJ_HIDDEN nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
+/* One pass of one problem, planned once (nj_pass_plan_make) and read by everything after it: the
+ * kernels' signature, source and launches (kernels.c), the workspace size and describe (context.c,
+ * explain.c), explain and warmup. view: the canonical problem as the pass's kernels see it
+ * (nj_canon_for_pass), which the signature, plan and source come from. main: the main variant's plan;
+ * the unaligned variant's is derived from it (nj_pass_plan_variant), not stored: a plan object exists per
+ * distinct batch, and this keeps it to one plan a pass.
+ * status: NJ_OK, or why the pass cannot be planned (an unsupported backward), with nj_last_error's
+ * detail kept, so that a problem is refused a pass only when that pass is asked for. */
+typedef struct nj_pass_plan {
+    nj_status status;
+    char detail[240];
+    nj_pass pass;
+    nj_canon view;
+    nj_plan_params main;
+} nj_pass_plan;
+/* Variant v of a planned pass into *out (nj_plan_unaligned for the unaligned one). */
+NJ_HIDDEN void nj_pass_plan_variant(const nj_pass_plan *pl, nj_variant v, nj_plan_params *out);
+/* Plans pass of the full canonical problem into *out; returns out->status (its detail in nj_last_error). */
+NJ_HIDDEN nj_status nj_pass_plan_make(const nj_canon *full, nj_pass pass, const nj_device_props *dev,
+                                      nj_pass_plan *out);
+/* out->status, with its detail replayed into nj_last_error when it is a failure. */
+NJ_HIDDEN nj_status nj_pass_plan_status(const nj_pass_plan *pl);
 
 /* Appends a launch with 1-D blocks: grid_x fixed when > 0, else ceil(rows * row_mult / row_div) blocks.
  * Shared by the forward and backward planners. Past NJ_MAX_LAUNCHES it appends nothing and sets
  * pp->overflow (checked by nj_plan_check). */
 NJ_HIDDEN void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult,
                                   int64_t row_div, int32_t grid_x);
-/* Pieces of each walk of the column family (1: none), forward and backward alike. */
-NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev);
 /* Appends a launch of library kernel NJ_LIB_COLSUM (a fixed grid: 32 of the NJ_COLSUM_NCOLS columns a
  * block, which must not depend on the batch); arg: each NJ_COLSUM_* argument as a {constant, per
  * batch row} pair, an inner count of 0 read as 1. */
@@ -151,12 +212,6 @@ NJ_HIDDEN int32_t nj_lib_dtype(int32_t lib, int32_t param_dtype);
 NJ_HIDDEN int32_t nj_plan_libs(const nj_plan_params *pp, int32_t libs[NJ_MAX_LAUNCHES]);
 /* Distinct kernels of the plan's own source among the launches (library launches not counted). */
 NJ_HIDDEN int32_t nj_plan_kernel_count(const nj_plan_params *pp);
-/* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then
- * caps the grids of its launches that scale with the batch at two waves of resident blocks. */
-#define NJ_LOOP_ELEMS 2048
-NJ_HIDDEN void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev);
-/* Threads of a block that walks n elements of one statistic. */
-NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
 
 /* Workspace bytes of a plan for `rows` batch rows (nj_plan_check has verified it fits in 64 bits for the
  * problem's batch). */

@@ -31,6 +31,33 @@ static nj_status check_launch(const nj_plan_params *pp, int32_t i, int32_t maxt)
     return NJ_OK;
 }
 
+/* The named fields templates read (planner.h: roles, dgamma/dbeta strategy, workspace regions): a main
+ * launch, roles naming launches of the right kind, a strategy exactly when a backward has gamma/beta. */
+static nj_status check_named(const nj_canon *c, const nj_plan_params *pp)
+{
+    NJ_RETURN_IF(pp->family != NJ_FAMILY_LIBRARY && !pp->role[NJ_ROLE_MAIN], NJ_ERR_INTERNAL, "planner: no main launch");
+    for (int r = 0; r < NJ_ROLE_COUNT; r++) {
+        if (!pp->role[r]) continue;
+        NJ_RETURN_IF(pp->role[r] < 1 || pp->role[r] > pp->nlaunch, NJ_ERR_INTERNAL, "planner: role %s: launch %d",
+                     nj_role_name(r), (int)pp->role[r]);
+        int32_t lib = pp->launch[pp->role[r] - 1].lib;
+        int32_t want = r == NJ_ROLE_MERGE ? NJ_LIB_MERGE : r == NJ_ROLE_COLSUM ? NJ_LIB_COLSUM : NJ_LIB_NONE;
+        NJ_RETURN_IF(lib != want, NJ_ERR_INTERNAL, "planner: role %s on %s", nj_role_name(r),
+                     pp->launch[pp->role[r] - 1].kernel);
+    }
+    bool params = pp->pass == NJ_PASS_BACKWARD && (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0;
+    NJ_RETURN_IF(pp->pgrad < NJ_PGRAD_NONE || pp->pgrad >= NJ_PGRAD_COUNT || params != (pp->pgrad != NJ_PGRAD_NONE),
+                 NJ_ERR_INTERNAL, "planner: dgamma/dbeta strategy %d", (int)pp->pgrad);
+    bool sums = pp->pgrad == NJ_PGRAD_FUSED || pp->pgrad == NJ_PGRAD_SLOTS || pp->pgrad_parts > 1;
+    NJ_RETURN_IF(pp->pgrad != NJ_PGRAD_NONE && sums != (pp->role[NJ_ROLE_COLSUM] != 0), NJ_ERR_INTERNAL,
+                 "planner: dgamma/dbeta %s with%s a column sum", nj_pgrad_name(pp->pgrad),
+                 pp->role[NJ_ROLE_COLSUM] ? "" : "out");
+    for (int w = 0; w < NJ_WS_COUNT; w++)
+        NJ_RETURN_IF((pp->ws_used & (1u << w)) && (pp->ws[w].fixed < 0 || pp->ws[w].per_row < 0), NJ_ERR_INTERNAL,
+                     "planner: workspace region %s", nj_ws_name_text(w));
+    return NJ_OK;
+}
+
 nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_device_props *dev)
 {
     NJ_RETURN_IF(!c || !pp || !dev, NJ_ERR_NULL_POINTER, "planner check: NULL argument");
@@ -46,6 +73,7 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                  (int)pp->regs_cache);
     int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
     for (int32_t i = 0; i < pp->nlaunch; i++) NJ_TRY(check_launch(pp, i, maxt));
+    NJ_TRY(check_named(c, pp));
     /* The problem's own batch: every grid within CUDA's limits, the workspace within 64 bits. */
     int64_t rows = c->axes[0].extent;
     for (int32_t i = 0; i < pp->nlaunch; i++) {

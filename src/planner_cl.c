@@ -19,7 +19,7 @@
  *   with gamma/beta, the library's column sum (NJ_LIB_COLSUM): a block per 32 channels adds every
  *            (image, tile) partial in a fixed order (its warps over the partials, then warp 0 over the warps).
  * The tiling is a function of the problem alone: the same work split and rounding on every run. */
-#include "planner.h"
+#include "planner_impl.h"
 
 
 #define NJ_CL_THREADS 512    /* threads of a block, at most */
@@ -76,7 +76,7 @@ static int32_t cl_vec(const nj_canon *c, nj_pass pass, int64_t channels)
     return 1;
 }
 
-bool nj_plan_cl_ok(const nj_canon *c, nj_pass pass)
+bool nj_cl_applies(const nj_canon *c, nj_pass pass)
 {
     if (c->rank != 4 || !(c->flags & NJ_FLAG_CENTER)) return false;
     const nj_canon_axis *px = &c->axes[1], *gr = &c->axes[2], *ch = &c->axes[3];
@@ -109,7 +109,6 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
     if (tiles < 1) tiles = 1;
     /* whole rounds of the block's pixel rows, then as few tiles as that allows */
     int64_t tile = cl_ceil_div(cl_ceil_div(hw, tiles), rows) * rows;
-    pp->family = NJ_FAMILY_CHANNELS_LAST;
     pp->vec = v;
     pp->chans = v;
     pp->tile = (int32_t)tile;
@@ -127,11 +126,11 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
 
 nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    NJ_RETURN_IF(!nj_plan_cl_ok(c, NJ_PASS_FORWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
+    NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_FORWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
     cl_tiling(c, NJ_PASS_FORWARD, pp);
-    pp->template_name = "fwd_channels_last.cu";
     int64_t groups = c->axes[2].extent, tiles = pp->split, image = (tiles + 1) * groups * 2;
     nj_plan_add_launch(pp, "nj_fwd_cl_stats", pp->block, pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_PART);
     /* per image: each tile's (sum, m2) per group, then the image's (mean, rstd) per group; tile t counts
      * min(tile, HW - t * tile) pixels of C/G channels */
     const int64_t arg[NJ_LIB_NARGS][2] = {
@@ -143,15 +142,18 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
         [NJ_MERGE_CMUL] = {c->axes[3].extent, 0}};
     nj_plan_add_merge(pp, arg);
     nj_plan_add_launch(pp, "nj_fwd_cl_norm", pp->block, pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    pp->ws_stride = image;
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
+    nj_plan_ws(pp, NJ_WS_MEANS, tiles * groups * 2, 0);
     pp->workspace_per_row = (uint64_t)image * sizeof(float);
     return NJ_OK;
 }
 
 nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    NJ_RETURN_IF(!nj_plan_cl_ok(c, NJ_PASS_BACKWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
+    NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_BACKWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
     cl_tiling(c, NJ_PASS_BACKWARD, pp);
-    pp->template_name = "bwd_channels_last.cu";
     int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent, tiles = pp->split;
     bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
     /* per image (floats): each tile's pairs (sum g, sum g * xhat) per group, then (sum (x - mean) * rstd,
@@ -160,6 +162,7 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
      * (from `chans` on). The merge takes 2 * groups items an image. */
     int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
     nj_plan_add_launch(pp, "nj_bwd_cl_part", pp->block, pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_PART);
     const int64_t marg[NJ_LIB_NARGS][2] = {
         [NJ_MERGE_NITEMS] = {0, 2 * groups}, [NJ_MERGE_NPARTS] = {tiles, 0}, [NJ_MERGE_RADIX] = {2 * groups, 0},
         [NJ_MERGE_S_HI] = {image, 0},    [NJ_MERGE_S_LO] = {2, 0},        [NJ_MERGE_S_PART] = {4 * groups, 0},
@@ -168,6 +171,10 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
         [NJ_MERGE_N] = {c->reduce_size, 0}};
     nj_plan_add_merge(pp, marg);
     nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    pp->ws_stride = image;
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
+    nj_plan_ws(pp, NJ_WS_MEANS, means, 0);
     if (params) {
         /* image k's tile t partial pair of channel j at k * image + chans + (t * channels + j) * 2 */
         const int64_t arg[NJ_LIB_NARGS][2] = {
@@ -176,6 +183,8 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
             [NJ_COLSUM_S_COL] = {2, 0},        [NJ_COLSUM_BASE_A] = {chans, 0},
             [NJ_COLSUM_BASE_B] = {chans + 1, 0}};
         nj_plan_add_colsum(pp, arg);
+        pp->pgrad = NJ_PGRAD_FUSED;
+        nj_plan_ws(pp, NJ_WS_PGRAD, chans, 0);
     }
     pp->workspace_per_row = (uint64_t)image * sizeof(float);
     return NJ_OK;

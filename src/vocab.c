@@ -95,6 +95,10 @@ const nj_dtype_info *nj_dtype_by_name(const char *name)
     return NULL;
 }
 
+size_t nj_dtype_count(void) { return NJ_ARRAY_LEN(nj_dtypes) - 1; } /* row 0 is NJ_DTYPE_NONE's, empty */
+
+const nj_dtype_info *nj_dtype_at(size_t i) { return nj_dtype_find((int32_t)(i + 1)); }
+
 size_t nj_dtype_size(nj_dtype d)
 {
     const nj_dtype_info *t = nj_dtype_find(d);

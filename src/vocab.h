@@ -24,6 +24,9 @@ typedef struct nj_dtype_info {
 NJ_HIDDEN const nj_dtype_info *nj_dtype_find(int32_t d);
 /* The row named name ("f32"), NULL when none is. */
 NJ_HIDDEN const nj_dtype_info *nj_dtype_by_name(const char *name);
+/* The storage dtypes in enum order: i in 0..nj_dtype_count()-1 (NULL past the end). */
+NJ_HIDDEN size_t nj_dtype_count(void);
+NJ_HIDDEN const nj_dtype_info *nj_dtype_at(size_t i);
 /* "f32, f16, bf16": the names for messages. */
 NJ_HIDDEN const char *nj_dtype_list(void);
 

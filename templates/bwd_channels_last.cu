@@ -17,7 +17,7 @@
 {%
 local F = P.flags
 cl_setup("bwd_channels_last")
-local PARAMS = F.scale or F.bias
+local PARAMS = P.pgrad == "fused" -- the tiles' dgamma/dbeta partials, added by the column sum
 local BETA_USED = F.bias and P.act ~= "none"
 local PS = {x = P.axes[2].stride.x, dy = P.axes[2].stride.dy, dx = P.axes[2].stride.dx}
 %}
@@ -26,9 +26,11 @@ local PS = {x = P.axes[2].stride.x, dy = P.axes[2].stride.dy, dx = P.axes[2].str
 {% cl_defines() %}
 /* an image's tile t: pairs (sum g, sum g * xhat) of its groups at 4G t, then (sum (x - mean) * rstd,
    unused) at 4G t + 2G (the saved mean's correction, bwd_lib.cuh); the means' pairs alike */
-#define NJ_WS_MEANS (NJ_S * 4 * NJ_G) /* workspace floats of an image before the group means */
-#define NJ_WS_CHANS (NJ_WS_MEANS + 4 * NJ_G) /* ... before the per-channel partials */
-#define NJ_WS_IMAGE (NJ_WS_CHANS{{ PARAMS and " + NJ_S * 2 * NJ_C" or "" }})
+#define NJ_WS_MEANS {{ P.ws.means.fixed }} /* workspace floats of an image before the group means */
+{% if PARAMS then %}
+#define NJ_WS_CHANS {{ P.ws.pgrad.fixed }} /* ... before the per-channel partials */
+{% end %}
+#define NJ_WS_IMAGE {{ P.ws_stride }}
 
 /* part[R][C] -> chan[C]: per channel over the pixel rows, in order. Barriers on both sides: callers
  * rewrite part and read chan at once. Called, not inlined: the part kernel sums four times. */
@@ -131,7 +133,7 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
         }
 {% end %}
 {% DLK = P.act ~= "none" %}
-NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
+NJ_KERNEL_REGS({{ P.role.part.kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
@@ -169,7 +171,7 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 {% end %}
             }
         }
-        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE;
+        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }};
 {% local function to_groups(arr, slot) %}
         if (active) {
 #pragma unroll
@@ -206,7 +208,7 @@ NJ_KERNEL_REGS({{ P.launch[1].kernel }}, {{ B }})
 }
 
 {% DLK = true %}
-NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
+NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {
 {{ bwd_pointers() }}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;

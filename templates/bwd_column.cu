@@ -3,11 +3,11 @@
    statistics (columns) of one outer kept index; lane tx owns column tile * 32 + tx and warp ty walks the
    reduction at ty, ty + BY, ... so every warp reads 32 neighbouring elements (coalesced). The BY warp sums
    of g and g*xhat meet in shared memory and warp 0 adds them in warp order (deterministic); a second walk
-   writes dx. dgamma/dbeta: when the columns are the only feature axis (FUSED: the plan's launch after the
-   dx ones is the library's column sum, lib_colsum.cu), the first walk also sums dz*xhat and dz, warp 0
+   writes dx. dgamma/dbeta: when the columns are the only feature axis (FUSED: the plan's P.pgrad is "fused",
+   its column sum the library's, lib_colsum.cu), the first walk also sums dz*xhat and dz, warp 0
    writes the tile's partial for its outer index o (workspace: [2][rows * KO][EC]) and the column sum adds
-   the partials of each column in order; else bwd_pgrad_col.cuh or bwd_pgrad.cuh, as the launch after the
-   dx ones says. Long walks (P.split > 1, as in fwd_column.cu) take three launches before the dgamma/dbeta
+   the partials of each column in order; else bwd_pgrad_col.cuh or bwd_pgrad.cuh, as P.pgrad says ("tiles",
+   "walk"). Long walks (P.split > 1, as in fwd_column.cu) take three launches before the dgamma/dbeta
    ones: nj_bwd_column_part sums a piece's g and g*xhat per column (and with FUSED its dz*xhat and dz, a
    partial row per (outer index, piece)), the library's merge (lib_merge.cu) adds a tile's pieces in order
    into the two means, nj_bwd_column writes a piece's dx. Workspace, after the dgamma/dbeta launches' fixed
@@ -30,22 +30,19 @@ local BY = B // 32
 local NT = ceil_div(EC, 32)
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
-local ND = SPLIT > 1 and 3 or 1 -- dx launches
-local FUSED = #P.launch > ND and P.launch[ND + 1].kernel == "nj_lib_colsum"
+local FUSED = P.pgrad == "fused"
 local KO = P.kept_inner // EC -- outer indices per batch row
 local NTASK = KO * NT -- tiles per batch row
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 -- split walks, centered: a piece also sums (x - mean) * rstd for the saved mean's correction (bwd_lib.cuh),
 -- so a (tile, piece) holds Q floats, [a: sum g | sum xhat][b: sum g * xhat | unused], and the merge
--- takes IPT items a tile (planner_bwd.c)
+-- takes IPT items a tile (planner_column.c)
 local Q = F.center and 128 or 64
 local IPT = Q // 2
--- the split's workspace (floats): after the fixed region, the fused partial rows, the sums, the means
+-- the workspace regions (the planner's P.ws): with FUSED the partial rows (pgrad: [2][PROWS][EC]), and
+-- for split walks the pieces' sums (parts) and the tiles' means (means)
 local PROWS = "A.rows * " .. (KO * SPLIT) .. "LL" -- fused partial rows
-local WSB = P.workspace_fixed // 4
-local SUMS = WSB .. " + " .. (FUSED and ("2 * " .. PROWS .. " * " .. EC) or "0")
-local MEANS = "(" .. SUMS .. ") + A.rows * " .. (NTASK * SPLIT * Q) .. "LL"
 -- The block's BY warp values of each of vars meet in nj_part and warp 0 adds them in warp order into
 -- its own; leaves warp 0's block open (the caller writes the totals and closes it).
 local function combine(vars)
@@ -115,7 +112,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         const float mean = col_ok ? {{ F.center and "A.mean[os]" or "0.0f" }} : 0.0f;
         const float rstd = col_ok ? A.rstd[os] : 0.0f;
 {% if mode == "dx" then %}
-        const float *M = (const float *)A.workspace + {{ MEANS }} + task * {{ Q }};
+        const float *M = (const float *)A.workspace{{ ws_plus("means") }} + task * {{ Q }};
 {% if F.center then %}
         /* the pieces' mean of (x - mean) * rstd corrects xhat, and the mean of g * xhat by dl * mean(g)
            (exact without an activation, to first order in dl with one) */
@@ -124,7 +121,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         if (ty == 0 && col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {
 {% if FUSED then %}
             /* this piece's partial row of dgamma: sum dz * (xhat - dl) (its dbeta row holds sum dz) */
-            float *PR = (float *)A.workspace + {{ WSB }};
+            float *PR = (float *)A.workspace{{ ws_plus("pgrad") }};
             PR[(o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] -= dl * PR[({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}];
 {% end %}
 {% if bwd_dl_store() then %}
@@ -187,7 +184,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if S3 then cv[#cv + 1] = "s3" end %}
 {{ combine(cv) }}
 {% if mode == "part" then %}
-            float *WS = (float *)A.workspace + {{ SUMS }} + wi * {{ Q }};
+            float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * {{ Q }};
             WS[tx] = s1;
             WS[{{ IPT }} + tx] = s2;
 {% if S3 then %}
@@ -196,7 +193,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
 {% if FUSED then %}
             if (col_ok) { /* this piece's partial row of outer index o */
-                float *PR = (float *)A.workspace + {{ WSB }};
+                float *PR = (float *)A.workspace{{ ws_plus("pgrad") }};
                 PR[(o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] = p1;
                 PR[({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] = p2;
             }
@@ -210,7 +207,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             nj_m[32 + tx] = s2 * (1.0f / (float)NJ_N);
 {% if FUSED then %}
             if (col_ok) { /* this tile's partial of outer index o */
-                float *WS = (float *)A.workspace;
+                float *WS = (float *)A.workspace{{ ws_plus("pgrad") }};
                 WS[o * {{ EC }} + k{{ cax }}] = p1;
                 WS[(A.rows * {{ KO }}LL + o) * {{ EC }} + k{{ cax }}] = p2;
             }
@@ -235,15 +232,14 @@ NJ_KERNEL({{ name }}, {{ B }})
 }
 {% end %}
 {% if SPLIT > 1 then %}
-{% col_kernel(P.launch[1].kernel, "part") %}
+{% col_kernel(P.role.part.kernel, "part") %}
 
-{% col_kernel(P.launch[3].kernel, "dx") %}
+{% col_kernel(P.role.main.kernel, "dx") %}
 {% else %}
-{% col_kernel(P.launch[1].kernel, "full") %}
+{% col_kernel(P.role.main.kernel, "full") %}
 {% end %}
-{% PGRAD_LAUNCH = ND + 1 %}
-{% if not FUSED and #P.launch > ND and P.launch[ND + 1].kernel == "nj_bwd_pgrad_col" then %}
+{% if P.pgrad == "tiles" then %}
 {% include("bwd_pgrad_col.cuh") %}
-{% elseif not FUSED and #P.launch > ND then %}
+{% elseif P.pgrad == "walk" then %}
 {% include("bwd_pgrad.cuh") %}
 {% end %}

@@ -21,7 +21,6 @@ local B = P.block
 local NW = B // 32
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
-PGRAD_LAUNCH = SPLIT > 1 and 3 or 2 -- the parameter-gradient launches follow the dx ones
 -- the correction of the saved mean (bwd_lib.cuh): where a block walks its whole set, or (split) from
 -- the pieces' sums of the uncorrected xhat, a third partial a piece (WQ floats a piece)
 local WQ = F.center and 3 or 2
@@ -36,7 +35,7 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 #define NJ_SPLIT {{ SPLIT }}
 #define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
 /* the pieces' sums, after the fixed region of the dgamma/dbeta launches */
-#define NJ_WS_DX ((float *)A.workspace + {{ P.workspace_fixed // 4 }})
+#define NJ_WS_DX ((float *)A.workspace{{ ws_plus("parts") }})
 #define NJ_WQ {{ WQ }}
 {% end %}
 
@@ -173,14 +172,14 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
 
 {% if SPLIT > 1 then %}
-{% dx_kernel(P.launch[1].kernel, "part") %}
+{% dx_kernel(P.role.part.kernel, "part") %}
 
-{% dx_kernel(P.launch[2].kernel, "dx") %}
+{% dx_kernel(P.role.main.kernel, "dx") %}
 {% else %}
-{% dx_kernel(P.launch[1].kernel, "full") %}
+{% dx_kernel(P.role.main.kernel, "full") %}
 {% end %}
-{% if #P.launch >= PGRAD_LAUNCH and P.launch[PGRAD_LAUNCH].kernel == "nj_bwd_pgrad_col" then %}
+{% if P.pgrad == "tiles" then %}
 {% include("bwd_pgrad_col.cuh") %}
-{% elseif #P.launch >= PGRAD_LAUNCH then %}
+{% elseif P.pgrad == "walk" then %}
 {% include("bwd_pgrad.cuh") %}
 {% end %}

@@ -65,17 +65,12 @@ end
 BWD_DL = nil
 -- Whether an unsplit dx kernel leaves its sets' dl to separate dgamma/dbeta walks (nj_bwd_pgrad,
 -- nj_bwd_pgrad_col) in the workspace, a float a statistic after everything else (the planner's
--- bwd_reserve_dl reserves it under the same condition), and the C expression of that region.
+-- region P.ws.dl, reserved by bwd_reserve_dl), and the C expression of that region.
 function bwd_dl_store()
-  if not P.flags.center then return false end
-  for _, l in ipairs(P.launch) do
-    if l.kernel == "nj_bwd_pgrad" or l.kernel == "nj_bwd_pgrad_col" then return true end
-  end
-  return false
+  return P.ws.dl ~= nil
 end
 function bwd_dl_base()
-  return string.format("((float *)A.workspace + %d + A.rows * %dLL)", P.workspace_fixed // 4,
-                       P.workspace_per_row // 4 - P.kept_inner)
+  return string.format("((float *)A.workspace + %d + A.rows * %dLL)", P.ws.dl.fixed, P.ws.dl.per_row)
 end
 -- dx from g, xhat and the two row means of g and g * xhat
 function bwd_dx_expr(g, xh, m1, m2)

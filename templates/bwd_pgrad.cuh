@@ -1,7 +1,7 @@
 {# dgamma/dbeta for any canonical problem: a block per feature element (looping over them past two waves)
    walks the non-feature index space (batch axis outermost) in a fixed order, recomputing xhat from x,
    mean and rstd, and reduces dz*xhat and dz with a fixed block tree. Included by the bwd_ templates
-   when the plan's dgamma/dbeta launch is nj_bwd_pgrad. With few feature elements each walk is split
+   when the plan's dgamma/dbeta strategy (P.pgrad) is "walk". With few feature elements each walk is split
    (SP pieces, the partials summed in order by the library's column sum, lib_colsum.cu). #}
 {%
 -- walks across sets: each set's correction comes from the dx kernel through the workspace (bwd_lib.cuh)
@@ -15,8 +15,8 @@ local function off2(opd, only_kept)
   for _, a in ipairs(nonfeat) do if not only_kept or not P.axes[a].reduce then na[#na + 1] = a end end
   return "(" .. offset(opd, fa, "f") .. ") + (" .. offset(opd, na, "n") .. ")"
 end
-local PG = PGRAD_LAUNCH or 2 -- index of this file's first launch (after the dx launches)
-local PB = P.launch[PG].block
+local PL = P.role.pgrad -- this file's launch
+local PB = PL.block
 local nf_in = {}
 for k = 2, #nonfeat do nf_in[#nf_in + 1] = nonfeat[k] end
 local fkept = {}
@@ -26,13 +26,13 @@ for _, a in ipairs(nf_in) do if not P.axes[a].reduce then nkept[#nkept + 1] = a 
 if nonfeat_inner >= 2147483647 or P.param_size >= 2147483647 then error("bwd_pgrad: 32-bit walk indices") end
 -- split walks (few feature elements): NJ_PS pieces of each walk, a block each, partial sums into the
 -- workspace ([piece][feature] pairs), added in piece order by the launch after this one
-local SP = #P.launch >= PG + 1 and P.workspace_fixed // (P.param_size * 8) or 1
+local SP = P.pgrad_parts
 local NF = nonfeat_inner
 %}
 
 /* The walk of one feature element: batch index n1 (run-time extent) outside, r over the other
  * non-feature axes inside, advanced by PB without any 64-bit division. */
-NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
+NJ_KERNEL({{ PL.kernel }}, {{ PB }})
 {
     NJ_SHARED(float, nj_pscratch, {{ 2 * (PB // 32) }});
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
@@ -47,7 +47,7 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
     const nj_i64 total = A.rows * {{ NF }}LL, plen = (total + {{ SP }} - 1) / {{ SP }};
     {{ block_item("w", P.param_size * SP .. "LL") }}
         const unsigned fi = (unsigned)(w / {{ SP }}), piece = (unsigned)(w % {{ SP }});
-{% elseif P.launch[PG].grid_x < P.param_size then %}
+{% elseif PL.grid_x < P.param_size then %}
     for (unsigned fi = blockIdx.x; fi < {{ P.param_size }}u; fi += gridDim.x) { /* capped grid: loop */
 {% else %}
     {
@@ -96,7 +96,7 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
 {% if SP > 1 then %}
         if (threadIdx.x == 0) {
             /* at the element's own gamma offset: the library's column sum writes dgamma[op] from it */
-            float *WS = (float *)A.workspace + ((nj_i64)piece * {{ P.param_size }} + op) * 2;
+            float *WS = (float *)A.workspace{{ ws_plus("pgrad") }} + ((nj_i64)piece * {{ P.param_size }} + op) * 2;
             WS[0] = s1;
             WS[1] = s2;
         }

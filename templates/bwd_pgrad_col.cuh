@@ -1,5 +1,5 @@
 {# dgamma/dbeta when the innermost canonical axis is a feature axis of stride 1 in x and dy (channels-last
-   InstanceNorm/BatchNorm/GroupNorm, very long LayerNorm rows). Included by bwd_general.cu.
+   InstanceNorm/BatchNorm/GroupNorm, very long LayerNorm rows). Included by the backward templates when P.pgrad is "tiles".
    nj_bwd_pgrad_col: a block per (tile of 32 neighbouring feature columns, split s of NJ_S): lane tx owns
    one column, warp ty walks the non-feature index space at s * BY + ty, stepping NJ_S * BY (32 reads of
    neighbouring elements per warp: coalesced); warp 0 adds the BY warp sums in order. With NJ_S > 1 each
@@ -11,12 +11,12 @@ BWD_DL = bwd_dl_store() and "dl" or nil
 local feat, nonfeat, nonfeat_inner = bwd_feature_axes()
 local cax = P.rank
 local EC = P.axes[cax].extent
-local PG = PGRAD_LAUNCH or 2 -- index of this file's first launch (after the dx launches)
-local PB = P.launch[PG].block
+local PL = P.role.pgrad -- this file's launch
+local PB = PL.block
 local BY = PB // 32
 local NT = ceil_div(EC, 32)
 local PS = P.param_size
-local S = #P.launch >= PG + 1 and P.workspace_fixed // (PS * 8) or 1
+local S = P.pgrad_parts
 if not P.axes[cax].feature or P.axes[cax].stride.x ~= 1 then error("bwd_pgrad_col: innermost axis") end
 local fouter = {}
 for _, a in ipairs(feat) do if a ~= cax then fouter[#fouter + 1] = a end end
@@ -30,14 +30,14 @@ local STEP = S * BY
 
 #define NJ_S {{ S }}
 
-NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
+NJ_KERNEL({{ PL.kernel }}, {{ PB }})
 {
     NJ_SHARED(float, nj_part, {{ 2 * PB }});
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
 {{ bwd_pointers() }}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
 {% local NTASK = PS // EC * NT * S %}
-{% if P.launch[PG].grid_x < NTASK then %}
+{% if PL.grid_x < NTASK then %}
     for (unsigned task = blockIdx.x; task < {{ NTASK }}u; task += gridDim.x) { /* capped grid: loop */
 {% else %}
     {
@@ -89,7 +89,7 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
             }
 {% if S > 1 then %}
             /* partial of split s at the element's gamma offset (the library's column sum adds them) */
-            float *WS = (float *)A.workspace;
+            float *WS = (float *)A.workspace{{ ws_plus("pgrad") }};
             WS[(nj_i64)s * {{ PS }} + op] = s1;
             WS[(nj_i64)(NJ_S + s) * {{ PS }} + op] = s2;
 {% else %}
@@ -101,7 +101,7 @@ NJ_KERNEL({{ P.launch[PG].kernel }}, {{ PB }})
 {% end %}
 {% end %}
         }
-{% if P.launch[PG].grid_x < NTASK then %}
+{% if PL.grid_x < NTASK then %}
         __syncthreads(); /* nj_part is rewritten by the next task */
 {% end %}
     }

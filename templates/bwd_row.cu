@@ -21,13 +21,12 @@ if #red ~= 1 or red[1] ~= P.rank then error("bwd_row needs one innermost reduced
 local F = P.flags
 -- PGRAD: the column sums of dgamma/dbeta ride along in registers (the library's column sum adds the
 -- blocks'); rows too long for that leave them to the column-tiled launches of bwd_pgrad_col.cuh
-local PGRAD = #P.launch >= 2 and P.launch[2].kernel == "nj_lib_colsum"
-local PCOL = #P.launch >= 2 and not PGRAD
+local PGRAD = P.pgrad == "slots"
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
 local N = P.reduce_size
-local NSLOT = PGRAD and P.workspace_fixed // (N * 8) or 0
+local NSLOT = PGRAD and P.pgrad_parts or 0
 -- full unrolling keeps the column sums in registers; without them a huge row must not unroll its chunks
 local CUNROLL = (PGRAD or ceil_div(N, TPR) <= 64) and "#pragma unroll" or "#pragma unroll 4"
 if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error("bwd_row: params must span the row") end
@@ -248,7 +247,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     }
 {% if PGRAD then %}
     if (!want_p) return; /* uniform: the same for every thread */
-    float *WS = (float *)A.workspace + (nj_i64)blockIdx.x * NJ_N;
+    float *WS = (float *)A.workspace{{ ws_plus("pgrad") }} + (nj_i64)blockIdx.x * NJ_N;
 {% if RPB > 1 then %}
     /* the warps of the block add their columns in warp order (fixed), then the block writes its slot */
 #pragma unroll 1
@@ -290,7 +289,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
 }
 
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
 {% if RPB == 1 then %}
     NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
@@ -304,7 +303,8 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {% end %}
     nj_bwd_row_body<{{ P.vec }}>(A, nj_scratch, nj_pshared);
 }
-{% if PCOL then %}
-{% PGRAD_LAUNCH = 2 %}
+{% if P.pgrad == "tiles" then %}
 {% include("bwd_pgrad_col.cuh") %}
+{% elseif P.pgrad == "walk" then %}
+{% include("bwd_pgrad.cuh") %}
 {% end %}

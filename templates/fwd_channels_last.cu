@@ -44,7 +44,7 @@ end
 {% fwd_typedefs() %}
 
 {% cl_defines() %}
-#define NJ_WS_IMAGE ((NJ_S + 1) * 2 * NJ_G) /* workspace floats per image */
+#define NJ_WS_IMAGE {{ P.ws_stride }} /* workspace floats per image: each tile's (sum, m2) per group, then the means */
 
 
 /* part[R][C] (one value per pixel row and channel) -> out[G]: per channel over the rows, then per group
@@ -73,7 +73,7 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
 
 /* plain launch bounds: at most 64 registers on sm_80 leave room for two ~512-thread blocks an SM (no
  * spills: it holds two Welford values a channel, not the normalize's constants and activation) */
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
@@ -127,9 +127,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 #pragma unroll
             for (int q = 0; q < NJ_CH; q += {{ VV }}) {
                 {{ load_x("v", "p") }}
-{% if F.resout then %}
-                nj_store_vec<{{ VV }}>(RESOUT, oresout + (nj_i64)p * {{ PSRO }} + c0 + q, &v[q]);
-{% end %}
+{% fwd_resout("                ", "(nj_i64)p * " .. PSRO .. " + c0 + q", "&v[q]", VV) %}
             }
             n += 1.0f;
             const float inv = __fdividef(1.0f, n);
@@ -163,7 +161,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
             }
         }
         nj_cl_group_sums(nj_part, nj_chan, nj_gm2);
-        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE + tile * (2 * NJ_G);
+        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }} + tile * (2 * NJ_G);
 #pragma unroll 1
         for (int g = t; g < NJ_G; g += {{ B }}) {
             WS[2 * g] = nj_gsum[g];
@@ -173,7 +171,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 }
 
 /* NJ_KERNEL_REGS: the per-channel constants and the activation spilled at sm_80's default 64 registers */
-NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
+NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {
 {% fwd_pointers() %}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
@@ -181,7 +179,7 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
     {{ block_item("w", "A.rows * NJ_S") }}
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
-        const float *ST = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_S * (2 * NJ_G);
+        const float *ST = (const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("means") }};
         /* the group's shift and scale (its first channel at pixel 0) finish the merged moments */
         const nj_i64 oimg = {{ offset("x", {1}, "k") }};
 {% if F.residual then %}
@@ -224,10 +222,7 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
         for (int p = r; p < npx; p += NJ_R) {
 {% local function affine(o, k) %}
                 float u = ((o_[{{ o }}] - kk[{{ k }}]) - mk[{{ k }}]) * sk[{{ k }}];
-{%   if F.bias then %}
-                u += bk[{{ k }}];
-{%   end %}
-                o_[{{ o }}] = nj_act_{{ P.act }}(u);
+{% fwd_epilogue("                ", nil, F.bias and ("bk[" .. k .. "]"), {to = "o_[" .. o .. "]"}) %}
 {% end %}
 {% if VV > 1 then %}
             float o_[NJ_CH];
@@ -240,14 +235,14 @@ NJ_KERNEL_REGS({{ P.launch[3].kernel }}, {{ B }})
 {% affine("k", "k") %}
             }
 #pragma unroll
-            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_store_vec<{{ VV }}>(Y, oy + (nj_i64)p * {{ PSY }} + c0 + q, &o_[q]);
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {{ fwd_out("(nj_i64)p * " .. PSY .. " + c0 + q", "&o_[q]", VV) }}
 {% else %}
             /* a channel at a time (unaligned variant): no vector of values held across the activations */
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {
                 float o_[1] = {nj_load_f32(X, ox + (nj_i64)p * {{ PSX }} + c0 + k){{ F.residual and (" + nj_load_f32(RES, ores + (nj_i64)p * " .. PSR .. " + c0 + k)") or "" }}};
 {% affine(0, "k") %}
-                nj_store_f32(Y, oy + (nj_i64)p * {{ PSY }} + c0 + k, o_[0]);
+                {{ fwd_out("(nj_i64)p * " .. PSY .. " + c0 + k", "o_[0]") }}
             }
 {% end %}
         }

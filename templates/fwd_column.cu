@@ -84,7 +84,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         const nj_shift sh = nj_shift_of(col_ok ? nj_load_f32(X, ox){{ F.residual and " + nj_load_f32(RES, ores)" or "" }} : 0.0f, {{ F.center and "true" or "false" }});
 {% if mode == "norm" then %}
         /* the tile's merged moments of the scaled values (lib_merge.cu) */
-        const float *ST = (const float *)A.workspace + A.rows * ({{ NTASK }}LL * NJ_SPLIT * 64) + task * 64;
+        const float *ST = (const float *)A.workspace{{ ws_plus("means") }} + task * 64;
 {% fwd_finish("ST[tx]", "ST[32 + tx]") %}
 {% fwd_save_stats("col_ok && piece == 0 && ty == 0", kept) %}
 {% else %}
@@ -97,9 +97,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {{ walk_unroll(F.residual and 2 or 1) }}
             for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
 {% load_x("v") %}
-{% if F.resout then %}
-                nj_store_f32(RESOUT, oresout + {{ offset("resout", red, "r") }}, v);
-{% end %}
+{% fwd_resout("                ", offset("resout", red, "r"), "v") %}
 {% if F.center then %}
                 nj_welford_add(w, (v - sh.k) * sh.inv);
 {% else %}
@@ -128,7 +126,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             for (int k = 1; k < NJ_BY; k++) s += nj_part[k * 32 + tx];
 {% end %}
 {% if mode == "part" then %}
-            float *WS = (float *)A.workspace + wi * 64;
+            float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * 64;
             WS[tx] = {{ F.center and "sum" or "s" }};
             WS[32 + tx] = {{ F.center and "m2" or "0.0f" }};
         }
@@ -157,22 +155,16 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if has_param then %}
                 const nj_i64 opi = op + {{ offset("param", red, "r") }};
 {% end %}
-{% if F.scale then %}
-                u *= nj_load_f32(GAMMA, opi);
-{% end %}
-{% if F.bias then %}
-                u += nj_load_f32(BETA, opi);
-{% end %}
-                nj_store_f32(Y, oy + {{ offset("y", red, "r") }}, nj_act_{{ P.act }}(u));
+{% fwd_epilogue("                ", F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)", {y = offset("y", red, "r")}) %}
             }
         }
     }
 }
 {% end %}
 {% if SPLIT > 1 then %}
-{% col_kernel(P.launch[1].kernel, "part") %}
+{% col_kernel(P.role.part.kernel, "part") %}
 
-{% col_kernel(P.launch[3].kernel, "norm") %}
+{% col_kernel(P.role.main.kernel, "norm") %}
 {% else %}
-{% col_kernel(P.launch[1].kernel, "full") %}
+{% col_kernel(P.role.main.kernel, "full") %}
 {% end %}

@@ -67,7 +67,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% fwd_shift() %}
 {% if mode == "norm" then %}
         /* the statistic from its pieces' (nj_fwd_general_part) */
-{% fwd_split_stats("(const float *)A.workspace + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept) %}
+{% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept) %}
 {% else %}
 {% if F.center then %}
         nj_welford w = nj_welford_init();
@@ -77,9 +77,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {{ walk_unroll(F.residual and 2 or 1) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
 {% load_x("v") %}
-{% if F.resout then %}
-            nj_store_f32(RESOUT, oresout + {{ offset("resout", red, "r") }}, v);
-{% end %}
+{% fwd_resout("            ", offset("resout", red, "r"), "v") %}
 {% if F.center then %}
             nj_welford_add(w, (v - sh.k) * sh.inv);
 {% else %}
@@ -94,7 +92,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         s = nj_block_sum<{{ NW }}>(s, nj_scratch);
 {% end %}
         if (threadIdx.x == 0) {
-            float *WS = (float *)A.workspace + wi * 2;
+            float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * 2;
             WS[0] = {{ F.center and "w.n * w.mean" or "s" }};
             WS[1] = {{ F.center and "w.m2" or "0.0f" }};
         }
@@ -119,21 +117,15 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if has_param then %}
             const nj_i64 opi = op + {{ offset("param", red, "r") }};
 {% end %}
-{% if F.scale then %}
-            u *= nj_load_f32(GAMMA, opi);
-{% end %}
-{% if F.bias then %}
-            u += nj_load_f32(BETA, opi);
-{% end %}
-            nj_store_f32(Y, oy + {{ offset("y", red, "r") }}, nj_act_{{ P.act }}(u));
+{% fwd_epilogue("            ", F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)", {y = offset("y", red, "r")}) %}
         }
     }
 }
 {% end %}
 {% if SPLIT > 1 then %}
-{% stat_kernel(P.launch[1].kernel, "part") %}
+{% stat_kernel(P.role.part.kernel, "part") %}
 
-{% stat_kernel(P.launch[2].kernel, "norm") %}
+{% stat_kernel(P.role.main.kernel, "norm") %}
 {% else %}
-{% stat_kernel(P.launch[1].kernel, "full") %}
+{% stat_kernel(P.role.main.kernel, "full") %}
 {% end %}

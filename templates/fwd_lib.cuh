@@ -76,6 +76,43 @@ end
         }
 {% end %}
 {% end %}
+{# The forward epilogue, shared by every forward template and the one place an output type or an output
+   operand goes: what happens to a normalized value u (a float variable, x centered times rstd) on its
+   way out. fwd_epilogue: gamma and beta (C expressions g and b; nil: none, or folded in already), the
+   activation, then dst: {y = offset} stores to y at oy + offset, {to = "name"} assigns a variable the
+   caller stores with fwd_out. ind: the lines' indentation. #}
+{% function fwd_epilogue(ind, g, b, dst) %}
+{% if g then %}
+{{ ind }}u *= {{ g }};
+{% end %}
+{% if b then %}
+{{ ind }}u += {{ b }};
+{% end %}
+{% if dst.y then %}
+{{ ind }}{{ fwd_out(dst.y, fwd_act("u")) }}
+{% else %}
+{{ ind }}{{ dst.to }} = {{ fwd_act("u") }};
+{% end %}
+{% end %}
+{%
+-- The activation of a float expression.
+function fwd_act(u)
+  return "nj_act_" .. P.act .. "(" .. u .. ")"
+end
+-- The store of y at oy + off: value, a float expression, or with vec (a width, "V" or a number) a pointer
+-- to that many floats stored as one vector. A statement, without indentation.
+function fwd_out(off, value, vec)
+  if vec then return "nj_store_vec<" .. vec .. ">(Y, oy + " .. off .. ", " .. value .. ");" end
+  return "nj_store_f32(Y, oy + " .. off .. ", " .. value .. ");"
+end
+%}
+{# The residual sum's output (flag resout): value v (x plus the residual, as loaded) at oresout + off,
+   a float, or with vec a vector of that many floats at pointer v. Nothing without the flag. #}
+{% function fwd_resout(ind, off, v, vec) %}
+{% if P.flags.resout then %}
+{{ ind }}{{ vec and ("nj_store_vec<" .. vec .. ">") or "nj_store_f32" }}(RESOUT, oresout + {{ off }}, {{ v }});
+{% end %}
+{% end %}
 {# Split walks (fwd_row.cu, fwd_general.cu): the statistic from its pieces' (sum, m2), warp 0 adding them
    in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels), shared with the block
    through scratch[0..1]; piece 0 writes the saved statistics. ws: the statistic's partials; plen, total:

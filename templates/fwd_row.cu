@@ -60,7 +60,7 @@ local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
 local SPLIT = P.split
-if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or #P.launch ~= 2) then error("fwd_row: split rows are streamed, a block a piece") end
+if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or not P.role.part) then error("fwd_row: split rows are streamed, a block a piece") end
 -- the chunk range a thread streams: the whole row, or its piece of a split row
 local LO = SPLIT > 1 and "ch_lo + lane" or "lane"
 local HI = SPLIT > 1 and "ch_hi" or "NCH"
@@ -120,7 +120,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% end %}
 {% if mode == "norm" then %}
         /* the row's statistics from its pieces' (nj_fwd_row_part) */
-{% fwd_split_stats("(const float *)A.workspace + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept) %}
+{% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept) %}
 {% elseif cache then %}
         constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
         float v[CPT][V];
@@ -131,9 +131,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             if (NCH % NJ_TPR == 0 || ch < NCH) {
                 const nj_i64 j = ch * V;
 {% load_x("v[c]") %}
-{% if F.resout then %}
-                nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, v[c]);
-{% end %}
+{% fwd_resout("                ", roff("resout"), "v[c]", "V") %}
 #pragma unroll
                 for (int k = 0; k < V; k++) s += {{ F.center and "(v[c][k] - sh.k) * sh.inv" or "nj_sq(v[c][k] * sh.inv)" }};
             } else {
@@ -165,9 +163,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
-{% if F.resout then %}
-            nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, xv);
-{% end %}
+{% fwd_resout("            ", roff("resout"), "xv", "V") %}
             s += {{ F.center and "(xv[0] - sh.k) * sh.inv" or "nj_sq(xv[0] * sh.inv)" }};
         }
 {% if F.center then %}
@@ -205,9 +201,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
-{% if F.resout then %}
-            nj_store_vec<V>(RESOUT, oresout + {{ roff("resout") }}, xv);
-{% end %}
+{% fwd_resout("            ", roff("resout"), "xv", "V") %}
 #pragma unroll
             for (int k = 0; k < V; k++) {{ F.center and "nj_welford_add(w, (xv[k] - sh.k) * sh.inv)" or "s += nj_sq(xv[k] * sh.inv)" }};
         }
@@ -228,7 +222,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% end %}
 {% if mode == "part" then %}
         if (threadIdx.x == 0) {
-            float *WS = (float *)A.workspace + row * (2 * NJ_SPLIT) + 2 * piece;
+            float *WS = (float *)A.workspace{{ ws_plus("parts") }} + row * (2 * NJ_SPLIT) + 2 * piece;
             WS[0] = p_sum;
             WS[1] = p_m2;
         }
@@ -260,15 +254,10 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 float u = {{ fwd_centered(src .. "[k]") }} * rstd;
-{% if F.scale then %}
-                u *= {{ param_vec and "g_[k]" or param_row and "g_row" or "g_chunk" }};
-{% end %}
-{% if F.bias then %}
-                u += {{ param_vec and "b_[k]" or param_row and "b_row" or "b_chunk" }};
-{% end %}
-                o_[k] = nj_act_{{ P.act }}(u);
+{% fwd_epilogue("                ", F.scale and (param_vec and "g_[k]" or param_row and "g_row" or "g_chunk"),
+                F.bias and (param_vec and "b_[k]" or param_row and "b_row" or "b_chunk"), {to = "o_[k]"}) %}
             }
-            nj_store_vec<V>(Y, oy + {{ roff("y") }}, o_);
+            {{ fwd_out(roff("y"), "o_", "V") }}
 {% end %}
 {% if cache then %}
 #pragma unroll
@@ -294,14 +283,14 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% row_body("nj_fwd_row_part_body", P.vec, false, "part") %}
 {% row_body("nj_fwd_row_body", P.vec, false, "norm") %}
 
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_scratch, {{ NW }});
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
     nj_fwd_row_part_body(A, nj_scratch, nj_wscratch);
 }
 
-NJ_KERNEL({{ P.launch[2].kernel }}, {{ B }})
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_scratch, 2);
     nj_fwd_row_body(A, nj_scratch, 0);
@@ -309,7 +298,7 @@ NJ_KERNEL({{ P.launch[2].kernel }}, {{ B }})
 {% else %}
 {% row_body("nj_fwd_row_body", P.vec, P.regs_cache > 0) %}
 
-NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
 {% if RPB == 1 then %}
     NJ_SHARED(float, nj_scratch, {{ NW }});

@@ -16,10 +16,10 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     const bool wa = A.dgamma != 0, wb = A.dbeta != 0; /* uniform across the grid */
     if (!wa && !wb) return;
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const nj_i64 col = (nj_i64)blockIdx.x * 32 + lane, ncols = A.lib[0], nparts = A.lib[1], inner = A.lib[2];
-    const nj_i64 so = A.lib[3], si = A.lib[4]; /* strides of the outer and inner part index */
-    const float *WS = (const float *)A.workspace + col * A.lib[5];
-    const float *PA = WS + A.lib[6], *PB = WS + A.lib[7];
+    const nj_i64 col = (nj_i64)blockIdx.x * 32 + lane, ncols = A.lib[{{ P.colsum.ncols }}], nparts = A.lib[{{ P.colsum.nparts }}], inner = A.lib[{{ P.colsum.inner }}];
+    const nj_i64 so = A.lib[{{ P.colsum.s_outer }}], si = A.lib[{{ P.colsum.s_inner }}]; /* strides of the outer and inner part index */
+    const float *WS = (const float *)A.workspace + col * A.lib[{{ P.colsum.s_col }}];
+    const float *PA = WS + A.lib[{{ P.colsum.base_a }}], *PB = WS + A.lib[{{ P.colsum.base_b }}];
     float a = 0.0f, b = 0.0f;
     if (col < ncols) {
         /* part i = (i / inner, i % inner) at (i / inner) * so + (i % inner) * si, advanced nw parts a

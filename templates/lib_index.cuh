@@ -4,6 +4,16 @@
 {%
 OPD = {x = 0, y = 1, res = 2, resout = 3, dy = 4, dx = 5, param = 6, stats = 7}
 
+-- Named workspace regions (P.ws, laid out by the planner): " + <float offset>" of region name as C text,
+-- "" at offset 0; an error for a region the plan does not have.
+function ws_plus(name)
+  local r = P.ws[name] or error("the plan has no workspace region " .. name)
+  if r.fixed == 0 and r.per_row == 0 then return "" end
+  if r.per_row == 0 then return " + " .. r.fixed end
+  if r.fixed == 0 then return " + A.rows * " .. r.per_row .. "LL" end
+  return " + (" .. r.fixed .. " + A.rows * " .. r.per_row .. "LL)"
+end
+
 -- Axis numbers (into P.axes) of the kept axes, the batch axis first, outermost first.
 function kept_axes()
   local t = {1}

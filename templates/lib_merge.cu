@@ -12,15 +12,15 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_red, {{ 2 * B }});
     NJ_SHARED(float, nj_mean, 32);
-    const nj_i64 nitems = A.lib[0], first = nj_block_item() * 32;
+    const nj_i64 nitems = A.lib[{{ P.merge.nitems }}], first = nj_block_item() * 32;
     if (first >= nitems) return; /* a surplus block of a 2-D grid, whole: before any barrier */
-    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, mode = (int)A.lib[12];
-    const nj_i64 item = first + lane, nparts = A.lib[1], radix = A.lib[2];
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, mode = (int)A.lib[{{ P.merge.mode }}];
+    const nj_i64 item = first + lane, nparts = A.lib[{{ P.merge.nparts }}], radix = A.lib[{{ P.merge.radix }}];
     const bool ok = item < nitems;
     const nj_i64 hi = item / radix, lo = item - hi * radix;
-    const float *W = (const float *)A.workspace + A.lib[3] + hi * A.lib[4] + lo * A.lib[5];
-    const nj_i64 sp = A.lib[6], ob = A.lib[7];
-    const float inv_n = 1.0f / (float)A.lib[13];
+    const float *W = (const float *)A.workspace + A.lib[{{ P.merge.in_base }}] + hi * A.lib[{{ P.merge.s_hi }}] + lo * A.lib[{{ P.merge.s_lo }}];
+    const nj_i64 sp = A.lib[{{ P.merge.s_part }}], ob = A.lib[{{ P.merge.off_b }}];
+    const float inv_n = 1.0f / (float)A.lib[{{ P.merge.n }}];
     float a = 0.0f, b = 0.0f;
     if (ok) {
 #pragma unroll 1
@@ -45,7 +45,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     if (mode == {{ P.mode.stats }}) { /* uniform: the same for the whole grid */
         /* m2 = sum over the parts of m2_q + n_q * (mean_q - mean)^2: every term >= 0, nothing cancels */
         const float mean = nj_mean[lane];
-        const nj_i64 plen = A.lib[14], cmul = A.lib[15], total = A.lib[13] / cmul;
+        const nj_i64 plen = A.lib[{{ P.merge.plen }}], cmul = A.lib[{{ P.merge.cmul }}], total = A.lib[{{ P.merge.n }}] / cmul;
         if (ok) {
 #pragma unroll 1
             for (nj_i64 q = wp; q < nparts; q += {{ NW }}) {
@@ -63,16 +63,16 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
     }
     if (wp == 0 && ok) {
-        float *O = (float *)A.workspace + A.lib[8] + hi * A.lib[9] + lo * A.lib[10];
+        float *O = (float *)A.workspace + A.lib[{{ P.merge.out_base }}] + hi * A.lib[{{ P.merge.o_hi }}] + lo * A.lib[{{ P.merge.o_lo }}];
         if (mode == {{ P.mode.sums }}) {
             O[0] = a * inv_n;
-            O[A.lib[11]] = b * inv_n;
+            O[A.lib[{{ P.merge.o_b }}]] = b * inv_n;
         } else {
             /* the moments of the scaled shifted values (prelude: nj_shift): the normalizing kernel, which
                knows the set's shift and scale, finishes mean and rstd */
             const bool c = mode == {{ P.mode.stats }};
             O[0] = c ? nj_mean[lane] : 0.0f;
-            O[A.lib[11]] = (c ? m2 : a) * inv_n;
+            O[A.lib[{{ P.merge.o_b }}]] = (c ? m2 : a) * inv_n;
         }
     }
 }

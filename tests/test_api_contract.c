@@ -274,7 +274,15 @@ static void test_launch_bound_fail(void **state)
     g.pp.vec = g.pp.split = g.pp.rows_per_block = 1;
     for (int i = 0; i < NJ_MAX_LAUNCHES; i++) nj_plan_add_launch(&g.pp, "nj_k", 128, 1, 1, 0);
     assert_int_equal(g.pp.overflow, 0);
+    expect_status(nj_plan_check(&c, &g.pp, &dev), NJ_ERR_INTERNAL, "no main launch"); /* templates need one */
+    g.pp.role[NJ_ROLE_MAIN] = 1;
     assert_int_equal(nj_plan_check(&c, &g.pp, &dev), NJ_OK);
+    g.pp.role[NJ_ROLE_COLSUM] = 2; /* a role that names a launch of the wrong kind */
+    expect_status(nj_plan_check(&c, &g.pp, &dev), NJ_ERR_INTERNAL, "role colsum on nj_k");
+    g.pp.role[NJ_ROLE_COLSUM] = 0;
+    g.pp.pgrad = NJ_PGRAD_WALK; /* a dgamma/dbeta strategy in a forward plan */
+    expect_status(nj_plan_check(&c, &g.pp, &dev), NJ_ERR_INTERNAL, "dgamma/dbeta strategy");
+    g.pp.pgrad = NJ_PGRAD_NONE;
     nj_plan_add_launch(&g.pp, "nj_k", 128, 1, 1, 0);
     assert_int_equal(g.pp.nlaunch, NJ_MAX_LAUNCHES);
     assert_int_equal(g.pp.overflow, 1);

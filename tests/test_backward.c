@@ -1,4 +1,4 @@
-/* Backward pass: nj_plan_backward -> nj_codegen -> emulator backend, against the double-precision
+/* Backward pass: nj_plan_pass -> nj_codegen -> emulator backend, against the double-precision
  * reference (nj_ref_backward) for every preset and layout, f32/f16/bf16, with and without scale/bias and
  * with activations. dx/dgamma/dbeta are poisoned (all-ones bytes: NaN in every dtype) before each run so
  * an unwritten element fails, and every problem runs twice (shuffled thread order) and must give the
@@ -19,7 +19,7 @@
 #include "codegen.h"
 #include "compile.h"
 #include "kernel_abi.h"
-#include "planner_bwd.h"
+#include "planner.h"
 #include "ref_harness.h"
 
 typedef struct bwd_state {
@@ -375,7 +375,7 @@ static void test_groupnorm(void **state)
     nj_canon c;
     nj_plan_params pp;
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.split, 3);
     check_problem(s, "groupnorm nhwc, 3 tiles an image", p, 76, true, true);
 }
@@ -498,7 +498,7 @@ static void test_plan_shape(void **state)
     nj_plan_params pp;
     assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, a, 1, NJ_FLAG_SCALE), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.pass, NJ_PASS_BACKWARD);
     assert_true(pp.nlaunch >= 2);
     for (int i = 0; i < pp.nlaunch; i++) assert_int_equal(pp.launch[i].block[0] % 32, 0);
@@ -511,25 +511,25 @@ static void test_plan_shape(void **state)
     /* without scale/bias there is nothing to reduce over the batch */
     assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, a, 1, 0), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     for (int i = 0; i < pp.nlaunch; i++) assert_null(strstr(pp.launch[i].kernel, "pgrad"));
     /* a block of up to 1024 threads when each then owns one vector chunk (16-bit rows of 8192), else at
      * most 512 (f32 rows of 8192: four chunks a thread) */
     static const int64_t wide[] = {4, 8192};
     assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, wide, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.vec, 8);
     assert_int_equal(pp.block, 1024);
     assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, wide, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.vec, 4);
     assert_int_equal(pp.block, 512);
     /* channels-last InstanceNorm: dgamma/dbeta in the column walk, a partial row (2 x C floats) an image */
     assert_int_equal(nj_problem_from_text("instancenorm f32 nhwc *x5x7x40 flags=scale,bias", 1, &p), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
     assert_int_equal(pp.nlaunch, 2);
     /* the library's column sum over one partial row an image: rows parts, dbeta's after dgamma's */
@@ -549,7 +549,7 @@ static void test_plan_shape(void **state)
     static const int64_t mid[] = {2, 20480};
     assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, mid, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     assert_string_equal(pp.template_name, "bwd_row.cu");
     assert_int_equal(pp.vec, 8);
     assert_string_equal(pp.launch[0].kernel, "nj_bwd_row");
@@ -561,7 +561,7 @@ static void test_plan_shape(void **state)
     static const int64_t lng[] = {2, 1 << 20};
     assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, lng, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.split, 32);
     assert_string_equal(pp.launch[0].kernel, "nj_bwd_dx_part");
     assert_string_equal(pp.launch[1].kernel, "nj_bwd_dx");
@@ -578,7 +578,7 @@ static void test_plan_shape(void **state)
     static const int64_t bn[] = {256, 64, 56, 56};
     assert_int_equal(nj_preset_batchnorm(&p, NJ_F32, 4, bn, 0, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_backward(&c, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.nlaunch, 4);
     assert_string_equal(pp.launch[2].kernel, "nj_bwd_pgrad");
     assert_int_equal(pp.launch[3].lib, NJ_LIB_COLSUM);
@@ -595,7 +595,7 @@ static void test_plan_shape(void **state)
     nj_device_props d132;
     nj_device_props_default(90, &d132);
     d132.sm_count = 132;
-    assert_int_equal(nj_plan_backward(&c, &d132, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &d132, &pp), NJ_OK);
     assert_int_equal(pp.split, 36);
     assert_int_equal(pp.nlaunch, 4);
     static const char *const names[] = {"nj_bwd_column_part", "nj_lib_merge", "nj_bwd_column",
@@ -608,7 +608,7 @@ static void test_plan_shape(void **state)
     assert_int_equal(pp.launch[3].grid_x, 2);
     assert_int_equal(pp.workspace_fixed, 0);
     assert_int_equal(pp.workspace_per_row, 2 * 37 * 128 * 4 + 40 * 36 * 2 * 4);
-    assert_int_equal(nj_plan_backward(NULL, &s->dev, &pp), NJ_ERR_NULL_POINTER);
+    assert_int_equal(nj_plan_pass(NULL, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_ERR_NULL_POINTER);
 }
 
 /* ---------------------------------------------------------------- NVRTC: every variant, no spills */
@@ -659,7 +659,7 @@ static void nvrtc_check(bwd_state *s, const char *label, const nj_problem_desc *
         nj_plan_params pp;
         char *src = NULL;
         assert_int_equal(nj_canonicalize(p, &c), NJ_OK);
-        assert_int_equal(nj_plan_backward(&c, &dev, &pp), NJ_OK);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev, &pp), NJ_OK);
         if (nj_codegen(&c, &pp, &src) != NJ_OK) fail_msg("%s: codegen: %s", label, nj_last_error());
         nvrtc_check_source(s, label, ai, &pp, src);
     }

@@ -364,7 +364,7 @@ static void test_forward_variants(void **state)
     build_cases();
     nj_device_props dev;
     nj_device_props_default(90, &dev);
-    int families[NJ_FAMILY_CHANNELS_LAST + 1] = {0};
+    int families[NJ_FAMILY_COUNT] = {0};
     for (int i = 0; i < nfwd; i++) {
         nj_plan_params pp;
         assert_int_equal(nj_plan_pass(&fwd[i].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
@@ -676,6 +676,34 @@ static void test_render_threads(void **state)
     free(want);
 }
 
+/* The plan/template contract (src/codegen_env.c): templates read the planner's decisions by name
+ * (P.role, P.pgrad, P.pgrad_parts, P.ws, P.colsum, P.merge), never from a kernel name, a launch position
+ * or a workspace size. Checked on the embedded set's text, so a template that went back to guessing
+ * fails here rather than renders a wrong layout for some plan. A library module's single launch is its
+ * own kernel, not a decision. */
+static void test_template_contract(void **state)
+{
+    (void)state;
+    static const char *const banned[] = {"workspace_fixed", "workspace_per_row", ".kernel ==", ".kernel ~=",
+                                         "A.lib[0", "A.lib[1", "A.lib[2", "A.lib[3", "A.lib[4", "A.lib[5",
+                                         "A.lib[6", "A.lib[7", "A.lib[8", "A.lib[9", "PGRAD_LAUNCH"};
+    int checked = 0;
+    for (size_t i = 0; i < nj_embedded_template_count; i++) {
+        const nj_embedded_file *f = &nj_embedded_templates[i];
+        if (strncmp(f->name, "emu/", 4) == 0) continue;
+        checked++;
+        for (size_t b = 0; b < sizeof banned / sizeof *banned; b++)
+            if (strstr(f->text, banned[b])) fail_msg("%s reads \"%s\"", f->name, banned[b]);
+        const char *p = f->text;
+        while ((p = strstr(p, "P.launch[")) != NULL) {
+            if (strncmp(f->name, "lib_", 4) != 0 || strncmp(p, "P.launch[1].kernel", 18) != 0)
+                fail_msg("%s reads a launch by position: %.24s", f->name, p);
+            p++;
+        }
+    }
+    assert_true(checked >= 10);
+}
+
 int main(void)
 {
     const struct CMUnitTest engine[] = {
@@ -693,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_general_renders_row),
         cmocka_unit_test(test_codegen_fail),
         cmocka_unit_test(test_library_render),
+        cmocka_unit_test(test_template_contract),
         cmocka_unit_test(test_forward_compile_nvrtc),
         cmocka_unit_test(test_random_problems),
         cmocka_unit_test(test_render_threads),

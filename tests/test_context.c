@@ -17,6 +17,7 @@
 
 #include "cache.h"
 #include "context.h"
+#include "context_impl.h"
 #include "reference.h"
 
 /* This program is linked with -Wl,--wrap=malloc,calloc,realloc (tests/CMakeLists.txt), so every
@@ -586,6 +587,41 @@ static void test_record_manifest(void **state)
     assert_int_equal(back.x.extents[1], 40);
 }
 
+/* A pass is planned once, with the plan object: the kernel set it loads, the workspace size, describe
+ * and explain all read that plan (the pass's view of the problem, not the full one: the residual flags
+ * below are the forward's alone). */
+static void test_one_plan_per_pass(void **state)
+{
+    fixture *f = *state;
+    nj_context *ctx = emu_context(f->dir, 0);
+    nj_problem_desc p;
+    assert_int_equal(nj_problem_from_text("layernorm f32 *x2048 flags=scale,bias,residual,resout", 6, &p), NJ_OK);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD | NJ_PASS_BACKWARD, &plan), NJ_OK);
+    char text[8192];
+    size_t len = 0;
+    assert_int_equal(nj_plan_describe(plan, text, sizeof text, &len), NJ_OK);
+    for (int i = 0; i < 2; i++) {
+        nj_pass pass = i ? NJ_PASS_BACKWARD : NJ_PASS_FORWARD;
+        const nj_pass_plan *pl = nj_plan_pass_plan(plan, pass);
+        assert_int_equal(pl->status, NJ_OK);
+        nj_kernelset *ks = atomic_load(&plan->pass[i][NJ_VARIANT_MAIN]);
+        assert_non_null(ks);
+        assert_memory_equal(&ks->params, &pl->main, sizeof ks->params);
+        assert_int_equal(nj_plan_workspace_size(plan, pass), nj_plan_params_workspace(&ks->params, plan->rows));
+        nj_pass_info pi;
+        assert_int_equal(nj_context_explain(ctx, &p, pass, 0, &pi), NJ_OK);
+        assert_string_equal(pi.hash, ks->hash);
+        char line[4096];
+        snprintf(line, sizeof line, "%s %s [%s]\n", i ? "bwd" : "fwd", pi.plan_text, ks->hash);
+        assert_non_null(strstr(text, line));
+        nj_pass_info_free(&pi);
+    }
+    assert_true(nj_plan_workspace_size(plan, NJ_PASS_BACKWARD) > 0); /* dgamma's slots: the check reads something */
+    assert_int_equal(nj_plan_workspace_size(plan, (nj_pass)3), 0);
+    nj_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -606,6 +642,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_library_module_shared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_library_single_flight_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_compile_missing_library_fail, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_one_plan_per_pass, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "nj_testutil.h"
-#include "tool_check.h"
+#include "check_lib.h"
 
 static const char *const dtypes[] = {"f32", "f16", "bf16"};
 static const char *const acts[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
@@ -83,24 +83,24 @@ static int check_regime(matrix_state *m, const char *line, const regime *g, uint
     nj_problem_desc p;
     nj_status s = nj_problem_from_text(line, 3, &p);
     if (s != NJ_OK) fail_msg("matrix line does not parse: %s: %s", line, nj_last_error());
-    nj_check_options o;
-    nj_check_options_init(&o);
+    njt_check_options o;
+    njt_check_options_init(&o);
     o.seed = seed;
     o.offset = g->offset;
     o.scale = g->scale;
     o.eps = g->eps;
     o.nan = g->nan;
     o.passes = g->passes;
-    nj_check_report rep;
+    njt_check_report rep;
     memset(&rep, 0, sizeof rep);
-    s = nj_check_problem(m->ctx, &p, &o, &rep);
+    s = njt_check_problem(m->ctx, &p, &o, &rep);
     m->run++;
     if (s == NJ_OK && rep.pass) return 1;
     m->failed++;
     fprintf(stderr, "FAIL %s (regime %s: offset %g, scale %g, eps %g%s; seed %llu)\n", line, g->name, g->offset,
             g->scale, g->eps, g->nan ? ", a NaN" : "", (unsigned long long)seed);
     if (s != NJ_OK) fprintf(stderr, "  %s: %s\n", nj_status_name(s), nj_last_error());
-    else nj_check_report_print(stderr, &rep);
+    else njt_check_report_print(stderr, &rep);
     return 0;
 }
 

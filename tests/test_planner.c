@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "family.h"
 #include "planner.h"
 #include "planner_canon.h"
 
@@ -713,6 +714,94 @@ static void test_channels_last(void **state)
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
 }
 
+/* The family registry: every planned family has a name, both templates and both planners, names are
+ * distinct, the library family is never picked, and a problem's plan names the family the registry
+ * picked for it (the first whose test applies: GENERAL last, accepting everything). */
+static void test_family_registry(void **state)
+{
+    (void)state;
+    int planned = 0;
+    for (int32_t id = 1; id < NJ_FAMILY_COUNT; id++) {
+        const nj_family_info *f = nj_family_get(id);
+        assert_non_null(f);
+        assert_int_equal(f->id, id);
+        for (int32_t j = 1; j < id; j++) assert_string_not_equal(f->name, nj_family_name(j));
+        if (!nj_family_planned(id)) {
+            assert_int_equal(id, NJ_FAMILY_LIBRARY);
+            continue;
+        }
+        planned++;
+        assert_non_null(f->template_name[0]);
+        assert_non_null(f->template_name[1]);
+        assert_non_null(f->plan[0]);
+        assert_non_null(f->plan[1]);
+    }
+    assert_int_equal(planned, NJ_FAMILY_COUNT - 2); /* all but NONE and LIBRARY */
+    assert_null(nj_family_get(0));
+    assert_null(nj_family_get(NJ_FAMILY_COUNT));
+    assert_string_equal(nj_family_name(NJ_FAMILY_COUNT), "unknown");
+    static const char *const lines[] = {"layernorm f16 8x4096 flags=scale,bias", "batchnorm f32 nhwc 4x64x32x32 flags=scale,bias",
+                                        "groupnorm f16 nhwc 2x64x16x16 groups=8 flags=scale,bias",
+                                        "layernorm f32 2x6x5x4 axes=0,2"};
+    static const int32_t want[] = {NJ_FAMILY_ROW, NJ_FAMILY_COLUMN, NJ_FAMILY_CHANNELS_LAST, NJ_FAMILY_GENERAL};
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
+        nj_problem_desc p;
+        nj_canon c, v;
+        assert_int_equal(nj_problem_from_text(lines[i], 4, &p), NJ_OK);
+        assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+        for (int pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
+            nj_canon_for_pass(&c, (nj_pass)pass, &v);
+            const nj_family_info *f = nj_family_pick(&v, (nj_pass)pass);
+            assert_non_null(f);
+            assert_int_equal(f->id, want[i]);
+            nj_plan_params pp;
+            assert_int_equal(nj_plan_pass(&v, (nj_pass)pass, &dev90, &pp), NJ_OK);
+            assert_int_equal(pp.family, f->id);
+            assert_string_equal(pp.template_name, f->template_name[pass == NJ_PASS_BACKWARD]);
+        }
+    }
+}
+
+/* nj_pass_plan_make: the pass's view planned once, the unaligned variant derived from the main plan as
+ * nj_plan_variant plans it, and a pass that cannot be planned kept with its reason. */
+static void test_pass_plan(void **state)
+{
+    (void)state;
+    nj_problem_desc p;
+    nj_canon c, v;
+    assert_int_equal(nj_problem_from_text("layernorm f16 8x4096 flags=scale,bias,residual,resout act=silu", 4, &p), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    nj_pass_plan *pl = malloc(sizeof *pl);
+    assert_non_null(pl);
+    for (int pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
+        assert_int_equal(nj_pass_plan_make(&c, (nj_pass)pass, &dev90, pl), NJ_OK);
+        nj_canon_for_pass(&c, (nj_pass)pass, &v);
+        assert_memory_equal(&pl->view, &v, sizeof v);
+        for (int var = 0; var < NJ_VARIANT_COUNT; var++) {
+            nj_plan_params want;
+            assert_int_equal(nj_plan_variant(&v, (nj_pass)pass, (nj_variant)var, &dev90, &want), NJ_OK);
+            nj_plan_params got;
+            nj_pass_plan_variant(pl, (nj_variant)var, &got);
+            assert_memory_equal(&got, &want, sizeof want);
+        }
+        assert_true(pl->main.align_opds != 0); /* a vectorized row: the variants differ */
+        nj_plan_params un;
+        nj_pass_plan_variant(pl, NJ_VARIANT_UNALIGNED, &un);
+        assert_int_equal(un.vec, 1);
+        assert_int_equal(nj_pass_plan_status(pl), NJ_OK);
+    }
+    /* gamma over more than 2^31 - 1 elements: the backward is refused, the forward is not */
+    assert_int_equal(nj_problem_from_text("layernorm f32 2x2200000000 flags=scale", 4, &p), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_pass_plan_make(&c, NJ_PASS_FORWARD, &dev90, pl), NJ_OK);
+    assert_int_equal(nj_pass_plan_make(&c, NJ_PASS_BACKWARD, &dev90, pl), NJ_ERR_UNSUPPORTED);
+    assert_int_equal(pl->status, NJ_ERR_UNSUPPORTED);
+    nj_error_clear();
+    assert_int_equal(nj_pass_plan_status(pl), NJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(nj_last_error(), "gamma elements"));
+    free(pl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -721,7 +810,7 @@ int main(void)
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
-        cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots),
+        cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
     };
     return cmocka_run_group_tests_name("planner", tests, setup, NULL);
 }

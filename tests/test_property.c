@@ -18,11 +18,12 @@
 
 #include <cmocka.h>
 
+#include "family.h"
 #include "nj_testutil.h"
 #include "planner.h"
 #include "problem.h"
 #include "problem_gen.h"
-#include "tool_check.h"
+#include "check_lib.h"
 
 #define NJ_PROP_SEED_DEFAULT 20261204u
 
@@ -48,7 +49,7 @@ static int group_teardown(void **state)
 
 typedef struct prop_stats {
     int64_t problems, plans, unsupported, zero_size, split, launches_max;
-    int64_t families[8];
+    int64_t families[NJ_FAMILY_COUNT];
 } prop_stats;
 
 static void fail_seed(uint64_t seed, const nj_problem_desc *p, const char *what, nj_status s)
@@ -155,7 +156,7 @@ static void check_problem(uint64_t seed, const nj_problem_desc *p, const nj_devi
         st->plans += 2;
         st->split += main_pp.split > 1;
         if (main_pp.nlaunch > st->launches_max) st->launches_max = main_pp.nlaunch;
-        if (main_pp.family > 0 && main_pp.family < 8) st->families[main_pp.family]++;
+        if (main_pp.family > 0 && main_pp.family < NJ_FAMILY_COUNT) st->families[main_pp.family]++;
     }
     st->problems++;
 }
@@ -189,8 +190,8 @@ static void test_random_problems_plan(void **state)
     assert_int_equal(st.problems, (int64_t)count);
     /* the generator must reach every family and the split plans, or the test proves little */
     if (count >= 1000) {
-        for (int f = NJ_FAMILY_ROW; f <= NJ_FAMILY_CHANNELS_LAST; f++)
-            if (f != NJ_FAMILY_PARAM_GRAD && st.families[f] == 0) fail_msg("family %d never planned", f);
+        for (int f = 1; f < NJ_FAMILY_COUNT; f++)
+            if (nj_family_planned(f) && st.families[f] == 0) fail_msg("family %s never planned", nj_family_name(f));
         assert_true(st.split > 0);
         assert_true(st.launches_max >= 5);
     }
@@ -283,19 +284,19 @@ static void test_random_problems_emulator(void **state)
             redrawn++, i--;
             continue;
         }
-        nj_check_options co;
-        nj_check_options_init(&co);
+        njt_check_options co;
+        njt_check_options_init(&co);
         co.seed = seed;
         co.passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
-        nj_check_report rep;
+        njt_check_report rep;
         memset(&rep, 0, sizeof rep);
-        nj_status s = nj_check_problem(ctx, &p, &co, &rep);
+        nj_status s = njt_check_problem(ctx, &p, &co, &rep);
         if (s != NJ_OK || !rep.pass) {
             char text[2048] = "?";
             (void)nj_problem_to_text(&p, text, sizeof text, NULL);
             fprintf(stderr, "FAIL seed %llu: %s\n", (unsigned long long)seed, text);
             if (s != NJ_OK) fprintf(stderr, "  %s: %s\n", nj_status_name(s), nj_last_error());
-            else nj_check_report_print(stderr, &rep);
+            else njt_check_report_print(stderr, &rep);
             failed++;
             continue;
         }

@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "tool_check.h"
+#include "check_lib.h"
 
 #include "tool_run.h"
 
@@ -439,7 +439,7 @@ static void test_cache_gc_and_clear(void **state)
 
 /* ---- check ---- */
 
-/* nj_check_compare in-process: the verdicts below follow from how the inputs were built. */
+/* njt_check_compare in-process: the verdicts below follow from how the inputs were built. */
 static void test_compare_within_tolerance(void **state)
 {
     (void)state;
@@ -449,8 +449,8 @@ static void test_compare_within_tolerance(void **state)
         ref[i] = 1.0 + 0.25 * i;
         got[i] = (float)(ref[i] * (1.0 + 0.5e-5)); /* half the f32 rtol */
     }
-    nj_check_result r;
-    nj_check_compare("y", got, NJ_F32, NULL, ref, 6, 0.0, nj_tol_output(NJ_F32), &r);
+    njt_check_result r;
+    njt_check_compare("y", got, NJ_F32, NULL, ref, 6, 0.0, njt_tol_output(NJ_F32), &r);
     assert_true(r.pass);
     assert_int_equal(r.count, 6);
     assert_true(r.max_err > 0.0 && r.max_err < 1.0);
@@ -464,8 +464,8 @@ static void test_compare_error_beyond_tolerance_fail(void **state)
     double ref[6];
     for (int i = 0; i < 6; i++) got[i] = (float)(ref[i] = 0.5 - 0.125 * i);
     got[4] += 1e-3f; /* 100x the f32 tolerance at unit scale */
-    nj_check_result r;
-    nj_check_compare("y", got, NJ_F32, NULL, ref, 6, 0.0, nj_tol_output(NJ_F32), &r);
+    njt_check_result r;
+    njt_check_compare("y", got, NJ_F32, NULL, ref, 6, 0.0, njt_tol_output(NJ_F32), &r);
     assert_false(r.pass);
     assert_int_equal(r.worst_index, 4);
     assert_true(r.max_abs > 0.9e-3 && r.max_abs < 1.1e-3);
@@ -479,8 +479,8 @@ static void test_compare_unwritten_nan_fail(void **state)
     double ref[4] = {0.5, -0.25, 1.0, 2.0};
     for (int i = 0; i < 4; i++) got[i] = nj_float_to_half((float)ref[i]);
     got[2] = nj_float_to_half(NAN);
-    nj_check_result r;
-    nj_check_compare("dx", got, NJ_F16, NULL, ref, 4, 0.0, nj_tol_output(NJ_F16), &r);
+    njt_check_result r;
+    njt_check_compare("dx", got, NJ_F16, NULL, ref, 4, 0.0, njt_tol_output(NJ_F16), &r);
     assert_false(r.pass);
     assert_int_equal(r.nonfinite, 1);
     assert_int_equal(r.worst_index, 2);
@@ -506,12 +506,12 @@ static void test_compare_strided_layout(void **state)
             ref[r0 * 3 + c] = r0 - c * 0.5;
             got[r0 + 3 * c] = nj_float_to_bf16((float)ref[r0 * 3 + c]);
         }
-    nj_check_result r;
-    nj_check_compare("y", got, NJ_BF16, &t, ref, 6, 0.0, nj_tol_output(NJ_BF16), &r);
+    njt_check_result r;
+    njt_check_compare("y", got, NJ_BF16, &t, ref, 6, 0.0, njt_tol_output(NJ_BF16), &r);
     assert_true(r.pass);
     assert_int_equal(r.nonfinite, 0);
     got[1 + 3 * 2] = nj_float_to_bf16(5.0f); /* logical [1][2] */
-    nj_check_compare("y", got, NJ_BF16, &t, ref, 6, 0.0, nj_tol_output(NJ_BF16), &r);
+    njt_check_compare("y", got, NJ_BF16, &t, ref, 6, 0.0, njt_tol_output(NJ_BF16), &r);
     assert_false(r.pass);
     assert_int_equal(r.worst_index, 5);
 }

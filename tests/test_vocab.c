@@ -37,6 +37,10 @@ static void test_dtype_rows(void **state)
     assert_string_equal(nj_dtype_name(NJ_DTYPE_NONE), "none");
     assert_int_equal(nj_dtype_size((nj_dtype)42), 0);
     assert_string_equal(nj_dtype_list(), "f32, f16, bf16");
+    /* nj_dtype_at walks exactly the public dtypes, in enum order, with no gap */
+    assert_int_equal(nj_dtype_count(), sizeof all_dtypes / sizeof all_dtypes[0]);
+    for (size_t i = 0; i < nj_dtype_count(); i++) assert_int_equal(nj_dtype_at(i)->id, all_dtypes[i]);
+    assert_null(nj_dtype_at(nj_dtype_count()));
 }
 
 /* 1 + u is a tie between 1 and the next value (rounds to even: 1); 1 + 1.5u rounds up to 1 + 2u. The

@@ -1,8 +1,8 @@
 /* Checking normjit's kernels against the double-precision reference (src/reference.h): random inputs,
  * outputs pre-filled with NaN (so unwritten elements are caught), per-output error statistics judged
  * by the tolerances of tools/tolerance.h. Used by `normjit check` and by the numerics matrix test. */
-#ifndef NJ_CHECK_LIB_H
-#define NJ_CHECK_LIB_H
+#ifndef NJT_CHECK_LIB_H
+#define NJT_CHECK_LIB_H
 
 #include "normjit.h"
 #include "tolerance.h"
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct nj_check_options {
+typedef struct njt_check_options {
     uint64_t seed;   /* xorshift seed (0 is replaced by a fixed non-zero value) */
     double offset;   /* added to every x value: x = scale * (offset + uniform[-1, 1]) */
     double scale;    /* magnitude of x (and of the residual); 0 means 1 */
@@ -18,14 +18,14 @@ typedef struct nj_check_options {
                         every other set's right */
     double eps;      /* epsilon passed to the kernels and the reference */
     uint32_t passes; /* nj_pass bits to check */
-} nj_check_options;
+} njt_check_options;
 
 /* seed 1, offset 0, scale 1, no NaN, eps 1e-5, forward and backward. */
-void nj_check_options_init(nj_check_options *o);
+void njt_check_options_init(njt_check_options *o);
 
-#define NJ_CHECK_MAX_OUTPUTS 8
+#define NJT_CHECK_MAX_OUTPUTS 8
 
-typedef struct nj_check_result {
+typedef struct njt_check_result {
     char name[16];       /* y, residual_out, mean, rstd, dx, dgamma, dbeta */
     nj_dtype dtype;      /* storage dtype of the output */
     int64_t count;       /* elements compared */
@@ -36,29 +36,29 @@ typedef struct nj_check_result {
     double worst_got, worst_ref;
     int64_t nonfinite;   /* elements where got is NaN/Inf but ref is finite (e.g. never written) */
     double scale;        /* output scale used for atol */
-    nj_tolerance tol;
+    njt_tolerance tol;
     int pass;
-} nj_check_result;
+} njt_check_result;
 
-typedef struct nj_check_report {
+typedef struct njt_check_report {
     int count;
-    nj_check_result out[NJ_CHECK_MAX_OUTPUTS];
+    njt_check_result out[NJT_CHECK_MAX_OUTPUTS];
     int pass; /* every output passed */
-} nj_check_report;
+} njt_check_report;
 
 /* Compares n outputs. got is a host buffer of dtype d laid out by `layout` (its extents give the logical
  * row-major order; NULL = dense), ref holds n doubles in logical order. scale_floor raises the scale used
  * for atol (0 = the RMS of ref alone). */
-void nj_check_compare(const char *name, const void *got, nj_dtype d, const nj_tensor_desc *layout,
-                      const double *ref, int64_t n, double scale_floor, nj_tolerance tol, nj_check_result *out);
+void njt_check_compare(const char *name, const void *got, nj_dtype d, const nj_tensor_desc *layout,
+                      const double *ref, int64_t n, double scale_floor, njt_tolerance tol, njt_check_result *out);
 
 /* Runs the problem's passes through ctx (a cuda or emulator context) on seeded random inputs and
  * compares every output the flags ask for with the reference. Returns NJ_OK when everything ran (the
  * verdict is in rep->pass); a failure to plan, allocate or launch is returned as the status. */
-nj_status nj_check_problem(nj_context *ctx, const nj_problem_desc *p, const nj_check_options *o,
-                           nj_check_report *rep);
+nj_status njt_check_problem(nj_context *ctx, const nj_problem_desc *p, const njt_check_options *o,
+                           njt_check_report *rep);
 
 /* One line per output: name, dtype, count, worst abs/rel error, normalized error, tolerance, PASS/FAIL. */
-void nj_check_report_print(FILE *f, const nj_check_report *rep);
+void njt_check_report_print(FILE *f, const njt_check_report *rep);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void nj_check_help(FILE *f)
+static void njt_check_help(FILE *f)
 {
     fprintf(f,
             "usage: normjit check PROBLEM... [options]\n"
@@ -41,16 +41,16 @@ static void nj_check_help(FILE *f)
             "exit status: 0 when every problem checked passes, 1 on any FAIL or error, 2 on a usage error.\n");
 }
 
-typedef struct nj_check_args {
-    nj_tool_target t;
-    nj_check_options o;
+typedef struct njt_check_args {
+    njt_tool_target t;
+    njt_check_options o;
     long batch;
     long max_elements; /* 0: no limit */
     int nwords;
     char **words;
-} nj_check_args;
+} njt_check_args;
 
-static int nj_check_parse_double(const char *s, double *out)
+static int njt_check_parse_double(const char *s, double *out)
 {
     char *end;
     double v = strtod(s, &end);
@@ -60,57 +60,57 @@ static int nj_check_parse_double(const char *s, double *out)
 }
 
 /* Returns 0 to go on, -1 after --help, or an exit code. */
-static int nj_check_parse_args(int argc, char **argv, nj_check_args *a)
+static int njt_check_parse_args(int argc, char **argv, njt_check_args *a)
 {
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
-        if (nj_tool_is_help(argv[i])) {
-            nj_check_help(stdout);
+        if (njt_tool_is_help(argv[i])) {
+            njt_check_help(stdout);
             return -1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--backend", &v))) {
-            if (r < 0 || nj_tool_parse_backend(v, &a->t.backend) || a->t.backend == NJ_BACKEND_COMPILE_ONLY)
-                return nj_tool_usage_error("check", "--backend takes emulator or cuda");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--backend", &v))) {
+            if (r < 0 || njt_tool_parse_backend(v, &a->t.backend) || a->t.backend == NJ_BACKEND_COMPILE_ONLY)
+                return njt_tool_usage_error("check", "--backend takes emulator or cuda");
             a->t.backend_given = 1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--batch", &v))) {
-            if (r < 0 || nj_tool_parse_int(v, 1, 1L << 30, &a->batch))
-                return nj_tool_usage_error("check", "--batch takes a positive number");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--max-elements", &v))) {
-            if (r < 0 || nj_tool_parse_int(v, 1, LONG_MAX, &a->max_elements))
-                return nj_tool_usage_error("check", "--max-elements takes a positive number");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--seed", &v))) {
-            if (r < 0 || nj_tool_parse_u64(v, &a->o.seed)) return nj_tool_usage_error("check", "--seed takes a number");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--offset", &v))) {
-            if (r < 0 || nj_check_parse_double(v, &a->o.offset))
-                return nj_tool_usage_error("check", "--offset takes a number");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--scale", &v))) {
-            if (r < 0 || nj_check_parse_double(v, &a->o.scale) || !(a->o.scale > 0.0))
-                return nj_tool_usage_error("check", "--scale takes a positive number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--batch", &v))) {
+            if (r < 0 || njt_tool_parse_int(v, 1, 1L << 30, &a->batch))
+                return njt_tool_usage_error("check", "--batch takes a positive number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--max-elements", &v))) {
+            if (r < 0 || njt_tool_parse_int(v, 1, LONG_MAX, &a->max_elements))
+                return njt_tool_usage_error("check", "--max-elements takes a positive number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--seed", &v))) {
+            if (r < 0 || njt_tool_parse_u64(v, &a->o.seed)) return njt_tool_usage_error("check", "--seed takes a number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--offset", &v))) {
+            if (r < 0 || njt_check_parse_double(v, &a->o.offset))
+                return njt_tool_usage_error("check", "--offset takes a number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--scale", &v))) {
+            if (r < 0 || njt_check_parse_double(v, &a->o.scale) || !(a->o.scale > 0.0))
+                return njt_tool_usage_error("check", "--scale takes a positive number");
         } else if (!strcmp(argv[i], "--nan")) {
             a->o.nan = 1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--eps", &v))) {
-            if (r < 0 || nj_check_parse_double(v, &a->o.eps) || !(a->o.eps >= 0))
-                return nj_tool_usage_error("check", "--eps takes a non-negative number");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--pass", &v)) || (r = nj_tool_opt(argc, argv, &i, "--passes", &v))) {
-            if (r < 0 || nj_tool_parse_passes(v, &a->o.passes))
-                return nj_tool_usage_error("check", "--pass takes fwd, bwd or fwd,bwd");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--cache", &v))) {
-            if (r < 0) return nj_tool_usage_error("check", "--cache needs a directory");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--eps", &v))) {
+            if (r < 0 || njt_check_parse_double(v, &a->o.eps) || !(a->o.eps >= 0))
+                return njt_tool_usage_error("check", "--eps takes a non-negative number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--pass", &v)) || (r = njt_tool_opt(argc, argv, &i, "--passes", &v))) {
+            if (r < 0 || njt_tool_parse_passes(v, &a->o.passes))
+                return njt_tool_usage_error("check", "--pass takes fwd, bwd or fwd,bwd");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--cache", &v))) {
+            if (r < 0) return njt_tool_usage_error("check", "--cache needs a directory");
             a->t.cache_dir = v;
         } else if (!strcmp(argv[i], "--shuffle")) {
             a->t.ctx_flags |= NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON | NJ_CTX_EMU_SMALL_GRID;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            return nj_tool_usage_error("check", "unknown option '%s'", argv[i]);
+            return njt_tool_usage_error("check", "unknown option '%s'", argv[i]);
         } else {
             a->words[a->nwords++] = argv[i];
         }
     }
-    if (!a->nwords) return nj_tool_usage_error("check", "no problem given");
+    if (!a->nwords) return njt_tool_usage_error("check", "no problem given");
     return 0;
 }
 
 /* Logical elements of x (saturating). */
-static long nj_check_elements(const nj_problem_desc *p)
+static long njt_check_elements(const nj_problem_desc *p)
 {
     long n = 1;
     for (int i = 0; i < p->x.rank; i++) {
@@ -120,69 +120,69 @@ static long nj_check_elements(const nj_problem_desc *p)
     return n;
 }
 
-#define NJ_CHECK_SKIPPED 100 /* nj_check_one: not run (over --max-elements) */
+#define NJT_CHECK_SKIPPED 100 /* njt_check_one: not run (over --max-elements) */
 
-static int nj_check_one(nj_context *ctx, const char *text, const nj_check_args *a)
+static int njt_check_one(nj_context *ctx, const char *text, const njt_check_args *a)
 {
     nj_problem_desc p;
     nj_status s = nj_problem_from_text(text, a->batch, &p);
     if (s != NJ_OK) {
-        nj_tool_error(s, "cannot parse '%s'", text);
-        return NJ_EXIT_FAIL;
+        njt_tool_error(s, "cannot parse '%s'", text);
+        return NJT_EXIT_FAIL;
     }
-    printf("%s\n  as %s\n", text, nj_tool_problem_text(&p));
-    long n = nj_check_elements(&p);
+    printf("%s\n  as %s\n", text, njt_tool_problem_text(&p));
+    long n = njt_check_elements(&p);
     if (a->max_elements > 0 && n > a->max_elements) {
         printf("  => SKIPPED (%ld elements > --max-elements %ld)\n", n, a->max_elements);
-        return NJ_CHECK_SKIPPED;
+        return NJT_CHECK_SKIPPED;
     }
-    const nj_check_options *o = &a->o;
-    nj_check_report rep;
-    double t = nj_tool_now();
-    s = nj_check_problem(ctx, &p, o, &rep);
-    nj_check_report_print(stdout, &rep);
+    const njt_check_options *o = &a->o;
+    njt_check_report rep;
+    double t = njt_tool_now();
+    s = njt_check_problem(ctx, &p, o, &rep);
+    njt_check_report_print(stdout, &rep);
     if (s != NJ_OK) {
         fflush(stdout);
-        nj_tool_error(s, "check of '%s' did not run", text);
-        return NJ_EXIT_FAIL;
+        njt_tool_error(s, "check of '%s' did not run", text);
+        return NJT_EXIT_FAIL;
     }
-    printf("  => %s (%.2f s)\n", rep.pass ? "PASS" : "FAIL", nj_tool_now() - t);
-    return rep.pass ? NJ_EXIT_OK : NJ_EXIT_FAIL;
+    printf("  => %s (%.2f s)\n", rep.pass ? "PASS" : "FAIL", njt_tool_now() - t);
+    return rep.pass ? NJT_EXIT_OK : NJT_EXIT_FAIL;
 }
 
-int nj_cmd_check(int argc, char **argv)
+int njt_cmd_check(int argc, char **argv)
 {
-    nj_check_args a;
+    njt_check_args a;
     memset(&a, 0, sizeof a);
-    nj_check_options_init(&a.o);
+    njt_check_options_init(&a.o);
     a.batch = 4;
     a.words = calloc((size_t)argc, sizeof(char *));
-    if (!a.words) return NJ_EXIT_FAIL;
-    int rc = nj_check_parse_args(argc, argv, &a);
+    if (!a.words) return NJT_EXIT_FAIL;
+    int rc = njt_check_parse_args(argc, argv, &a);
     if (rc) {
         free(a.words);
-        return rc < 0 ? NJ_EXIT_OK : rc;
+        return rc < 0 ? NJT_EXIT_OK : rc;
     }
     char **probs = NULL;
-    int np = nj_tool_group_problems(a.nwords, a.words, &probs), failed = 0;
+    int np = njt_tool_group_problems(a.nwords, a.words, &probs), failed = 0;
     nj_context *ctx = NULL;
-    if (nj_tool_open_context(&a.t, NJ_TOOL_FALLBACK_EMULATOR, &ctx) != NJ_OK) {
-        rc = NJ_EXIT_FAIL;
+    if (njt_tool_open_context(&a.t, NJT_TOOL_FALLBACK_EMULATOR, &ctx) != NJ_OK) {
+        rc = NJT_EXIT_FAIL;
     } else {
         printf("backend %s, seed %llu, offset %g, scale %g%s, eps %g, '*' batch %ld\n",
-               nj_tool_backend_name(nj_context_backend(ctx)), (unsigned long long)a.o.seed, a.o.offset, a.o.scale,
+               njt_tool_backend_name(nj_context_backend(ctx)), (unsigned long long)a.o.seed, a.o.offset, a.o.scale,
                a.o.nan ? ", a NaN" : "", a.o.eps, a.batch);
         int skipped = 0;
         for (int i = 0; i < np; i++) {
-            int r = nj_check_one(ctx, probs[i], &a);
-            skipped += r == NJ_CHECK_SKIPPED;
-            failed += r != NJ_EXIT_OK && r != NJ_CHECK_SKIPPED;
+            int r = njt_check_one(ctx, probs[i], &a);
+            skipped += r == NJT_CHECK_SKIPPED;
+            failed += r != NJT_EXIT_OK && r != NJT_CHECK_SKIPPED;
         }
         printf("%d problem(s), %d passed, %d failed, %d skipped\n", np, np - failed - skipped, failed, skipped);
-        rc = failed ? NJ_EXIT_FAIL : NJ_EXIT_OK;
+        rc = failed ? NJT_EXIT_FAIL : NJT_EXIT_OK;
     }
     nj_context_destroy(ctx);
-    nj_tool_free_strings(probs, np);
+    njt_tool_free_strings(probs, np);
     free(a.words);
     return rc;
 }

@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NJ_PERF_TRY(e)                      \
+#define NJT_PERF_TRY(e)                      \
     do {                                    \
-        nj_status nj_perf_s_ = (e);         \
-        if (nj_perf_s_ != NJ_OK) return nj_perf_s_; \
+        nj_status njt_perf_s_ = (e);         \
+        if (njt_perf_s_ != NJ_OK) return njt_perf_s_; \
     } while (0)
 
-static void nj_perf_help(FILE *f)
+static void njt_perf_help(FILE *f)
 {
     fprintf(f,
             "usage: normjit perf [options] [PROBLEM...]\n"
@@ -41,46 +41,46 @@ static void nj_perf_help(FILE *f)
             "  -h, --help          this text\n");
 }
 
-typedef struct nj_perf_args {
-    nj_tool_target t;
+typedef struct njt_perf_args {
+    njt_tool_target t;
     char **files, **words;
     int nfiles, nwords;
     long batch, iterations, max_elements;
     uint32_t passes;
-} nj_perf_args;
+} njt_perf_args;
 
-static int nj_perf_parse_args(int argc, char **argv, nj_perf_args *a)
+static int njt_perf_parse_args(int argc, char **argv, njt_perf_args *a)
 {
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
-        if (nj_tool_is_help(argv[i])) {
-            nj_perf_help(stdout);
+        if (njt_tool_is_help(argv[i])) {
+            njt_perf_help(stdout);
             return -1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--manifest", &v))) {
-            if (r < 0) return nj_tool_usage_error("perf", "--manifest needs a file");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--manifest", &v))) {
+            if (r < 0) return njt_tool_usage_error("perf", "--manifest needs a file");
             a->files[a->nfiles++] = (char *)v;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--backend", &v))) {
-            if (r < 0 || nj_tool_parse_backend(v, &a->t.backend) || a->t.backend == NJ_BACKEND_COMPILE_ONLY)
-                return nj_tool_usage_error("perf", "--backend takes cuda or emulator");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--backend", &v))) {
+            if (r < 0 || njt_tool_parse_backend(v, &a->t.backend) || a->t.backend == NJ_BACKEND_COMPILE_ONLY)
+                return njt_tool_usage_error("perf", "--backend takes cuda or emulator");
             a->t.backend_given = 1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--batch", &v))) {
-            if (r < 0 || nj_tool_parse_int(v, 1, 1L << 30, &a->batch))
-                return nj_tool_usage_error("perf", "--batch takes a positive number");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--iterations", &v))) {
-            if (r < 0 || nj_tool_parse_int(v, 1, 1L << 24, &a->iterations))
-                return nj_tool_usage_error("perf", "--iterations takes a positive number");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--passes", &v))) {
-            if (r < 0 || nj_tool_parse_passes(v, &a->passes))
-                return nj_tool_usage_error("perf", "--passes takes fwd, bwd or fwd,bwd");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--max-elements", &v))) {
-            if (r < 0 || nj_tool_parse_int(v, 1, LONG_MAX, &a->max_elements))
-                return nj_tool_usage_error("perf", "--max-elements takes a positive number");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--cache", &v))) {
-            if (r < 0) return nj_tool_usage_error("perf", "--cache needs a directory");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--batch", &v))) {
+            if (r < 0 || njt_tool_parse_int(v, 1, 1L << 30, &a->batch))
+                return njt_tool_usage_error("perf", "--batch takes a positive number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--iterations", &v))) {
+            if (r < 0 || njt_tool_parse_int(v, 1, 1L << 24, &a->iterations))
+                return njt_tool_usage_error("perf", "--iterations takes a positive number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--passes", &v))) {
+            if (r < 0 || njt_tool_parse_passes(v, &a->passes))
+                return njt_tool_usage_error("perf", "--passes takes fwd, bwd or fwd,bwd");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--max-elements", &v))) {
+            if (r < 0 || njt_tool_parse_int(v, 1, LONG_MAX, &a->max_elements))
+                return njt_tool_usage_error("perf", "--max-elements takes a positive number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--cache", &v))) {
+            if (r < 0) return njt_tool_usage_error("perf", "--cache needs a directory");
             a->t.cache_dir = v;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            return nj_tool_usage_error("perf", "unknown option '%s'", argv[i]);
+            return njt_tool_usage_error("perf", "unknown option '%s'", argv[i]);
         } else {
             a->words[a->nwords++] = argv[i];
         }
@@ -91,7 +91,7 @@ static int nj_perf_parse_args(int argc, char **argv, nj_perf_args *a)
 /* ---- buffers ---- */
 
 /* Elements a strided tensor spans (1 + the largest offset); a rank-0 optional operand is like x. */
-static int64_t nj_perf_span(const nj_tensor_desc *t, const nj_tensor_desc *x)
+static int64_t njt_perf_span(const nj_tensor_desc *t, const nj_tensor_desc *x)
 {
     if (t->rank == 0) t = x;
     int64_t span = 1;
@@ -102,7 +102,7 @@ static int64_t nj_perf_span(const nj_tensor_desc *t, const nj_tensor_desc *x)
     return span;
 }
 
-static int64_t nj_perf_numel(const nj_tensor_desc *x)
+static int64_t njt_perf_numel(const nj_tensor_desc *x)
 {
     int64_t n = 1;
     for (int i = 0; i < x->rank; i++) n *= x->extents[i];
@@ -110,7 +110,7 @@ static int64_t nj_perf_numel(const nj_tensor_desc *x)
 }
 
 /* Product of x's extents over the axes of mask (gamma: the feature axes; the statistics: the kept ones). */
-static int64_t nj_perf_count(const nj_tensor_desc *x, uint32_t mask)
+static int64_t njt_perf_count(const nj_tensor_desc *x, uint32_t mask)
 {
     int64_t n = 1;
     for (int i = 0; i < x->rank; i++)
@@ -118,13 +118,13 @@ static int64_t nj_perf_count(const nj_tensor_desc *x, uint32_t mask)
     return n;
 }
 
-static nj_dtype nj_perf_dtype(const nj_tensor_desc *t, const nj_tensor_desc *x)
+static nj_dtype njt_perf_dtype(const nj_tensor_desc *t, const nj_tensor_desc *x)
 {
     return (nj_dtype)(t->dtype != NJ_DTYPE_NONE ? t->dtype : x->dtype);
 }
 
 /* A device buffer of n elements of d, filled with values in [lo, hi] (a fixed xorshift stream). */
-static nj_status nj_perf_buffer(nj_context *ctx, nj_dtype d, int64_t n, float lo, float hi, void **out)
+static nj_status njt_perf_buffer(nj_context *ctx, nj_dtype d, int64_t n, float lo, float hi, void **out)
 {
     *out = NULL;
     if (n <= 0) return NJ_OK;
@@ -147,58 +147,58 @@ static nj_status nj_perf_buffer(nj_context *ctx, nj_dtype d, int64_t n, float lo
     return st;
 }
 
-enum { NJ_PERF_X, NJ_PERF_Y, NJ_PERF_RES, NJ_PERF_RESOUT, NJ_PERF_DY, NJ_PERF_DX, NJ_PERF_GAMMA, NJ_PERF_BETA,
-       NJ_PERF_DGAMMA, NJ_PERF_DBETA, NJ_PERF_MEAN, NJ_PERF_RSTD, NJ_PERF_WS, NJ_PERF_NBUF };
+enum { NJT_PERF_X, NJT_PERF_Y, NJT_PERF_RES, NJT_PERF_RESOUT, NJT_PERF_DY, NJT_PERF_DX, NJT_PERF_GAMMA, NJT_PERF_BETA,
+       NJT_PERF_DGAMMA, NJT_PERF_DBETA, NJT_PERF_MEAN, NJT_PERF_RSTD, NJT_PERF_WS, NJT_PERF_NBUF };
 
-typedef struct nj_perf_run {
+typedef struct njt_perf_run {
     nj_context *ctx;
     const nj_problem_desc *p;
     nj_plan *plan;
-    void *buf[NJ_PERF_NBUF];
-    size_t ws_bytes; /* bytes at buf[NJ_PERF_WS] */
+    void *buf[NJT_PERF_NBUF];
+    size_t ws_bytes; /* bytes at buf[NJT_PERF_WS] */
     double bytes[2]; /* least bytes moved: forward, backward */
-} nj_perf_run;
+} njt_perf_run;
 
 /* Allocates every operand the problem uses and adds up what each pass must move. */
-static nj_status nj_perf_alloc(nj_perf_run *r, uint32_t passes)
+static nj_status njt_perf_alloc(njt_perf_run *r, uint32_t passes)
 {
     const nj_problem_desc *p = r->p;
     const nj_tensor_desc *x = &p->x;
     uint32_t f = p->flags;
-    int64_t numel = nj_perf_numel(x), nparam = (f & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) ? nj_perf_count(x, p->feature_axes) : 0;
-    int64_t nstat = nj_perf_count(x, ~p->reduce_axes);
+    int64_t numel = njt_perf_numel(x), nparam = (f & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) ? njt_perf_count(x, p->feature_axes) : 0;
+    int64_t nstat = njt_perf_count(x, ~p->reduce_axes);
     nj_dtype pd = p->param_dtype != NJ_DTYPE_NONE ? (nj_dtype)p->param_dtype : NJ_F32;
     double es_x = (double)nj_dtype_size((nj_dtype)x->dtype), ps = (double)nj_dtype_size(pd);
     const struct {
         int slot;
         const nj_tensor_desc *t;
         int used;
-    } act[] = {{NJ_PERF_X, x, 1},
-               {NJ_PERF_Y, &p->y, (passes & NJ_PASS_FORWARD) != 0},
-               {NJ_PERF_RES, &p->residual, (f & NJ_FLAG_RESIDUAL) && (passes & NJ_PASS_FORWARD)},
-               {NJ_PERF_RESOUT, &p->residual_out, (f & NJ_FLAG_RESIDUAL_OUT) && (passes & NJ_PASS_FORWARD)},
-               {NJ_PERF_DY, &p->dy, (passes & NJ_PASS_BACKWARD) != 0},
-               {NJ_PERF_DX, &p->dx, (passes & NJ_PASS_BACKWARD) != 0}};
+    } act[] = {{NJT_PERF_X, x, 1},
+               {NJT_PERF_Y, &p->y, (passes & NJ_PASS_FORWARD) != 0},
+               {NJT_PERF_RES, &p->residual, (f & NJ_FLAG_RESIDUAL) && (passes & NJ_PASS_FORWARD)},
+               {NJT_PERF_RESOUT, &p->residual_out, (f & NJ_FLAG_RESIDUAL_OUT) && (passes & NJ_PASS_FORWARD)},
+               {NJT_PERF_DY, &p->dy, (passes & NJ_PASS_BACKWARD) != 0},
+               {NJT_PERF_DX, &p->dx, (passes & NJ_PASS_BACKWARD) != 0}};
     for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) {
         if (!act[i].used) continue;
-        nj_dtype d = nj_perf_dtype(act[i].t, x);
-        NJ_PERF_TRY(nj_perf_buffer(r->ctx, d, nj_perf_span(act[i].t, x), -1.0f, 1.0f, &r->buf[act[i].slot]));
+        nj_dtype d = njt_perf_dtype(act[i].t, x);
+        NJT_PERF_TRY(njt_perf_buffer(r->ctx, d, njt_perf_span(act[i].t, x), -1.0f, 1.0f, &r->buf[act[i].slot]));
     }
-    if (f & NJ_FLAG_SCALE) NJ_PERF_TRY(nj_perf_buffer(r->ctx, pd, nparam, 0.5f, 1.5f, &r->buf[NJ_PERF_GAMMA]));
-    if (f & NJ_FLAG_BIAS) NJ_PERF_TRY(nj_perf_buffer(r->ctx, pd, nparam, -0.1f, 0.1f, &r->buf[NJ_PERF_BETA]));
+    if (f & NJ_FLAG_SCALE) NJT_PERF_TRY(njt_perf_buffer(r->ctx, pd, nparam, 0.5f, 1.5f, &r->buf[NJT_PERF_GAMMA]));
+    if (f & NJ_FLAG_BIAS) NJT_PERF_TRY(njt_perf_buffer(r->ctx, pd, nparam, -0.1f, 0.1f, &r->buf[NJT_PERF_BETA]));
     /* statistics: written by a forward with NJ_FLAG_SAVE_STATS, read by the backward */
-    NJ_PERF_TRY(nj_perf_buffer(r->ctx, NJ_F32, nstat, -0.1f, 0.1f, &r->buf[NJ_PERF_MEAN]));
-    NJ_PERF_TRY(nj_perf_buffer(r->ctx, NJ_F32, nstat, 0.9f, 1.1f, &r->buf[NJ_PERF_RSTD]));
+    NJT_PERF_TRY(njt_perf_buffer(r->ctx, NJ_F32, nstat, -0.1f, 0.1f, &r->buf[NJT_PERF_MEAN]));
+    NJT_PERF_TRY(njt_perf_buffer(r->ctx, NJ_F32, nstat, 0.9f, 1.1f, &r->buf[NJT_PERF_RSTD]));
     if (passes & NJ_PASS_BACKWARD) {
-        if (f & NJ_FLAG_SCALE) NJ_PERF_TRY(nj_perf_buffer(r->ctx, pd, nparam, 0.0f, 0.0f, &r->buf[NJ_PERF_DGAMMA]));
-        if (f & NJ_FLAG_BIAS) NJ_PERF_TRY(nj_perf_buffer(r->ctx, pd, nparam, 0.0f, 0.0f, &r->buf[NJ_PERF_DBETA]));
+        if (f & NJ_FLAG_SCALE) NJT_PERF_TRY(njt_perf_buffer(r->ctx, pd, nparam, 0.0f, 0.0f, &r->buf[NJT_PERF_DGAMMA]));
+        if (f & NJ_FLAG_BIAS) NJT_PERF_TRY(njt_perf_buffer(r->ctx, pd, nparam, 0.0f, 0.0f, &r->buf[NJT_PERF_DBETA]));
     }
     size_t ws = 0;
     for (uint32_t pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
         size_t w = (passes & pass) ? nj_plan_workspace_size(r->plan, (nj_pass)pass) : 0;
         if (w > ws) ws = w;
     }
-    if (ws) NJ_PERF_TRY(nj_mem_alloc(r->ctx, ws, &r->buf[NJ_PERF_WS]));
+    if (ws) NJT_PERF_TRY(nj_mem_alloc(r->ctx, ws, &r->buf[NJT_PERF_WS]));
     r->ws_bytes = ws;
     double stats = (f & NJ_FLAG_SAVE_STATS) ? (double)nstat * ((f & NJ_FLAG_CENTER) ? 8.0 : 4.0) : 0.0;
     double params = (double)nparam * ps * (((f & NJ_FLAG_SCALE) != 0) + ((f & NJ_FLAG_BIAS) != 0));
@@ -211,55 +211,55 @@ static nj_status nj_perf_alloc(nj_perf_run *r, uint32_t passes)
     return NJ_OK;
 }
 
-static void nj_perf_free(nj_perf_run *r)
+static void njt_perf_free(njt_perf_run *r)
 {
-    for (int i = 0; i < NJ_PERF_NBUF; i++)
+    for (int i = 0; i < NJT_PERF_NBUF; i++)
         if (r->buf[i]) nj_mem_free(r->ctx, r->buf[i]);
 }
 
-static nj_status nj_perf_call(nj_perf_run *r, nj_pass pass)
+static nj_status njt_perf_call(njt_perf_run *r, nj_pass pass)
 {
     void *const *b = r->buf;
     uint32_t f = r->p->flags;
     if (pass == NJ_PASS_FORWARD) {
-        nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = b[NJ_PERF_X], .residual = b[NJ_PERF_RES],
-                             .gamma = b[NJ_PERF_GAMMA], .beta = b[NJ_PERF_BETA], .y = b[NJ_PERF_Y],
-                             .residual_out = b[NJ_PERF_RESOUT], .workspace = b[NJ_PERF_WS],
+        nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = b[NJT_PERF_X], .residual = b[NJT_PERF_RES],
+                             .gamma = b[NJT_PERF_GAMMA], .beta = b[NJT_PERF_BETA], .y = b[NJT_PERF_Y],
+                             .residual_out = b[NJT_PERF_RESOUT], .workspace = b[NJT_PERF_WS],
                              .workspace_size = r->ws_bytes};
         if (f & NJ_FLAG_SAVE_STATS) {
-            a.rstd = b[NJ_PERF_RSTD];
-            if (f & NJ_FLAG_CENTER) a.mean = b[NJ_PERF_MEAN];
+            a.rstd = b[NJT_PERF_RSTD];
+            if (f & NJ_FLAG_CENTER) a.mean = b[NJT_PERF_MEAN];
         }
         return nj_forward(r->plan, &a);
     }
-    nj_backward_args a = {.struct_size = sizeof a, .dy = b[NJ_PERF_DY], .x = b[NJ_PERF_X], .gamma = b[NJ_PERF_GAMMA],
-                          .beta = b[NJ_PERF_BETA], .rstd = b[NJ_PERF_RSTD], .dx = b[NJ_PERF_DX],
-                          .dgamma = b[NJ_PERF_DGAMMA], .dbeta = b[NJ_PERF_DBETA], .workspace = b[NJ_PERF_WS],
+    nj_backward_args a = {.struct_size = sizeof a, .dy = b[NJT_PERF_DY], .x = b[NJT_PERF_X], .gamma = b[NJT_PERF_GAMMA],
+                          .beta = b[NJT_PERF_BETA], .rstd = b[NJT_PERF_RSTD], .dx = b[NJT_PERF_DX],
+                          .dgamma = b[NJT_PERF_DGAMMA], .dbeta = b[NJT_PERF_DBETA], .workspace = b[NJT_PERF_WS],
                           .workspace_size = r->ws_bytes};
-    if (f & NJ_FLAG_CENTER) a.mean = b[NJ_PERF_MEAN];
+    if (f & NJ_FLAG_CENTER) a.mean = b[NJT_PERF_MEAN];
     return nj_backward(r->plan, &a);
 }
 
 /* Seconds per call of one pass: two warm-up calls, then `iters` calls and one synchronize. */
-static nj_status nj_perf_time(nj_perf_run *r, nj_pass pass, long iters, double *sec)
+static nj_status njt_perf_time(njt_perf_run *r, nj_pass pass, long iters, double *sec)
 {
-    for (int i = 0; i < 2; i++) NJ_PERF_TRY(nj_perf_call(r, pass));
-    NJ_PERF_TRY(nj_synchronize(r->ctx, NULL));
-    double t0 = nj_tool_now();
-    for (long i = 0; i < iters; i++) NJ_PERF_TRY(nj_perf_call(r, pass));
-    NJ_PERF_TRY(nj_synchronize(r->ctx, NULL));
-    *sec = (nj_tool_now() - t0) / (double)iters;
+    for (int i = 0; i < 2; i++) NJT_PERF_TRY(njt_perf_call(r, pass));
+    NJT_PERF_TRY(nj_synchronize(r->ctx, NULL));
+    double t0 = njt_tool_now();
+    for (long i = 0; i < iters; i++) NJT_PERF_TRY(njt_perf_call(r, pass));
+    NJT_PERF_TRY(nj_synchronize(r->ctx, NULL));
+    *sec = (njt_tool_now() - t0) / (double)iters;
     return NJ_OK;
 }
 
 /* Parses text with the batch the options ask for: --batch, else the least giving `target` elements.
  * *used is the batch, or 0 when the text has no '*' batch (its extents are all fixed). */
-static nj_status nj_perf_problem(const char *text, long batch, int64_t target, nj_problem_desc *p, long *used)
+static nj_status njt_perf_problem(const char *text, long batch, int64_t target, nj_problem_desc *p, long *used)
 {
-    NJ_PERF_TRY(nj_problem_from_text(text, 2, p));
-    int64_t two = nj_perf_numel(&p->x);
-    NJ_PERF_TRY(nj_problem_from_text(text, 1, p));
-    int64_t one = nj_perf_numel(&p->x);
+    NJT_PERF_TRY(nj_problem_from_text(text, 2, p));
+    int64_t two = njt_perf_numel(&p->x);
+    NJT_PERF_TRY(nj_problem_from_text(text, 1, p));
+    int64_t one = njt_perf_numel(&p->x);
     if (one == two) {
         *used = 0;
         return NJ_OK;
@@ -274,7 +274,7 @@ static nj_status nj_perf_problem(const char *text, long batch, int64_t target, n
 }
 
 /* The family of a pass from the plan's description ("pass=fwd family=row ..."), into buf. */
-static const char *nj_perf_family(const nj_plan *plan, nj_pass pass, char *buf, size_t cap)
+static const char *njt_perf_family(const nj_plan *plan, nj_pass pass, char *buf, size_t cap)
 {
     char text[8192];
     size_t len = 0;
@@ -289,7 +289,7 @@ static const char *nj_perf_family(const nj_plan *plan, nj_pass pass, char *buf, 
 }
 
 /* The batch column: the '*' extent used, or "fixed". */
-static const char *nj_perf_batch(long batch)
+static const char *njt_perf_batch(long batch)
 {
     static char buf[24];
     if (!batch) return "fixed";
@@ -298,95 +298,95 @@ static const char *nj_perf_batch(long batch)
 }
 
 /* One problem: a line per pass. Returns 0, or 1 when it could not run. */
-static int nj_perf_one(nj_context *ctx, const char *text, const nj_perf_args *a, long max_elements, int64_t target)
+static int njt_perf_one(nj_context *ctx, const char *text, const njt_perf_args *a, long max_elements, int64_t target)
 {
     nj_problem_desc p;
     long batch;
-    nj_status s = nj_perf_problem(text, a->batch, target, &p, &batch);
+    nj_status s = njt_perf_problem(text, a->batch, target, &p, &batch);
     if (s != NJ_OK) {
-        nj_tool_error(s, "cannot parse '%s'", text);
+        njt_tool_error(s, "cannot parse '%s'", text);
         return 1;
     }
-    int64_t numel = nj_perf_numel(&p.x);
+    int64_t numel = njt_perf_numel(&p.x);
     if (numel > max_elements) {
-        printf("%-58.58s %-3s %6s   skipped (%lld elements > --max-elements %ld)\n", text, "-", nj_perf_batch(batch),
+        printf("%-58.58s %-3s %6s   skipped (%lld elements > --max-elements %ld)\n", text, "-", njt_perf_batch(batch),
                (long long)numel, max_elements);
         return 0;
     }
-    nj_perf_run r;
+    njt_perf_run r;
     memset(&r, 0, sizeof r);
     r.ctx = ctx;
     r.p = &p;
     s = nj_plan_get(ctx, &p, a->passes, &r.plan);
-    if (s == NJ_OK) s = nj_perf_alloc(&r, a->passes);
+    if (s == NJ_OK) s = njt_perf_alloc(&r, a->passes);
     for (uint32_t pass = NJ_PASS_FORWARD; s == NJ_OK && pass <= NJ_PASS_BACKWARD; pass <<= 1) {
         if (!(a->passes & pass)) continue;
         double sec;
-        s = nj_perf_time(&r, (nj_pass)pass, a->iterations, &sec);
+        s = njt_perf_time(&r, (nj_pass)pass, a->iterations, &sec);
         if (s != NJ_OK) break;
         double bytes = r.bytes[pass == NJ_PASS_BACKWARD];
         char fam[32];
         printf("%-58.58s %-3s %6s %10.2f %10.2f %9.1f  %s\n", text, pass == NJ_PASS_FORWARD ? "fwd" : "bwd",
-               nj_perf_batch(batch), sec * 1e6, bytes / 1e6, bytes / sec / 1e9,
-               nj_perf_family(r.plan, (nj_pass)pass, fam, sizeof fam));
+               njt_perf_batch(batch), sec * 1e6, bytes / 1e6, bytes / sec / 1e9,
+               njt_perf_family(r.plan, (nj_pass)pass, fam, sizeof fam));
     }
-    nj_perf_free(&r);
+    njt_perf_free(&r);
     if (s != NJ_OK) {
-        nj_tool_error(s, "perf of '%s'", text);
+        njt_tool_error(s, "perf of '%s'", text);
         return 1;
     }
     return 0;
 }
 
 /* The problem texts: the command line's, else the manifests' (the four examples by default). */
-static int nj_perf_texts(nj_perf_args *a, char ***texts)
+static int njt_perf_texts(njt_perf_args *a, char ***texts)
 {
-    if (a->nwords) return nj_tool_group_problems(a->nwords, a->words, texts);
+    if (a->nwords) return njt_tool_group_problems(a->nwords, a->words, texts);
     static char *defaults[] = {"manifests/llm.txt", "manifests/unet.txt", "manifests/convnext.txt",
                                "manifests/seeds.txt"};
     char **files = a->nfiles ? a->files : defaults;
     int nfiles = a->nfiles ? a->nfiles : 4, n = 0, cap = 0, total = 0;
-    nj_manifest_line *lines = NULL;
+    njt_manifest_line *lines = NULL;
     for (int i = 0; i < nfiles; i++)
-        if (nj_tool_read_manifest(files[i], &lines, &n, &cap) != 0) {
+        if (njt_tool_read_manifest(files[i], &lines, &n, &cap) != 0) {
             fprintf(stderr, "normjit perf: cannot read %s\n", files[i]);
-            nj_tool_free_manifest(lines, n);
+            njt_tool_free_manifest(lines, n);
             return -1;
         }
     *texts = calloc((size_t)(n ? n : 1), sizeof **texts);
     for (int i = 0; *texts && i < n; i++) (*texts)[total++] = strdup(lines[i].text);
-    nj_tool_free_manifest(lines, n);
+    njt_tool_free_manifest(lines, n);
     return *texts ? total : -1;
 }
 
-int nj_cmd_perf(int argc, char **argv)
+int njt_cmd_perf(int argc, char **argv)
 {
-    nj_perf_args a;
+    njt_perf_args a;
     memset(&a, 0, sizeof a);
     a.iterations = 20;
     a.passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
     a.files = calloc((size_t)argc, sizeof(char *));
     a.words = calloc((size_t)argc, sizeof(char *));
-    int rc = (a.files && a.words) ? nj_perf_parse_args(argc, argv, &a) : NJ_EXIT_FAIL;
+    int rc = (a.files && a.words) ? njt_perf_parse_args(argc, argv, &a) : NJT_EXIT_FAIL;
     char **texts = NULL;
-    int n = rc ? 0 : nj_perf_texts(&a, &texts);
+    int n = rc ? 0 : njt_perf_texts(&a, &texts);
     nj_context *ctx = NULL;
-    if (!rc && n < 0) rc = NJ_EXIT_FAIL;
-    if (!rc && nj_tool_open_context(&a.t, NJ_TOOL_FALLBACK_EMULATOR, &ctx) != NJ_OK) rc = NJ_EXIT_FAIL;
+    if (!rc && n < 0) rc = NJT_EXIT_FAIL;
+    if (!rc && njt_tool_open_context(&a.t, NJT_TOOL_FALLBACK_EMULATOR, &ctx) != NJ_OK) rc = NJT_EXIT_FAIL;
     if (!rc) {
         int emu = nj_context_backend(ctx) == NJ_BACKEND_EMULATOR;
         long max_el = a.max_elements ? a.max_elements : emu ? 1L << 22 : 1L << 28;
         int64_t target = emu ? (int64_t)1 << 16 : (int64_t)1 << 24; /* the emulator: a dry run */
-        printf("backend %s, %ld timed calls a pass%s\n", nj_tool_backend_name(nj_context_backend(ctx)), a.iterations,
+        printf("backend %s, %ld timed calls a pass%s\n", njt_tool_backend_name(nj_context_backend(ctx)), a.iterations,
                emu ? " (emulator: CPU times)" : "");
         printf("%-58s %-3s %6s %10s %10s %9s  %s\n", "problem", "", "batch", "us/call", "MB moved", "GB/s", "family");
         int failed = 0;
-        for (int i = 0; i < n; i++) failed += nj_perf_one(ctx, texts[i], &a, max_el, target);
-        rc = failed ? NJ_EXIT_FAIL : NJ_EXIT_OK;
+        for (int i = 0; i < n; i++) failed += njt_perf_one(ctx, texts[i], &a, max_el, target);
+        rc = failed ? NJT_EXIT_FAIL : NJT_EXIT_OK;
     }
     nj_context_destroy(ctx);
-    if (texts) nj_tool_free_strings(texts, n > 0 ? n : 0);
+    if (texts) njt_tool_free_strings(texts, n > 0 ? n : 0);
     free(a.files);
     free(a.words);
-    return rc < 0 ? NJ_EXIT_OK : rc;
+    return rc < 0 ? NJT_EXIT_OK : rc;
 }

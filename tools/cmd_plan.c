@@ -2,12 +2,13 @@
  * the plan, the signature, the cache key and whether the cache already holds the kernels. */
 #include "tool.h"
 
-#include "context.h"
+#define NJ_OPERATOR_API
+#include "normjit_ops.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static void nj_plan_help(FILE *f)
+static void njt_plan_help(FILE *f)
 {
     fprintf(f,
             "usage: normjit plan [options] PROBLEM...\n"
@@ -26,7 +27,7 @@ static void nj_plan_help(FILE *f)
             "  -h, --help          this text\n");
 }
 
-static void nj_plan_print_block(const char *label, const char *text)
+static void njt_plan_print_block(const char *label, const char *text)
 {
     printf("  %s:\n", label);
     const char *p = text ? text : "";
@@ -38,25 +39,24 @@ static void nj_plan_print_block(const char *label, const char *text)
     }
 }
 
-static int nj_plan_one(nj_context *ctx, const char *text, uint32_t passes, int source)
+static int njt_plan_one(nj_context *ctx, const char *text, uint32_t passes, int source)
 {
     nj_problem_desc p;
     nj_status s = nj_problem_from_text(text, 1, &p);
     if (s != NJ_OK) {
-        nj_tool_error(s, "cannot parse '%s'", text);
-        return NJ_EXIT_FAIL;
+        njt_tool_error(s, "cannot parse '%s'", text);
+        return NJT_EXIT_FAIL;
     }
-    printf("problem: %s\n", nj_tool_problem_text(&p));
-    int rc = NJ_EXIT_OK;
+    printf("problem: %s\n", njt_tool_problem_text(&p));
+    int rc = NJT_EXIT_OK;
     for (uint32_t pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
         if (!(passes & pass)) continue;
-        nj_pass_info pi;
-        memset(&pi, 0, sizeof pi);
-        s = nj_context_explain(ctx, &p, (nj_pass)pass, source, &pi);
+        nj_ops_pass_info pi;
+        s = nj_ops_explain(ctx, &p, (nj_pass)pass, source, &pi);
         const char *pname = pass == NJ_PASS_FORWARD ? "fwd" : "bwd";
         if (s != NJ_OK) {
-            nj_tool_error(s, "cannot plan the %s pass of '%s'", pname, text);
-            rc = NJ_EXIT_FAIL;
+            njt_tool_error(s, "cannot plan the %s pass of '%s'", pname, text);
+            rc = NJT_EXIT_FAIL;
             continue;
         }
         printf("pass %s\n", pname);
@@ -67,64 +67,64 @@ static int nj_plan_one(nj_context *ctx, const char *text, uint32_t passes, int s
         /* library modules: entries of their own, shared by many passes, which a pass needs too */
         for (const char *l = pi.libraries; l && *l; l += strcspn(l, "\n") + 1)
             printf("  library:   %.*s\n", (int)strcspn(l, "\n"), l);
-        nj_plan_print_block("signature", pi.signature);
-        if (source) nj_plan_print_block("source", pi.source);
-        nj_pass_info_free(&pi);
+        njt_plan_print_block("signature", pi.signature);
+        if (source) njt_plan_print_block("source", pi.source);
+        nj_ops_pass_info_free(&pi);
     }
     printf("\n");
     return rc;
 }
 
-int nj_cmd_plan(int argc, char **argv)
+int njt_cmd_plan(int argc, char **argv)
 {
-    nj_tool_target t;
+    njt_tool_target t;
     memset(&t, 0, sizeof t);
     uint32_t passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
     int source = 0, nwords = 0;
     char **words = calloc((size_t)argc, sizeof(char *));
-    if (!words) return NJ_EXIT_FAIL;
-    int rc = NJ_EXIT_OK;
-    for (int i = 1; i < argc && rc == NJ_EXIT_OK; i++) {
+    if (!words) return NJT_EXIT_FAIL;
+    int rc = NJT_EXIT_OK;
+    for (int i = 1; i < argc && rc == NJT_EXIT_OK; i++) {
         const char *v = NULL;
         int r;
-        if (nj_tool_is_help(argv[i])) {
-            nj_plan_help(stdout);
+        if (njt_tool_is_help(argv[i])) {
+            njt_plan_help(stdout);
             free(words);
-            return NJ_EXIT_OK;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--arch", &v))) {
-            if (r < 0 || nj_tool_parse_arch(v, &t.arch))
-                rc = nj_tool_usage_error("plan", "--arch needs an architecture like sm_90");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--backend", &v))) {
-            if (r < 0 || nj_tool_parse_backend(v, &t.backend))
-                rc = nj_tool_usage_error("plan", "--backend takes cuda, emulator or compile-only");
+            return NJT_EXIT_OK;
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--arch", &v))) {
+            if (r < 0 || njt_tool_parse_arch(v, &t.arch))
+                rc = njt_tool_usage_error("plan", "--arch needs an architecture like sm_90");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--backend", &v))) {
+            if (r < 0 || njt_tool_parse_backend(v, &t.backend))
+                rc = njt_tool_usage_error("plan", "--backend takes cuda, emulator or compile-only");
             t.backend_given = 1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--pass", &v)) || (r = nj_tool_opt(argc, argv, &i, "--passes", &v))) {
-            if (r < 0 || nj_tool_parse_passes(v, &passes))
-                rc = nj_tool_usage_error("plan", "--pass takes fwd, bwd or fwd,bwd");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--cache", &v))) {
-            if (r < 0) rc = nj_tool_usage_error("plan", "--cache needs a directory");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--pass", &v)) || (r = njt_tool_opt(argc, argv, &i, "--passes", &v))) {
+            if (r < 0 || njt_tool_parse_passes(v, &passes))
+                rc = njt_tool_usage_error("plan", "--pass takes fwd, bwd or fwd,bwd");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--cache", &v))) {
+            if (r < 0) rc = njt_tool_usage_error("plan", "--cache needs a directory");
             t.cache_dir = v;
         } else if (!strcmp(argv[i], "--source")) {
             source = 1;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            rc = nj_tool_usage_error("plan", "unknown option '%s'", argv[i]);
+            rc = njt_tool_usage_error("plan", "unknown option '%s'", argv[i]);
         } else {
             words[nwords++] = argv[i];
         }
     }
-    if (rc == NJ_EXIT_OK && !nwords) rc = nj_tool_usage_error("plan", "no problem given");
-    if (rc != NJ_EXIT_OK) {
+    if (rc == NJT_EXIT_OK && !nwords) rc = njt_tool_usage_error("plan", "no problem given");
+    if (rc != NJT_EXIT_OK) {
         free(words);
         return rc;
     }
     char **probs = NULL;
-    int np = nj_tool_group_problems(nwords, words, &probs);
+    int np = njt_tool_group_problems(nwords, words, &probs);
     nj_context *ctx = NULL;
-    if (nj_tool_open_context(&t, NJ_TOOL_FALLBACK_COMPILE_ONLY, &ctx) != NJ_OK) rc = NJ_EXIT_FAIL;
+    if (njt_tool_open_context(&t, NJT_TOOL_FALLBACK_COMPILE_ONLY, &ctx) != NJ_OK) rc = NJT_EXIT_FAIL;
     for (int i = 0; ctx && i < np; i++)
-        if (nj_plan_one(ctx, probs[i], passes, source) != NJ_EXIT_OK) rc = NJ_EXIT_FAIL;
+        if (njt_plan_one(ctx, probs[i], passes, source) != NJT_EXIT_OK) rc = NJT_EXIT_FAIL;
     nj_context_destroy(ctx);
-    nj_tool_free_strings(probs, np);
+    njt_tool_free_strings(probs, np);
     free(words);
     return rc;
 }

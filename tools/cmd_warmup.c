@@ -1,17 +1,13 @@
-/* normjit warmup: compile every problem of one or more manifests into the cache with N worker threads
- * sharing one context (nj_context_warm is thread-safe and single-flight), so that a deployment never
- * compiles on its request path. */
+/* normjit warmup: compile every problem of one or more manifests into the cache (the public nj_warmup_manifest,
+ * N worker threads sharing one context), so that a deployment never compiles on its request path. */
 #include "tool.h"
 
-#include "context.h"
-
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static void nj_warmup_help(FILE *f)
+static void njt_warmup_help(FILE *f)
 {
     fprintf(f,
             "usage: normjit warmup [options] MANIFEST...\n"
@@ -42,167 +38,56 @@ static void nj_warmup_help(FILE *f)
             "cache afterwards, 2 on a usage error.\n");
 }
 
-typedef struct nj_warm_item {
-    const nj_manifest_line *src;
-    nj_problem_desc desc;
-    int parsed;
-    int failed; /* a pass failed during the run (already reported) */
-} nj_warm_item;
-
-typedef struct nj_warm_state {
-    nj_context *ctx;
-    nj_warm_item *items;
+typedef struct njt_warm_state {
+    const njt_manifest_line *lines;
     int count;
-    uint32_t passes;
-    int next;          /* next item to take */
-    int done;          /* items finished (any outcome) */
     int compiled, cached, failed; /* kernels compiled, kernels already cached, problems failed */
-    int missing;                  /* problems not all in the cache after the run */
     int tty, quiet;
     double t0;
-    pthread_mutex_t lock;
-} nj_warm_state;
+} njt_warm_state;
 
-static void nj_warm_progress(nj_warm_state *st)
+static void njt_warm_bar(njt_warm_state *st, int done)
 {
     if (st->quiet || !st->tty) return;
     const int width = 30;
-    int fill = st->count ? st->done * width / st->count : width;
+    int fill = st->count ? done * width / st->count : width;
     char bar[64];
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
-    fprintf(stderr, "\r[%s] %d/%d  compiled %d  cached %d  failed %d  %.1fs ", bar, st->done, st->count,
-            st->compiled, st->cached, st->failed, nj_tool_now() - st->t0);
+    fprintf(stderr, "\r[%s] %d/%d  compiled %d  cached %d  failed %d  %.1fs ", bar, done, st->count, st->compiled,
+            st->cached, st->failed, njt_tool_now() - st->t0);
     fflush(stderr);
 }
 
-/* Warms one pass; on failure copies the detail (per thread) into err. */
-static nj_status nj_warm_pass(nj_warm_state *st, nj_warm_item *it, uint32_t pass, int32_t *compiled,
-                              int32_t *cached, char *err, size_t cap)
+/* Progress from the library (one call at a time): a line per failure, per problem when not on a terminal. */
+static void njt_warm_progress(void *user, const nj_warmup_result *r, int32_t done, int32_t total)
 {
-    int32_t c = 0, h = 0;
-    nj_status s = nj_context_warm(st->ctx, &it->desc, pass, &c, &h);
-    if (s == NJ_OK) {
-        *compiled += c;
-        *cached += h;
-        return s;
-    }
-    size_t used = strlen(err);
-    snprintf(err + used, cap - used, "%s%s pass: %s: %s", used ? "; " : "", pass == NJ_PASS_FORWARD ? "fwd" : "bwd",
-             nj_status_name(s), nj_last_error()[0] ? nj_last_error() : nj_status_string(s));
-    return s;
-}
-
-/* Runs one item pass by pass (a failing pass does not hide the other's kernels); called without the
- * lock. Messages are printed under the lock so lines do not mix. */
-static void nj_warm_one(nj_warm_state *st, nj_warm_item *it)
-{
-    int32_t compiled = 0, cached = 0;
-    int failed = 0;
-    char err[4096] = "";
-    double t = nj_tool_now();
-    for (uint32_t pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1)
-        if ((st->passes & pass) && nj_warm_pass(st, it, pass, &compiled, &cached, err, sizeof err) != NJ_OK) failed = 1;
-    double ms = (nj_tool_now() - t) * 1e3;
-    pthread_mutex_lock(&st->lock);
-    st->done++;
-    st->compiled += compiled;
-    st->cached += cached;
-    if (failed) {
-        it->failed = 1;
+    njt_warm_state *st = user;
+    const njt_manifest_line *src = &st->lines[r->index];
+    st->compiled += r->compiled;
+    st->cached += r->cached;
+    if (r->status != NJ_OK) {
         st->failed++;
         if (st->tty && !st->quiet) fprintf(stderr, "\r\033[K");
-        fprintf(stderr, "%s:%d: %s: %s\n", it->src->file, it->src->line, it->src->text, err);
+        /* a failing pass says "fwd pass: NJ_ERR_X: ..."; a line that did not parse gives the parser's detail */
+        int ran = !strncmp(r->message, "fwd pass: ", 10) || !strncmp(r->message, "bwd pass: ", 10);
+        if (ran) fprintf(stderr, "%s:%d: %s: %s\n", src->file, src->line, src->text, r->message);
+        else fprintf(stderr, "%s:%d: %s: %s\n", src->file, src->line, nj_status_name(r->status), r->message);
     } else if (!st->tty && !st->quiet) {
-        fprintf(stderr, "[%d/%d] %s: %s (%.0f ms)\n", st->done, st->count, it->src->text,
-                compiled ? "compiled" : "cached", ms);
+        fprintf(stderr, "[%d/%d] %s: %s (%.0f ms)\n", (int)done, (int)total, src->text,
+                r->compiled ? "compiled" : "cached", r->seconds * 1e3);
     }
-    nj_warm_progress(st);
-    pthread_mutex_unlock(&st->lock);
+    njt_warm_bar(st, done);
 }
 
-static void *nj_warm_worker(void *arg)
+static void njt_warm_table(const njt_warm_state *st, nj_context *ctx, int missing, double secs)
 {
-    nj_warm_state *st = arg;
-    for (;;) {
-        pthread_mutex_lock(&st->lock);
-        int i = st->next < st->count ? st->next++ : -1;
-        pthread_mutex_unlock(&st->lock);
-        if (i < 0) return NULL;
-        if (st->items[i].parsed) nj_warm_one(st, &st->items[i]);
-    }
-}
-
-static void nj_warm_run(nj_warm_state *st, int jobs)
-{
-    pthread_t *th = calloc((size_t)jobs, sizeof *th);
-    int started = 0;
-    for (int i = 0; th && i < jobs; i++)
-        if (pthread_create(&th[i], NULL, nj_warm_worker, st) == 0) started++;
-    if (!started) nj_warm_worker(st); /* no threads to be had: do the work here */
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    free(th);
-}
-
-/* Parses every line; malformed lines are reported as file:line and counted as failed problems. */
-static nj_warm_item *nj_warm_parse(nj_manifest_line *lines, int n, int *failed, int *done)
-{
-    nj_warm_item *items = calloc((size_t)(n ? n : 1), sizeof *items);
-    if (!items) return NULL;
-    for (int i = 0; i < n; i++) {
-        items[i].src = &lines[i];
-        nj_status s = nj_problem_from_text(lines[i].text, 1, &items[i].desc);
-        if (s == NJ_OK) {
-            items[i].parsed = 1;
-            continue;
-        }
-        fprintf(stderr, "%s:%d: %s: %s\n", lines[i].file, lines[i].line, nj_status_name(s),
-                nj_last_error()[0] ? nj_last_error() : nj_status_string(s));
-        (*failed)++;
-        (*done)++;
-    }
-    return items;
-}
-
-/* Looks every problem up again through a context that never compiles, on the same cache: what a
- * deployment with NJ_CTX_NO_COMPILE would fail on at request time. Returns -1 when that context cannot
- * be made (the failure printed). */
-static int nj_warm_verify(nj_warm_state *st, uint32_t ctx_flags)
-{
-    nj_context_options o;
-    nj_context_options_init(&o);
-    o.backend = nj_context_backend(st->ctx);
-    o.arch = nj_context_arch(st->ctx);
-    o.cache_dir = nj_context_cache_dir(st->ctx);
-    o.flags = ctx_flags | NJ_CTX_NO_COMPILE;
-    nj_context *v = NULL;
-    nj_status s = nj_context_create(&o, &v);
-    if (s == NJ_OK && !nj_context_cache_dir(v)[0])
-        s = nj_fail(NJ_ERR_CACHE_IO, "the cache %s cannot be opened again", o.cache_dir);
-    if (s != NJ_OK) {
-        nj_tool_error(s, "cannot check the cache after the warmup");
-        nj_context_destroy(v);
-        return -1;
-    }
-    for (int i = 0; i < st->count; i++) {
-        nj_warm_item *it = &st->items[i];
-        if (!it->parsed || it->failed) continue;
-        s = nj_context_warm(v, &it->desc, st->passes, NULL, NULL);
-        if (s == NJ_OK) continue;
-        st->missing++;
-        fprintf(stderr, "%s:%d: %s: not in the cache after the warmup: %s: %s\n", it->src->file, it->src->line,
-                it->src->text, nj_status_name(s), nj_last_error()[0] ? nj_last_error() : nj_status_string(s));
-    }
-    nj_context_destroy(v);
-    return 0;
-}
-
-static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, double secs)
-{
-    nj_cache_counters k;
-    memset(&k, 0, sizeof k);
-    if (nj_context_disk_cache(ctx)) nj_cache_counters_get(nj_context_disk_cache(ctx), &k);
-    printf("backend            %s (%s%d)\n", nj_tool_backend_name(nj_context_backend(ctx)), "sm_",
+    nj_cachedir_stats k = {.struct_size = sizeof k};
+    nj_cachedir *d = NULL;
+    if (nj_cachedir_from_context(ctx, &d) != NJ_OK || nj_cachedir_stats_get(d, &k) != NJ_OK)
+        memset(&k, 0, sizeof k);
+    nj_cachedir_close(d);
+    printf("backend            %s (%s%d)\n", njt_tool_backend_name(nj_context_backend(ctx)), "sm_",
            (int)nj_context_arch(ctx));
     printf("cache              %s\n", nj_context_cache_dir(ctx)[0] ? nj_context_cache_dir(ctx) : "(memory only)");
     printf("problems           %d\n", st->count);
@@ -210,82 +95,138 @@ static void nj_warm_table(const nj_warm_state *st, nj_context *ctx, double secs)
     printf("already cached     %d\n", st->cached);
     printf("failed             %d\n", st->failed);
     printf("not stored         %llu (no space %llu, read-only %llu, other %llu)\n",
-           (unsigned long long)(k.store_nospace + k.store_read_only + k.store_other),
-           (unsigned long long)k.store_nospace, (unsigned long long)k.store_read_only,
-           (unsigned long long)k.store_other);
-    printf("missing after      %d\n", st->missing);
+           (unsigned long long)(k.not_stored_nospace + k.not_stored_read_only + k.not_stored_other),
+           (unsigned long long)k.not_stored_nospace, (unsigned long long)k.not_stored_read_only,
+           (unsigned long long)k.not_stored_other);
+    printf("missing after      %d\n", missing);
     printf("time               %.2f s\n", secs);
 }
 
 /* The context works in memory when the cache root is refused; a warmup would then persist nothing, so
  * say why (by opening the root once more for its message) and fail. Returns 1 to stop. */
-static int nj_warm_explain_no_cache(const char *dir)
+static int njt_warm_explain_no_cache(const char *dir)
 {
-    char *root = nj_cache_default_root(nj_tool_cache_root(dir));
-    nj_cache *c = NULL;
-    nj_status s = root ? nj_cache_open(root, 0, &c) : NJ_ERR_CACHE_IO;
-    if (s != NJ_OK) nj_tool_error(s, "cannot use the cache root %s", root ? root : "(none: HOME unset)");
+    nj_cachedir *d = NULL;
+    const char *root = njt_tool_cache_root(dir);
+    nj_status s = nj_cachedir_open(root, 0, &d);
+    if (s != NJ_OK) njt_tool_error(s, "cannot use the cache root %s", root ? root : "(the default)");
     else fprintf(stderr, "normjit warmup: the context has no disk cache; nothing would be persisted\n");
-    if (c) nj_cache_close(c);
-    free(root);
+    nj_cachedir_close(d);
     return 1;
 }
 
-typedef struct nj_warm_args {
-    nj_tool_target target;
+/* The manifests' problem lines as one manifest text for the library: line i + 1 is lines[i]. */
+static char *njt_warm_text(const njt_manifest_line *lines, int n, size_t *len)
+{
+    size_t total = 1;
+    for (int i = 0; i < n; i++) total += strlen(lines[i].text) + 1;
+    char *text = malloc(total), *p = text;
+    if (!text) return NULL;
+    for (int i = 0; i < n; i++) {
+        size_t k = strlen(lines[i].text);
+        memcpy(p, lines[i].text, k);
+        p[k] = '\n';
+        p += k + 1;
+    }
+    *p = '\0';
+    *len = (size_t)(p - text);
+    return text;
+}
+
+/* Warms every line and reports problems not found again by a context that never compiles. */
+static int njt_warm_all(nj_context *ctx, const njt_manifest_line *lines, int n, uint32_t passes, int jobs, int quiet)
+{
+    njt_warm_state st = {.lines = lines, .count = n, .quiet = quiet, .tty = isatty(STDERR_FILENO), .t0 = njt_tool_now()};
+    size_t len = 0;
+    char *text = njt_warm_text(lines, n, &len);
+    if (!text) {
+        fprintf(stderr, "normjit warmup: out of memory\n");
+        return NJT_EXIT_FAIL;
+    }
+    nj_warmup_options o;
+    nj_warmup_options_init(&o);
+    o.passes = passes;
+    o.jobs = jobs;
+    o.flags = NJ_WARMUP_VERIFY;
+    o.progress = njt_warm_progress;
+    o.progress_user = &st;
+    nj_warmup_result *res = NULL;
+    int32_t count = 0;
+    nj_status s = nj_warmup_manifest(ctx, text, len, &o, &res, &count);
+    free(text);
+    if (st.tty && !st.quiet) fprintf(stderr, "\n");
+    int missing = 0, accounted = 0;
+    for (int32_t i = 0; i < count && i < n; i++) {
+        accounted |= res[i].status != NJ_OK;
+        if (res[i].status != NJ_OK || res[i].verify_status == NJ_OK) continue;
+        missing++;
+        fprintf(stderr, "%s:%d: %s: not in the cache after the warmup: %s\n", lines[i].file, lines[i].line,
+                lines[i].text, res[i].message);
+    }
+    if (s != NJ_OK && !accounted && !missing) {
+        njt_tool_error(s, "cannot check the cache after the warmup");
+        accounted = 1;
+    }
+    if (count == n) njt_warm_table(&st, ctx, missing, njt_tool_now() - st.t0);
+    nj_warmup_results_free(res);
+    return s != NJ_OK || accounted || missing || count != n ? NJT_EXIT_FAIL : NJT_EXIT_OK;
+}
+
+typedef struct njt_warm_args {
+    njt_tool_target target;
     uint32_t passes;
     int quiet;
     int nfiles;
     char **files;
-} nj_warm_args;
+} njt_warm_args;
 
-static int nj_warm_parse_args(int argc, char **argv, nj_warm_args *a)
+static int njt_warm_parse_args(int argc, char **argv, njt_warm_args *a)
 {
     memset(a, 0, sizeof *a);
     a->passes = NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
     a->files = calloc((size_t)argc, sizeof(char *));
-    if (!a->files) return NJ_EXIT_FAIL;
+    if (!a->files) return NJT_EXIT_FAIL;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
         long n;
-        if (nj_tool_is_help(argv[i])) {
-            nj_warmup_help(stdout);
+        if (njt_tool_is_help(argv[i])) {
+            njt_warmup_help(stdout);
             return -1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--arch", &v))) {
-            if (r < 0 || nj_tool_parse_arch(v, &a->target.arch))
-                return nj_tool_usage_error("warmup", "--arch needs an architecture like sm_90");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--backend", &v))) {
-            if (r < 0 || nj_tool_parse_backend(v, &a->target.backend))
-                return nj_tool_usage_error("warmup", "--backend takes cuda, emulator or compile-only");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--arch", &v))) {
+            if (r < 0 || njt_tool_parse_arch(v, &a->target.arch))
+                return njt_tool_usage_error("warmup", "--arch needs an architecture like sm_90");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--backend", &v))) {
+            if (r < 0 || njt_tool_parse_backend(v, &a->target.backend))
+                return njt_tool_usage_error("warmup", "--backend takes cuda, emulator or compile-only");
             a->target.backend_given = 1;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--jobs", &v)) || (r = nj_tool_opt(argc, argv, &i, "-j", &v))) {
-            if (r < 0 || nj_tool_parse_int(v, 1, 1024, &n))
-                return nj_tool_usage_error("warmup", "--jobs takes a number from 1 to 1024");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--jobs", &v)) || (r = njt_tool_opt(argc, argv, &i, "-j", &v))) {
+            if (r < 0 || njt_tool_parse_int(v, 1, 1024, &n))
+                return njt_tool_usage_error("warmup", "--jobs takes a number from 1 to 1024");
             a->target.jobs = (int32_t)n;
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--passes", &v))) {
-            if (r < 0 || nj_tool_parse_passes(v, &a->passes))
-                return nj_tool_usage_error("warmup", "--passes takes fwd, bwd or fwd,bwd");
-        } else if ((r = nj_tool_opt(argc, argv, &i, "--cache", &v))) {
-            if (r < 0) return nj_tool_usage_error("warmup", "--cache needs a directory");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--passes", &v))) {
+            if (r < 0 || njt_tool_parse_passes(v, &a->passes))
+                return njt_tool_usage_error("warmup", "--passes takes fwd, bwd or fwd,bwd");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--cache", &v))) {
+            if (r < 0) return njt_tool_usage_error("warmup", "--cache needs a directory");
             a->target.cache_dir = v;
         } else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
             a->quiet = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            return nj_tool_usage_error("warmup", "unknown option '%s'", argv[i]);
+            return njt_tool_usage_error("warmup", "unknown option '%s'", argv[i]);
         } else {
             a->files[a->nfiles++] = argv[i];
         }
     }
-    if (!a->nfiles) return nj_tool_usage_error("warmup", "no manifest given");
-    return NJ_EXIT_OK;
+    if (!a->nfiles) return njt_tool_usage_error("warmup", "no manifest given");
+    return NJT_EXIT_OK;
 }
 
-static int nj_warm_load(const nj_warm_args *a, nj_manifest_line **lines, int *n)
+static int njt_warm_load(const njt_warm_args *a, njt_manifest_line **lines, int *n)
 {
     int cap = 0;
     for (int f = 0; f < a->nfiles; f++) {
-        if (nj_tool_read_manifest(a->files[f], lines, n, &cap) != 0) {
+        if (njt_tool_read_manifest(a->files[f], lines, n, &cap) != 0) {
             fprintf(stderr, "normjit warmup: cannot read %s: %s\n", a->files[f], strerror(errno));
             return -1;
         }
@@ -293,47 +234,23 @@ static int nj_warm_load(const nj_warm_args *a, nj_manifest_line **lines, int *n)
     return 0;
 }
 
-int nj_cmd_warmup(int argc, char **argv)
+int njt_cmd_warmup(int argc, char **argv)
 {
-    nj_warm_args a;
-    int rc = nj_warm_parse_args(argc, argv, &a);
+    njt_warm_args a;
+    int rc = njt_warm_parse_args(argc, argv, &a);
     if (rc) {
         free(a.files);
-        return rc < 0 ? NJ_EXIT_OK : rc;
+        return rc < 0 ? NJT_EXIT_OK : rc;
     }
-    nj_manifest_line *lines = NULL;
+    njt_manifest_line *lines = NULL;
     int n = 0;
     nj_context *ctx = NULL;
-    nj_warm_state st;
-    memset(&st, 0, sizeof st);
-    rc = NJ_EXIT_FAIL;
-    if (nj_warm_load(&a, &lines, &n) != 0) goto out;
-    if (nj_tool_open_context(&a.target, NJ_TOOL_FALLBACK_COMPILE_ONLY, &ctx) != NJ_OK) goto out;
-    if (!nj_context_cache_dir(ctx)[0] && nj_warm_explain_no_cache(a.target.cache_dir)) goto out;
-    st.ctx = ctx;
-    st.count = n;
-    st.passes = a.passes;
-    st.quiet = a.quiet;
-    st.tty = isatty(STDERR_FILENO);
-    st.t0 = nj_tool_now();
-    pthread_mutex_init(&st.lock, NULL);
-    st.items = nj_warm_parse(lines, n, &st.failed, &st.done);
-    if (!st.items) {
-        fprintf(stderr, "normjit warmup: out of memory\n");
-        goto out;
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int jobs = a.target.jobs ? a.target.jobs : (int)(cores > 0 ? cores : 1);
-    nj_warm_run(&st, jobs < n ? jobs : (n ? n : 1));
-    if (st.tty && !st.quiet) fprintf(stderr, "\n");
-    int checked = nj_warm_verify(&st, a.target.ctx_flags);
-    nj_warm_table(&st, ctx, nj_tool_now() - st.t0);
-    rc = st.failed || st.missing || checked < 0 ? NJ_EXIT_FAIL : NJ_EXIT_OK;
-    pthread_mutex_destroy(&st.lock);
-out:
-    free(st.items);
+    rc = NJT_EXIT_FAIL;
+    if (njt_warm_load(&a, &lines, &n) == 0 && njt_tool_open_context(&a.target, NJT_TOOL_FALLBACK_COMPILE_ONLY, &ctx) == NJ_OK &&
+        (nj_context_cache_dir(ctx)[0] || !njt_warm_explain_no_cache(a.target.cache_dir)))
+        rc = njt_warm_all(ctx, lines, n, a.passes, a.target.jobs, a.quiet);
     nj_context_destroy(ctx);
-    nj_tool_free_manifest(lines, n);
+    njt_tool_free_manifest(lines, n);
     free(a.files);
     return rc;
 }

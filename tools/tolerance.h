@@ -8,20 +8,20 @@
  * Why these numbers: outputs are rounded once to their dtype (unit roundoff f16 4.9e-4, bf16 3.9e-3) on top
  * of float32 arithmetic (6e-8 per operation, amplified by reductions); the tolerances leave about 10x
  * headroom over that so a pass is meaningful and a wrong index or missed term (errors of order 1) fails. */
-#ifndef NJ_TOLERANCE_H
-#define NJ_TOLERANCE_H
+#ifndef NJT_TOLERANCE_H
+#define NJT_TOLERANCE_H
 
 #include "normjit.h"
 
 #include <math.h>
 
-typedef struct nj_tolerance {
+typedef struct njt_tolerance {
     double atol; /* relative to the output's scale */
     double rtol; /* relative to |ref| */
-} nj_tolerance;
+} njt_tolerance;
 
 /* Unit roundoff of a storage dtype (half an ulp at 1). */
-static inline double nj_tol_unit_roundoff(nj_dtype d)
+static inline double njt_tol_unit_roundoff(nj_dtype d)
 {
     switch (d) {
     case NJ_F16: return 0x1p-11;
@@ -31,36 +31,36 @@ static inline double nj_tol_unit_roundoff(nj_dtype d)
 }
 
 /* Forward outputs in dtype d (y, residual_out). */
-static inline nj_tolerance nj_tol_output(nj_dtype d)
+static inline njt_tolerance njt_tol_output(nj_dtype d)
 {
     switch (d) {
-    case NJ_F16: return (nj_tolerance){1e-2, 1e-2};
-    case NJ_BF16: return (nj_tolerance){4e-2, 4e-2};
-    default: return (nj_tolerance){1e-5, 1e-5};
+    case NJ_F16: return (njt_tolerance){1e-2, 1e-2};
+    case NJ_BF16: return (njt_tolerance){4e-2, 4e-2};
+    default: return (njt_tolerance){1e-5, 1e-5};
     }
 }
 
 /* Statistics (float32 mean, rstd) of an input of dtype d: float32-level, widened by the input dtype's
  * quantization because a residual sum may be rounded to that dtype before the statistics are taken. */
-static inline nj_tolerance nj_tol_stats(nj_dtype input)
+static inline njt_tolerance njt_tol_stats(nj_dtype input)
 {
-    double q = input == NJ_F32 ? 0.0 : 2.0 * nj_tol_unit_roundoff(input);
-    return (nj_tolerance){1e-5 + q, 1e-5 + q};
+    double q = input == NJ_F32 ? 0.0 : 2.0 * njt_tol_unit_roundoff(input);
+    return (njt_tolerance){1e-5 + q, 1e-5 + q};
 }
 
 /* Backward outputs (dx in its dtype, dgamma/dbeta in the param dtype): one more reduction than the
  * forward pass and a subtraction of two means, so float32 gets 10x the forward tolerance. */
-static inline nj_tolerance nj_tol_grad(nj_dtype d)
+static inline njt_tolerance njt_tol_grad(nj_dtype d)
 {
-    if (d == NJ_F32 || d == NJ_DTYPE_NONE) return (nj_tolerance){1e-4, 1e-4};
-    return nj_tol_output(d);
+    if (d == NJ_F32 || d == NJ_DTYPE_NONE) return (njt_tolerance){1e-4, 1e-4};
+    return njt_tol_output(d);
 }
 
 /* A fused residual add rounds x + residual to float32 before the statistics (as residual_out stores it):
  * with an offset (mean far from zero) that costs |offset| / std * 2^-24 per element (inputs have std
  * ~0.58); the forward's tolerance is widened for it. The statistics themselves are shifted sums, exact to
  * float32 at any offset, so nothing else is widened. */
-static inline nj_tolerance nj_tol_widen_offset(nj_tolerance t, double offset)
+static inline njt_tolerance njt_tol_widen_offset(njt_tolerance t, double offset)
 {
     double w = fabs(offset) * 32.0 * 0x1p-24;
     t.atol += w;

@@ -1,96 +1,27 @@
-/* Shared helpers of the normjit command-line tool (tools/normjit.c), used by every tools/cmd_*.c.
- * The tool is a library user: it prints, the library never does. Exit codes: 0 ok, 1 failure, 2 usage. */
-#ifndef NJ_TOOL_H
-#define NJ_TOOL_H
+/* The normjit command-line tool's subcommands (tools/cmd_*.c, dispatched by tools/normjit.c) and bench's
+ * helpers; the helpers every subcommand shares are the toolkit's (toolkit.h). */
+#ifndef NJT_TOOL_H
+#define NJT_TOOL_H
 
-#include "normjit.h"
+#include "toolkit.h"
 
 #include <stdint.h>
 #include <stdio.h>
 
-enum { NJ_EXIT_OK = 0, NJ_EXIT_FAIL = 1, NJ_EXIT_USAGE = 2 };
-
 /* Subcommand entry points: argv[0] is the subcommand name. */
-int nj_cmd_warmup(int argc, char **argv);
-int nj_cmd_plan(int argc, char **argv);
-int nj_cmd_cache(int argc, char **argv);
-int nj_cmd_check(int argc, char **argv);
-int nj_cmd_bench(int argc, char **argv);
-int nj_cmd_perf(int argc, char **argv);
+int njt_cmd_warmup(int argc, char **argv);
+int njt_cmd_plan(int argc, char **argv);
+int njt_cmd_cache(int argc, char **argv);
+int njt_cmd_check(int argc, char **argv);
+int njt_cmd_bench(int argc, char **argv);
+int njt_cmd_perf(int argc, char **argv);
 
 /* tools/bench_ab.c: a figure row (median and max of v[0..n), times unit, v left as it is); bench --dump
  * (the main kernels' sources of the problems, one file each) and --ab (two dumps compiled alternately). */
-void nj_bench_row(const char *what, const double *v, int n, double unit, const char *uname);
-int nj_bench_dump(const char *dir, const nj_problem_desc *pr, int np, uint32_t passes, int32_t arch);
-int nj_bench_ab(const char *dir_a, const char *dir_b, int32_t arch, int rounds);
+void njt_bench_row(const char *what, const double *v, int n, double unit, const char *uname);
+int njt_bench_dump(const char *dir, const nj_problem_desc *pr, int np, uint32_t passes, int32_t arch);
+int njt_bench_ab(const char *dir_a, const char *dir_b, int32_t arch, int rounds);
 /* NVRTC seconds of a compile of each library module (every gamma dtype) into sec[0..cap); returns how many. */
-int nj_bench_libs(int32_t arch, double *sec, int cap);
-
-/* "normjit: <what>: NJ_ERR_X: <nj_last_error() or the status string>" on stderr. */
-void nj_tool_error(nj_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* "normjit <cmd>: <message>" plus a pointer to --help on stderr; returns NJ_EXIT_USAGE. */
-int nj_tool_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Option matching for "--name VALUE" and "--name=VALUE" at argv[*i]. Returns 0 when argv[*i] is not
- * this option, 1 with *val set (and *i advanced past a separate value), -1 when the value is missing. */
-int nj_tool_opt(int argc, char **argv, int *i, const char *name, const char **val);
-int nj_tool_is_help(const char *arg);
-
-/* Parsers; each returns 0 on success, -1 on bad text. */
-int nj_tool_parse_backend(const char *s, nj_backend_kind *out);    /* cuda, emulator, compile-only */
-int nj_tool_parse_arch(const char *s, int32_t *out);               /* sm_90, 90, compute_90 */
-int nj_tool_parse_passes(const char *s, uint32_t *out);            /* fwd, bwd, fwd,bwd, both */
-int nj_tool_parse_u64(const char *s, uint64_t *out);               /* 123, 64K, 512M, 2G */
-int nj_tool_parse_int(const char *s, long lo, long hi, long *out);
-const char *nj_tool_backend_name(nj_backend_kind k);
-
-/* How a subcommand asks for a context. */
-typedef enum nj_tool_fallback {
-    NJ_TOOL_FALLBACK_NONE = 0,         /* an unusable default backend is an error */
-    NJ_TOOL_FALLBACK_COMPILE_ONLY = 1, /* no driver: compile-only for sm_90 (warmup, plan) */
-    NJ_TOOL_FALLBACK_EMULATOR = 2      /* no driver: run on the emulator (check, bench) */
-} nj_tool_fallback;
-
-typedef struct nj_tool_target {
-    int backend_given;      /* --backend was on the command line */
-    nj_backend_kind backend;
-    int32_t arch;           /* 0 = device's / default */
-    const char *cache_dir;  /* NULL = default root rules */
-    int32_t jobs;           /* max_parallel_compiles (0 = cores) */
-    uint32_t ctx_flags;     /* nj_context_flags */
-} nj_tool_target;
-
-/* Creates a context following the tool's backend rules: --backend wins; else --arch means compile-only
- * (when the fallback is compile-only); else NORMJIT_BACKEND; else cuda, and when cuda has no driver or
- * device the fallback backend is used with a note on stderr. Prints the error itself on failure. */
-nj_status nj_tool_open_context(const nj_tool_target *t, nj_tool_fallback fb, nj_context **out);
-
-/* Cache root for the tool: --cache if given; else NULL (the library's rules: NORMJIT_CACHE_DIR,
- * $XDG_CACHE_HOME/normjit, ~/.cache/normjit) unless NORMJIT_CACHE_DIR is unset and the current directory
- * is a normjit source tree (cache/.gitkeep beside include/normjit.h): then that tree's cache/. */
-const char *nj_tool_cache_root(const char *given);
-
-/* Groups argv words into problem texts: a word holding a space is a problem on its own; other words join
- * with spaces, and a word naming a problem kind (layernorm, rmsnorm, ...) starts a new problem.
- * Returns the count; *out is a malloc'd array of malloc'd strings (free with nj_tool_free_strings). */
-int nj_tool_group_problems(int nwords, char **words, char ***out);
-void nj_tool_free_strings(char **s, int n);
-
-/* Reads one manifest into problem texts with their line numbers (comments and blank lines dropped).
- * Returns 0, or -1 with errno set when the file cannot be read. */
-typedef struct nj_manifest_line {
-    const char *file;
-    int line;
-    char *text;
-} nj_manifest_line;
-int nj_tool_read_manifest(const char *path, nj_manifest_line **lines, int *count, int *cap);
-void nj_tool_free_manifest(nj_manifest_line *lines, int count);
-
-/* Wall clock in seconds (monotonic). */
-double nj_tool_now(void);
-/* "1.2 KiB"-style size into buf. */
-const char *nj_tool_bytes(uint64_t bytes, char *buf, size_t cap);
-/* Text of a problem for messages (static per-thread buffer). */
-const char *nj_tool_problem_text(const nj_problem_desc *p);
+int njt_bench_libs(int32_t arch, double *sec, int cap);
 
 #endif

@@ -23,22 +23,49 @@ enum {
     NOT_FOUND = 500
 };
 
-static int fake_ctx_token;
-static void *const FAKE_CTX = &fake_ctx_token;
+/* One primary context per device (FAKE_CUDA_DEVICES of them, at most 8): modules remember the device they
+ * were loaded under and a launch of their function with another device's context current fails, as it
+ * does on a real driver. */
+static int fake_ctx_token[8];
+#define FAKE_CTX_OF(dev) ((void *)&fake_ctx_token[dev])
 static _Thread_local void *ctx_stack[16];
 static _Thread_local int ctx_depth;
 static int ctx_refs, dyn_shared_attr;
 
-typedef struct fake_module {
+typedef struct fake_module fake_module;
+typedef struct fake_function {
+    fake_module *module;
+    const char *name;
+} fake_function;
+
+struct fake_module {
     char *image;
     size_t size;
     int elf;
-} fake_module;
+    int dev; /* device whose context was current at load */
+    fake_function fns[16]; /* handed out by cuModuleGetFunction, freed with the module */
+    int nfns;
+};
+
+/* Calls by entry point, so a test can assert which driver calls a path makes (fake_calls). */
+#define FAKE_MAX_NAMES 64
+static const char *call_names[FAKE_MAX_NAMES];
+static long call_counts[FAKE_MAX_NAMES];
+static void note_call(const char *name)
+{
+    for (int i = 0; i < FAKE_MAX_NAMES; i++) {
+        if (!call_names[i]) call_names[i] = name;
+        if (call_names[i] == name) {
+            call_counts[i]++;
+            return;
+        }
+    }
+}
 
 /* What the last launch saw, for the test. */
 static unsigned last_grid[3], last_block[3], last_shmem;
 static unsigned char last_args[320];
-static int launches;
+static int launches, last_launch_dev = -1;
 
 static int env_int(const char *name, int dflt)
 {
@@ -46,10 +73,19 @@ static int env_int(const char *name, int dflt)
     return v && v[0] ? atoi(v) : dflt;
 }
 
-static int have_ctx(void) { return ctx_depth > 0 && ctx_stack[ctx_depth - 1] == FAKE_CTX; }
+/* Device of the current context, -1 when none of the fake's is current. */
+static int current_dev(void)
+{
+    if (ctx_depth <= 0) return -1;
+    for (int d = 0; d < 8; d++)
+        if (ctx_stack[ctx_depth - 1] == FAKE_CTX_OF(d)) return d;
+    return -1;
+}
+static int have_ctx(void) { return current_dev() >= 0; }
 
 EXPORT CUresult cuGetErrorName(CUresult r, const char **s)
 {
+    note_call(__func__);
     switch (r) {
     case INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; return OK;
     case INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; return OK;
@@ -60,28 +96,37 @@ EXPORT CUresult cuGetErrorName(CUresult r, const char **s)
 }
 EXPORT CUresult cuGetErrorString(CUresult r, const char **s)
 {
+    note_call(__func__);
     *s = "fake driver error";
     return OK;
 }
-EXPORT CUresult cuInit(unsigned flags) { return env_int("FAKE_CUDA_INIT", OK); }
+EXPORT CUresult cuInit(unsigned flags)
+{
+    note_call(__func__);
+    return env_int("FAKE_CUDA_INIT", OK);
+}
 EXPORT CUresult cuDriverGetVersion(int *v)
 {
+    note_call(__func__);
     *v = 13000;
     return OK;
 }
 EXPORT CUresult cuDeviceGetCount(int *n)
 {
+    note_call(__func__);
     *n = env_int("FAKE_CUDA_DEVICES", 1);
     return OK;
 }
 EXPORT CUresult cuDeviceGet(int *d, int ordinal)
 {
+    note_call(__func__);
     if (ordinal < 0 || ordinal >= env_int("FAKE_CUDA_DEVICES", 1)) return INVALID_DEVICE;
     *d = ordinal;
     return OK;
 }
 EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
 {
+    note_call(__func__);
     switch (attr) {
     case 75: *v = 9; return OK;       /* compute capability major */
     case 76: *v = 0; return OK;       /* minor */
@@ -95,34 +140,48 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
 }
 EXPORT CUresult cuDevicePrimaryCtxRetain(void **c, int dev)
 {
+    note_call(__func__);
+    if (dev < 0 || dev >= 8) return INVALID_DEVICE;
     ctx_refs++;
-    *c = FAKE_CTX;
+    *c = FAKE_CTX_OF(dev);
     return OK;
 }
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev)
 {
+    note_call(__func__);
     ctx_refs--;
     return OK;
 }
 EXPORT CUresult cuCtxGetCurrent(void **c)
 {
+    note_call(__func__);
     *c = ctx_depth ? ctx_stack[ctx_depth - 1] : NULL;
     return OK;
 }
 EXPORT CUresult cuCtxPushCurrent_v2(void *c)
 {
+    note_call(__func__);
     if (ctx_depth == 16) return INVALID_VALUE;
     ctx_stack[ctx_depth++] = c;
     return OK;
 }
 EXPORT CUresult cuCtxPopCurrent_v2(void **c)
 {
+    note_call(__func__);
     if (ctx_depth == 0) return INVALID_CONTEXT;
     *c = ctx_stack[--ctx_depth];
     return OK;
 }
-EXPORT CUresult cuCtxSynchronize(void) { return have_ctx() ? OK : INVALID_CONTEXT; }
-EXPORT CUresult cuStreamSynchronize(void *s) { return have_ctx() ? OK : INVALID_CONTEXT; }
+EXPORT CUresult cuCtxSynchronize(void)
+{
+    note_call(__func__);
+    return have_ctx() ? OK : INVALID_CONTEXT;
+}
+EXPORT CUresult cuStreamSynchronize(void *s)
+{
+    note_call(__func__);
+    return have_ctx() ? OK : INVALID_CONTEXT;
+}
 
 /* A 64-bit ELF ends with its section header table: e_shoff + e_shnum * e_shentsize. */
 static size_t elf_size(const unsigned char *p)
@@ -137,20 +196,23 @@ static size_t elf_size(const unsigned char *p)
 
 EXPORT CUresult cuModuleLoadData(void **m, const void *image)
 {
+    note_call(__func__);
     if (!have_ctx()) return INVALID_CONTEXT;
     const char *p = image;
     int elf = memcmp(p, "\x7f" "ELF", 4) == 0;
     if (!elf && !(strstr(p, ".version") && strstr(p, ".target"))) return INVALID_IMAGE;
-    fake_module *fm = malloc(sizeof *fm);
+    fake_module *fm = calloc(1, sizeof *fm);
     fm->size = elf ? elf_size(image) : strlen(p);
     fm->image = malloc(fm->size);
     memcpy(fm->image, p, fm->size); /* a real driver copies too: the caller may free the image */
     fm->elf = elf;
+    fm->dev = current_dev();
     *m = fm;
     return OK;
 }
 EXPORT CUresult cuModuleUnload(void *m)
 {
+    note_call(__func__);
     if (!have_ctx()) return INVALID_CONTEXT;
     free(((fake_module *)m)->image);
     free(m);
@@ -159,13 +221,18 @@ EXPORT CUresult cuModuleUnload(void *m)
 /* A cubin's string table holds "name\0"; PTX declares ".entry name(". */
 EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
 {
+    note_call(__func__);
     fake_module *fm = m;
     size_t n = strlen(name);
     for (size_t i = 0; i + n + 1 <= fm->size; i++) {
         if (memcmp(fm->image + i, name, n) != 0) continue;
         if (fm->elf ? fm->image[i + n] == '\0' && (i == 0 || fm->image[i - 1] == '\0')
                     : fm->image[i + n] == '(' && i >= 7 && memcmp(fm->image + i - 7, ".entry ", 7) == 0) {
-            *f = fm->image + i;
+            int k = 0;
+            while (k < fm->nfns && fm->fns[k].name != fm->image + i) k++;
+            if (k == 16) return INVALID_VALUE;
+            if (k == fm->nfns) fm->fns[fm->nfns++] = (fake_function){fm, fm->image + i};
+            *f = &fm->fns[k];
             return OK;
         }
     }
@@ -173,6 +240,7 @@ EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
 }
 EXPORT CUresult cuFuncSetAttribute(void *f, int attr, int v)
 {
+    note_call(__func__);
     if (attr != 8 || v > 232448) return INVALID_VALUE;
     dyn_shared_attr = v;
     return OK;
@@ -180,7 +248,8 @@ EXPORT CUresult cuFuncSetAttribute(void *f, int attr, int v)
 EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned shmem, void *stream, void **params, void **extra)
 {
-    if (!have_ctx()) return INVALID_CONTEXT;
+    note_call(__func__);
+    if (!have_ctx() || ((fake_function *)f)->module->dev != current_dev()) return INVALID_CONTEXT;
     if ((uint64_t)bx * by * bz > 1024 || !params || extra) return INVALID_VALUE;
     if (shmem > 48 * 1024 && (int)shmem > dyn_shared_attr) return INVALID_VALUE;
     last_grid[0] = gx, last_grid[1] = gy, last_grid[2] = gz;
@@ -188,10 +257,12 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
     last_shmem = shmem;
     memcpy(last_args, params[0], sizeof last_args < 312 ? sizeof last_args : 312); /* sizeof(nj_kargs) */
     launches++;
+    last_launch_dev = current_dev();
     return OK;
 }
 EXPORT CUresult cuMemAlloc_v2(uint64_t *p, size_t n)
 {
+    note_call(__func__);
     if (!have_ctx()) return INVALID_CONTEXT;
     if (n == 0) return INVALID_VALUE;
     *p = (uint64_t)(uintptr_t)malloc(n);
@@ -199,18 +270,21 @@ EXPORT CUresult cuMemAlloc_v2(uint64_t *p, size_t n)
 }
 EXPORT CUresult cuMemFree_v2(uint64_t p)
 {
+    note_call(__func__);
     if (!have_ctx()) return INVALID_CONTEXT;
     free((void *)(uintptr_t)p);
     return OK;
 }
 EXPORT CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n)
 {
+    note_call(__func__);
     if (!have_ctx()) return INVALID_CONTEXT;
     memcpy((void *)(uintptr_t)dst, src, n);
     return OK;
 }
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
 {
+    note_call(__func__);
     if (!have_ctx()) return INVALID_CONTEXT;
     memcpy(dst, (const void *)(uintptr_t)src, n);
     return OK;
@@ -220,6 +294,15 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
 EXPORT int fake_ctx_refs(void) { return ctx_refs; }
 EXPORT int fake_ctx_depth(void) { return ctx_depth; }
 EXPORT int fake_launches(void) { return launches; }
+EXPORT int fake_last_launch_device(void) { return last_launch_dev; }
+/* Calls of entry point `name` so far; NULL: of every entry point. */
+EXPORT long fake_calls(const char *name)
+{
+    long n = 0;
+    for (int i = 0; i < FAKE_MAX_NAMES && call_names[i]; i++)
+        if (!name || !strcmp(call_names[i], name)) n += call_counts[i];
+    return n;
+}
 EXPORT void fake_last_launch(unsigned grid[3], unsigned block[3], unsigned *shmem, void *args, size_t n)
 {
     memcpy(grid, last_grid, sizeof last_grid);

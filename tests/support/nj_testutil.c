@@ -1,7 +1,7 @@
 /* Shared test helpers; see nj_testutil.h. Element conversion goes through the library's converters
  * (nj_load_as_double / nj_store_from_double in src/reference.c) so every suite rounds the same way. */
 #include "nj_testutil.h"
-#include "../../tools/tolerance.h"
+#include "tolerance.h"
 
 #include "reference.h"
 
@@ -231,7 +231,7 @@ nj_tu_cmp nj_tu_compare_strided(const char *label, const void *buf, const nj_ten
 void nj_tu_default_tol(nj_dtype d, double *atol, double *rtol)
 {
     /* The one table of tolerances lives in tools/tolerance.h (shared with `normjit check`). */
-    nj_tolerance t = nj_tol_output(d);
+    njt_tolerance t = njt_tol_output(d);
     *atol = t.atol;
     *rtol = t.rtol;
 }

@@ -1,33 +1,38 @@
-/* Miss latency of nj_cache_get with the Redis tier (README "Fleet cache (Redis)"): no tier, Redis up
+/* Miss latency of a cache lookup (the operator API's nj_ops_cachedir_lookup) with the Redis tier (README "Fleet cache (Redis)"): no tier, Redis up
  * (value absent), Redis down (a port nothing listens on), a silent server (a socket of ours that never
  * answers). Prints; asserts nothing.
  *   bench_remote REDIS_PORT DOWN_PORT [DIR]   e.g. after `redis-server --port 6399 --save ''` */
-#include "cache_remote.h"
+#define NJ_OPERATOR_API
+#include "normjit_ops.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 static double now_us(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e6 + t.tv_nsec / 1e3; }
 static void run(const char *label, const char *root, const char *url, int n)
 {
-    nj_cache *c;
-    if (nj_cache_open(root, 0, &c) != NJ_OK) { printf("cannot open %s\n", root); exit(1); }
-    if (url) { nj_remote *r; if (nj_remote_open(url, NULL, &r) != NJ_OK) { puts("open failed"); exit(1); } nj_cache_attach_remote(c, r); }
+    nj_cachedir *c;
+    if (nj_cachedir_open(root, 0, &c) != NJ_OK) { printf("cannot open %s\n", root); exit(1); }
+    if (url && nj_ops_cachedir_attach_remote(c, url) != NJ_OK) { puts("open failed"); exit(1); }
     double first = 0, total = 0, mx = 0;
     for (int i = 0; i < n; i++) {
         char sig[64]; snprintf(sig, sizeof sig, "bench signature %d %s", i, label);
-        nj_cache_entry e; double t = now_us();
-        nj_cache_get(c, sig, "so", &e);
+        double t = now_us();
+        nj_ops_cachedir_lookup(c, sig, "so");
         double d = now_us() - t;
         if (i == 0) first = d; else { total += d; if (d > mx) mx = d; }
     }
-    nj_remote_counters k = {0}; nj_remote_counters_get(nj_cache_remote(c), &k);
+    nj_ops_remote_info ri;
+    memset(&ri, 0, sizeof ri);
+    if (url) nj_ops_cachedir_remote_info(c, &ri);
     printf("%-28s first %8.1f us, then mean %7.1f us max %8.1f us over %d misses (errors %llu, skipped %llu)\n", label, first, total / (n - 1), mx, n - 1,
-           (unsigned long long)k.errors, (unsigned long long)k.skipped);
-    nj_cache_close(c);
+           (unsigned long long)ri.counters.errors, (unsigned long long)ri.counters.skipped);
+    nj_cachedir_close(c);
 }
 int main(int argc, char **argv)
 {

@@ -1,0 +1,62 @@
+/* GENERAL family (fwd_general.cu, bwd_general.cu), valid for every canonical problem: a block per
+ * statistic walking the reduction with strided loads, split over blocks from NJ_SPLIT_MIN elements.
+ *
+ * Backward:
+ *  - nj_bwd_dx: a block per statistic walking the reduction twice (two block sums, then dx);
+ *  - with scale or bias, the separate dgamma/dbeta launches (nj_plan_pgrad): a block per feature
+ *    element walking the non-feature index space in a fixed order. Its grid is fixed (not a function of
+ *    the batch), so the split of work between threads, and with it the rounding, is the same on every
+ *    run: deterministic without atomics. */
+#include "planner_impl.h"
+
+bool nj_general_applies(const nj_canon *c, nj_pass pass)
+{
+    (void)c, (void)pass;
+    return true;
+}
+
+nj_status nj_plan_fwd_general(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    pp->vec = 1;
+    pp->rows_per_block = 1;
+    pp->split = 1;
+    pp->regs_cache = 0;
+    int64_t n = c->reduce_size;
+    pp->block = nj_plan_walk_block(n);
+    if (n >= NJ_SPLIT_MIN) {
+        /* BatchNorm over N x H x W: a block per channel left most SMs idle */
+        nj_plan_fwd_split(c, "nj_fwd_general_part", "nj_fwd_general", pp);
+        return NJ_OK;
+    }
+    nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    nj_plan_grid_loop(pp, n, dev);
+    return NJ_OK;
+}
+
+nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    pp->vec = 1;
+    pp->rows_per_block = 1;
+    pp->split = 1;
+    pp->regs_cache = 0;
+    pp->block = nj_plan_walk_block(c->reduce_size);
+    if (c->reduce_size >= NJ_SPLIT_MIN) {
+        pp->split = nj_plan_split_pieces(c->reduce_size);
+        nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_PART);
+        nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner * pp->split, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
+        /* (sum g, sum g * xhat) a piece, and centered sum (x - mean) * rstd: the saved mean's correction */
+        uint64_t per_piece = (c->flags & NJ_FLAG_CENTER) ? 3u : 2u;
+        pp->workspace_per_row = (uint64_t)c->kept_inner * (uint64_t)pp->split * per_piece * sizeof(float);
+    } else {
+        nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
+        nj_plan_grid_loop(pp, c->reduce_size, dev);
+    }
+    nj_plan_pgrad(c, dev, pp);
+    /* [statistic][piece][WQ] sums, after the fixed region of the dgamma/dbeta launches */
+    if (pp->split > 1) nj_plan_ws(pp, NJ_WS_PARTS, (int64_t)(pp->workspace_fixed / sizeof(float)), 0);
+    return NJ_OK;
+}

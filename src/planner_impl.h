@@ -1,0 +1,52 @@
+/* Private to the planner's files (planner_*.c, family.c): the family planners that the registry
+ * (family_list.h) names, and the helpers they share (planner_common.c). Nothing outside the planner
+ * includes it: codegen, kernels and launch see nj_plan_params only. */
+#ifndef NJ_PLANNER_IMPL_H
+#define NJ_PLANNER_IMPL_H
+
+#include "planner.h"
+
+static inline int64_t nj_ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Statistics of at least NJ_SPLIT_MIN elements are cut into pieces of about NJ_SPLIT_PIECE, a block each
+ * (at most NJ_SPLIT_MAX a statistic), forward and backward: a block per statistic would leave most SMs
+ * idle for the few long rows of e.g. nv_norms' 10 x 10^7 LayerNorm, and the batch is only known at
+ * launch, so the cut depends on the statistic. */
+#define NJ_SPLIT_MIN (1 << 18)
+#define NJ_SPLIT_PIECE (1 << 15)
+#define NJ_SPLIT_MAX 256
+/* Pieces of a statistic of n elements under the rule above (1 below NJ_SPLIT_MIN). */
+NJ_HIDDEN int32_t nj_plan_split_pieces(int64_t n);
+
+/* A forward split walk (pp->block set): pieces of each statistic (nj_plan_split_pieces), a block each,
+ * `part` writing each piece's (sum, m2) to the workspace, `main_kernel` combining a statistic's pieces
+ * in order and normalizing its piece. */
+NJ_HIDDEN void nj_plan_fwd_split(const nj_canon *c, const char *part, const char *main_kernel, nj_plan_params *pp);
+
+/* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then
+ * caps the grids of its launches that scale with the batch at two waves of resident blocks. */
+#define NJ_LOOP_ELEMS 2048
+NJ_HIDDEN void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev);
+/* Threads of a block that walks n elements of one statistic. */
+NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
+
+/* Pieces of each walk of the column family (1: none), forward and backward alike. */
+NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev);
+
+/* The separate dgamma/dbeta launches (bwd_pgrad.cuh, bwd_pgrad_col.cuh) of the backward families that
+ * do not fuse them into their own walk: none without scale/bias. Appended after pp's launches, their
+ * partials in the workspace's fixed region. */
+NJ_HIDDEN void nj_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
+
+/* The families (family_list.h): whether one applies to a pass of c, and its planners. A planner fills
+ * blocks, launches and workspace; the driver (planner.c) has set pass, family and template. */
+#define NJ_FAMILY_X(ID, name, fwd_tpl, bwd_tpl, applies, plan_fwd, plan_bwd)                                  \
+    NJ_HIDDEN bool applies(const nj_canon *c, nj_pass pass);                                                   \
+    NJ_HIDDEN nj_status plan_fwd(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);            \
+    NJ_HIDDEN nj_status plan_bwd(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
+#define NJ_FAMILY_LIB_X(ID, name)
+#include "family_list.h"
+#undef NJ_FAMILY_X
+#undef NJ_FAMILY_LIB_X
+
+#endif

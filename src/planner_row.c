@@ -1,0 +1,248 @@
+/* ROW family (fwd_row.cu, bwd_row.cu): a warp or a block per row.
+ *
+ * Forward: the ROW kind and other row-like problems (plan_rowlike). Rows of up to NJ_WARP_ROW_MAX
+ * elements get a warp each (4 rows per 128-thread block), longer rows a block each; the row stays in
+ * registers when a thread's share fits (regs_cache), else the kernel streams x twice; rows of
+ * NJ_SPLIT_MIN elements and more are split over several blocks (split), their statistics combined
+ * through the workspace. The vector width is the widest of 8/4/2 that divides the row, keeps every
+ * access within 16 bytes and matches the layout of every operand (unit stride along the row, kept
+ * strides multiples of it). Base pointers and batch strides are run-time values: the plan names the
+ * operands that need them aligned (align_opds) and the launch runs the unaligned variant
+ * (nj_plan_variant) when they are not.
+ *
+ * Backward: see nj_plan_bwd_row. */
+#include "planner_impl.h"
+
+#define NJ_WARP_ROW_MAX 1024     /* rows up to this length get a warp each */
+/* Elements per thread a block-per-row plan aims for: 8 (one 16-byte vector of a 16-bit row, 256 threads
+ * for 2048, 1024 for 8192, as Triton-generated kernels run them). 16 halved the threads and doubled each
+ * thread's unrolled code: NVRTC took 3 to 6 ms more a kernel (the LLM manifest's median, 8% of it). */
+#define NJ_ROW_ELEMS_TARGET 8
+
+/* Largest bytes of one element among the operands a forward row kernel touches with vector accesses. */
+static int32_t plan_max_elem_bytes(const nj_canon *c)
+{
+    static const nj_operand opds[] = {NJ_OPD_X, NJ_OPD_Y, NJ_OPD_RES, NJ_OPD_RESOUT, NJ_OPD_PARAM};
+    int32_t m = 1;
+    for (size_t i = 0; i < NJ_ARRAY_LEN(opds); i++) {
+        int32_t b = (int32_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
+        if (b > m) m = b;
+    }
+    return m;
+}
+
+/* Operands the forward kernels read or write with the row's layout, given the flags. */
+static bool plan_fwd_uses(const nj_canon *c, nj_operand o)
+{
+    switch (o) {
+    case NJ_OPD_X:
+    case NJ_OPD_Y: return true;
+    case NJ_OPD_RES: return (c->flags & NJ_FLAG_RESIDUAL) != 0;
+    case NJ_OPD_RESOUT: return (c->flags & NJ_FLAG_RESIDUAL_OUT) != 0;
+    case NJ_OPD_PARAM: return (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
+    default: return false;
+    }
+}
+
+/* Row-like: every reduced axis lies inside every kept axis, and x has stride 1 on the innermost one. The
+ * ROW kind is one; so is GroupNorm NCHW, whose reduction (C/G, HW) stays two axes because only C/G is a
+ * feature. The row kernel decomposes an element's offset over the reduced axes. Returns the outermost
+ * reduced axis, or -1. */
+static int plan_rowlike(const nj_canon *c)
+{
+    int first = -1;
+    for (int a = 1; a < c->rank; a++) {
+        if (c->axes[a].reduce && first < 0) first = a;
+        if (!c->axes[a].reduce && first >= 0) return -1; /* a kept axis inside a reduced one */
+    }
+    if (first < 0 || c->axes[c->rank - 1].stride[NJ_OPD_X] != 1) return -1;
+    return first;
+}
+
+/* Widest vector width valid for every row of a row-like problem: a chunk of v elements stays within
+ * one run of the innermost axis, has unit stride in every activation operand, and starts aligned
+ * (every other stride a multiple of v). gamma/beta constant along the innermost axis are loaded once a
+ * chunk and do not limit v. Batch strides and pointers are checked by the kernel at run time. */
+static int32_t plan_row_vec(const nj_canon *c)
+{
+    int in = c->rank - 1;
+    int32_t maxb = plan_max_elem_bytes(c);
+    for (int32_t v = 8; v > 1; v /= 2) {
+        if (v * maxb > 16 || c->axes[in].extent % v != 0) continue;
+        bool ok = true;
+        for (int o = NJ_OPD_X; o <= NJ_OPD_PARAM && ok; o++) {
+            if (!plan_fwd_uses(c, (nj_operand)o)) continue;
+            int64_t rs = c->axes[in].stride[o];
+            if (o == NJ_OPD_PARAM && rs == 0) continue; /* one gamma per chunk: a scalar load */
+            if (rs != 1) ok = false;
+            for (int a = 1; a < in && ok; a++)
+                if (c->axes[a].stride[o] % v != 0) ok = false;
+        }
+        if (ok) return v;
+    }
+    return 1;
+}
+
+static int32_t plan_round32(int64_t n) { return (int32_t)(nj_ceil_div64(n, 32) * 32); }
+
+/* Operands fwd_row.cu reads or writes vec elements at a time: the activations, and gamma/beta when they
+ * run along the row (not when constant along it: then one value is loaded per chunk). */
+static uint32_t plan_fwd_row_align(const nj_canon *c)
+{
+    uint32_t m = 1u << NJ_OPD_X | 1u << NJ_OPD_Y;
+    if (c->flags & NJ_FLAG_RESIDUAL) m |= 1u << NJ_OPD_RES;
+    if (c->flags & NJ_FLAG_RESIDUAL_OUT) m |= 1u << NJ_OPD_RESOUT;
+    if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->axes[c->rank - 1].stride[NJ_OPD_PARAM] != 0)
+        m |= 1u << NJ_OPD_PARAM;
+    return m;
+}
+
+nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t n = c->reduce_size;
+    int32_t vec = plan_row_vec(c);
+    int64_t nch = n / vec;
+    pp->vec = vec;
+    pp->split = 1;
+    int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
+    if (n <= NJ_WARP_ROW_MAX) {
+        pp->block = 128;
+        pp->rows_per_block = pp->block / 32;
+        pp->regs_cache = (int32_t)(nj_ceil_div64(nch, 32) * vec);
+    } else {
+        int32_t t = plan_round32(nj_ceil_div64(n, NJ_ROW_ELEMS_TARGET));
+        if (t < 128) t = 128;
+        if (t > maxt) t = maxt;
+        int64_t elems = nj_ceil_div64(nch, t) * vec;
+        /* __launch_bounds__(t) leaves 65536 / t registers a thread: 64 at 1024 threads */
+        int64_t cap = t > 512 ? 16 : 32;
+        pp->rows_per_block = 1;
+        if (elems <= cap) {
+            pp->block = t;
+            pp->regs_cache = (int32_t)elems;
+        } else {
+            pp->block = maxt < 512 ? maxt : 512;
+            pp->regs_cache = 0;
+        }
+    }
+    if (vec > 1) pp->align_opds = plan_fwd_row_align(c);
+    if (pp->regs_cache == 0 && n >= NJ_SPLIT_MIN) {
+        /* x is read twice, as a streamed row is anyway */
+        nj_plan_fwd_split(c, "nj_fwd_row_part", "nj_fwd_row", pp);
+        return NJ_OK;
+    }
+    nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    nj_plan_grid_loop(pp, (int64_t)pp->rows_per_block * n, dev);
+    return NJ_OK;
+}
+
+
+/* ROW family (bwd_row.cu): the ROW kind whose only feature axis, if any, is the row (LayerNorm and
+ * RMSNorm over the last axes). Rows up to NJ_BWD_WARP_ROW get a warp each; longer ones a block sized for
+ * about NJ_BWD_ELEMS elements a thread, whose column sums stay in registers across rows up to
+ * NJ_BWD_ROW_MAX (beyond, they would need more: see NJ_BWD_ROW_LONG). */
+#define NJ_BWD_WARP_ROW 256
+#define NJ_BWD_ELEMS 8
+#define NJ_BWD_ROW_MAX 16384
+/* Longer rows with gamma/beta: the row kernel writes dx only and the column-tiled dgamma/dbeta
+ * launches (bwd_pgrad_col.cuh) re-read x and dy; from NJ_BWD_ROW_LONG on, the general family splits
+ * each row over blocks instead. */
+#define NJ_BWD_ROW_LONG (1 << 18)
+
+static bool bwd_row_ok(const nj_canon *c)
+{
+    if (c->kind != NJ_KIND_ROW || c->reduce_size > INT32_MAX / 2) return false;
+    const nj_canon_axis *in = &c->axes[c->rank - 1];
+    if (!in->reduce || in->stride[NJ_OPD_X] != 1 || in->stride[NJ_OPD_DY] != 1 || in->stride[NJ_OPD_DX] != 1)
+        return false;
+    if (c->param_size == 0) return true;
+    return c->reduce_size < NJ_BWD_ROW_LONG && c->param_size == c->reduce_size && in->feature &&
+           in->stride[NJ_OPD_PARAM] == 1;
+}
+
+/* Widest vector width for x, dy, dx along the row: a chunk stays in the row, within 16 bytes, and
+ * starts aligned (kept strides multiples of it). Pointers and batch strides are checked at launch
+ * (align_opds; nj_plan_variant). */
+static int32_t bwd_row_vec(const nj_canon *c)
+{
+    static const nj_operand opds[] = {NJ_OPD_X, NJ_OPD_DY, NJ_OPD_DX};
+    int32_t maxb = 1;
+    for (size_t i = 0; i < NJ_ARRAY_LEN(opds); i++) {
+        int32_t b = (int32_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
+        if (b > maxb) maxb = b;
+    }
+    for (int32_t v = 8; v > 1; v /= 2) {
+        if (v * maxb > 16 || c->reduce_size % v != 0) continue;
+        bool ok = true;
+        for (size_t i = 0; i < NJ_ARRAY_LEN(opds) && ok; i++)
+            for (int a = 1; a < c->rank - 1 && ok; a++)
+                if (c->axes[a].stride[opds[i]] % v != 0) ok = false;
+        if (ok) return v;
+    }
+    return 1;
+}
+
+nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t n = c->reduce_size;
+    int32_t maxt = dev->max_threads_per_block >= 64 ? dev->max_threads_per_block : 1024;
+    pp->vec = bwd_row_vec(c);
+    if (pp->vec > 1) pp->align_opds = 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX;
+    /* gamma (and beta under an activation) load a vector a chunk, along the row like x */
+    if (pp->vec > 1 && c->param_size > 0) pp->align_opds |= 1u << NJ_OPD_PARAM;
+    pp->split = 1;
+    pp->regs_cache = 0;
+    if (n <= NJ_BWD_WARP_ROW) {
+        pp->block = 256;
+        pp->rows_per_block = pp->block / 32;
+    } else {
+        int64_t t = (n / NJ_BWD_ELEMS + 31) / 32 * 32;
+        /* Up to 1024 threads when each then owns one vector chunk (its column sums: 2 x vec registers,
+         * 51-56 at 1024 threads for 16-bit rows of 5120 and 8192, one unrolled chunk instead of two:
+         * ~10 ms less NVRTC); else at most 512: __launch_bounds__(512) leaves 128 registers a thread
+         * for the column sums of several chunks (10000 f32 rows spilled at 1024). */
+        int64_t one_chunk = (n / pp->vec + 31) / 32 * 32;
+        int64_t cap = one_chunk <= maxt ? 1024 : 512;
+        if (cap > maxt) cap = maxt;
+        pp->block = (int32_t)(t < 64 ? 64 : t > cap ? cap : t);
+        pp->rows_per_block = 1;
+    }
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    if (c->param_size == 0 || n > NJ_BWD_ROW_MAX) {
+        nj_plan_add_launch(pp, "nj_bwd_row", pp->block, c->kept_inner, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
+        pp->launch[0].row_div = pp->rows_per_block;
+        nj_plan_grid_loop(pp, (int64_t)pp->rows_per_block * n, dev);
+        nj_plan_pgrad(c, dev, pp); /* none without gamma/beta */
+        return NJ_OK;
+    }
+    /* A fixed number of blocks (one partial row each), 1024 threads an SM. A 512-thread block whose
+     * threads own one vector chunk each was meant to fit twice (56-64 registers a thread); one that owns
+     * several chunks holds up to 128 registers a thread: one block an SM. On the H200, two 512-thread
+     * blocks an SM took the bf16 RMSNorm backward of 32768 x 4096 from 2.26 to 3.09 TB/s. The saved-mean
+     * correction (numerics) has since taken that kernel to 75-76 registers: one block an SM is resident
+     * and the slots run in two waves (LayerNorm bf16 32768 x 4096: 222 -> 263 us); __launch_bounds__
+     * (512, 2) spilled. Getting the 64 registers back is open work. */
+    int64_t one_chunk = (n / pp->vec + 31) / 32 * 32;
+    int32_t per_sm = pp->block < 512 ? 1024 / pp->block : pp->block == 512 && one_chunk <= 512 ? 2 : 1;
+    int32_t nslot = sms * per_sm;
+    nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    pp->pgrad = NJ_PGRAD_SLOTS;
+    pp->pgrad_parts = nslot;
+    nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
+    /* slot k's partial row of gamma at [k][n], of beta at [nslot + k][n] */
+    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0}, [NJ_COLSUM_NPARTS] = {nslot, 0},
+                                         [NJ_COLSUM_S_OUTER] = {n, 0}, [NJ_COLSUM_S_COL] = {1, 0},
+                                         [NJ_COLSUM_BASE_B] = {(int64_t)nslot * n, 0}};
+    nj_plan_add_colsum(pp, arg);
+    pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
+    return NJ_OK;
+}
+
+bool nj_row_applies(const nj_canon *c, nj_pass pass)
+{
+    if (pass == NJ_PASS_BACKWARD) return bwd_row_ok(c);
+    return c->kind == NJ_KIND_ROW || plan_rowlike(c) > 0;
+}
