@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "tolerance.h"
 #include "vocab.h"
 
 static const nj_dtype all_dtypes[] = {NJ_F32, NJ_F16, NJ_BF16};
@@ -26,6 +27,13 @@ static void test_dtype_rows(void **state)
         assert_string_equal(nj_dtype_name(all_dtypes[i]), t->name);
         assert_int_equal(nj_dtype_size(all_dtypes[i]), t->size);
         assert_true(t->unit_roundoff > 0 && t->out_tol > t->unit_roundoff);
+    }
+    /* The tools keep their own copy of the tolerances (they see public headers only): the two agree. */
+    for (size_t i = 0; i < sizeof all_dtypes / sizeof all_dtypes[0]; i++) {
+        const nj_dtype_info *t = nj_dtype_find(all_dtypes[i]);
+        assert_true(njt_tol_unit_roundoff(all_dtypes[i]) == t->unit_roundoff);
+        assert_true(njt_tol_output(all_dtypes[i]).atol == t->out_tol);
+        assert_true(njt_tol_output(all_dtypes[i]).rtol == t->out_tol);
     }
     assert_int_equal(nj_dtype_find(NJ_F32)->size, sizeof(float));
     assert_int_equal(nj_dtype_find(NJ_BF16)->size, sizeof(uint16_t));
