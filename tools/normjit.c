@@ -17,6 +17,8 @@ typedef struct nj_tool_cmd {
     const char *summary;
 } nj_tool_cmd;
 
+int nj_cmd_model(int argc, char **argv); /* tools/cmd_model.c */
+
 static const nj_tool_cmd nj_cmds[] = {
     {"warmup", nj_cmd_warmup, "compile every problem of manifests into the cache"},
     {"plan", nj_cmd_plan, "show the plan, signature and cache state of problems"},
@@ -24,6 +26,7 @@ static const nj_tool_cmd nj_cmds[] = {
     {"check", nj_cmd_check, "run problems on random data and compare with the double reference"},
     {"bench", nj_cmd_bench, "measure cold compile, warm load and hot lookup times"},
     {"perf", nj_cmd_perf, "time the kernels of problems on the device: us per call, GB/s"},
+    {"model", nj_cmd_model, "performance model of problems on a named device, without a GPU"},
 };
 
 static void nj_tool_main_help(FILE *f)
