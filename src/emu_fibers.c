@@ -722,8 +722,12 @@ void nj_emu_release(void)
 static void rt_access(const void *p, unsigned bytes, int store, const void *site)
 {
     const nj_emu_counter *k = g_counter;
-    if (k && g_s.cur)
-        k->access(k->user, (uint32_t)(g_s.cur->block * g_s.nthr) + g_s.cur->linear, p, bytes, store, site);
+    const emu_fiber *f = g_s.cur;
+    /* the fiber's own stack (its locals, the kernel arguments) and shared memory are not global memory */
+    if (!k || !f || ((const char *)p >= f->stack_lo && (const char *)p < f->stack_lo + NJ_EMU_STACK) ||
+        ((const char *)p >= g_arena && (const char *)p < g_arena + g_arena_size))
+        return;
+    k->access(k->user, (uint32_t)(f->block * g_s.nthr) + f->linear, p, bytes, store, site);
 }
 
 /* ---------------------------------------------------------------- launch */

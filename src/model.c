@@ -235,10 +235,12 @@ static void m_time(nj_model_launch *m, const nj_model_device *d)
     if (blocks_per_sm < 1) blocks_per_sm = 1;
     double req_bytes = t->req[NJ_TRACE_LD] > 0 ? t->sectors[NJ_TRACE_LD] * 32 / t->req[NJ_TRACE_LD] : 0;
     m->inflight_sm = blocks_per_sm * ((m->threads + 31) / 32) * req_bytes * m->ilp;
-    double bw_lat = active_sms * m->inflight_sm / d->latency_s;
+    /* Little's law: each load sector waits a DRAM latency when it misses the L2, an L2 latency when it hits */
+    double load_bytes = t->sectors[NJ_TRACE_LD] * 32, hits = load_bytes > t->dram_read ? load_bytes - t->dram_read : 0;
+    double wait = t->dram_read * d->latency_s + hits * d->l2_latency_s, inflight = active_sms * m->inflight_sm;
     double dram = t->dram_read + t->dram_write;
     m->t_dram = dram / d->copy_bw;
-    m->t_lat = bw_lat > 0 ? t->dram_read / bw_lat : 0;
+    m->t_lat = inflight > 0 ? wait / inflight : 0;
     m->t_l2 = (t->sectors[0] + t->sectors[1]) * 32 / d->l2_bw;
     double body = m->t_dram, tail = m->tail > 0 ? m->tail : 1;
     m->bound = "dram";

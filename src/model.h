@@ -22,6 +22,7 @@ typedef struct nj_model_device {
     double l2_bytes;       /* last-level cache */
     double l2_bw;          /* bytes/s of L2 sector traffic the SMs can draw */
     double latency_s;      /* DRAM load latency under load (Little's law) */
+    double l2_latency_s;   /* load latency of an L2 hit under load */
     double launch_s;       /* fixed cost a kernel adds in a stream of launches (launch, ramp, drain) */
     int32_t threads_sm, blocks_sm, regs_sm, smem_sm; /* occupancy limits an SM */
     const char *source;    /* where the figures come from */
@@ -52,6 +53,7 @@ typedef struct nj_trace_launch {
     double width[2][NJ_TRACE_WIDTHS]; /* lane accesses by width */
     double dram_read, dram_write;     /* DRAM bytes under the L2 model */
     double unique_bytes;      /* distinct sectors touched this launch, in bytes */
+    double dram_read_once, dram_write_once, unique_once; /* of sectors several clusters share: not scaled */
 } nj_trace_launch;
 
 #define NJ_TRACE_MAX_LAUNCHES 16
@@ -77,7 +79,7 @@ NJ_HIDDEN nj_status nj_trace_status(const nj_trace *t);
 typedef struct nj_model_opts {
     const nj_model_device *dev;
     int32_t ptxas;          /* 1: compile with NVRTC for the ptxas report (registers, shared memory) */
-    uint32_t sample;        /* clusters traced a launch (0: default 64) */
+    uint32_t sample;        /* clusters traced a launch (0: default 32) */
     uint32_t passes;        /* nj_pass bits */
 } nj_model_opts;
 

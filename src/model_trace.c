@@ -34,6 +34,8 @@ typedef struct tr_sector {
     double at_block;  /* that block's bytes counter at the last touch */
     uint64_t cluster; /* cluster of the last touch, and its launch */
     int32_t launch;
+    int32_t first_launch; /* launch of the first touch; -1 once another cluster of it touched the sector */
+    int32_t first_store;
 } tr_sector;
 
 typedef struct tr_occ {
@@ -59,7 +61,10 @@ struct nj_trace {
     uint32_t nthr, nwarps;
     double resident, scale;
     uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
-    const void *site[TR_MAX_SITES];
+    struct {
+        const void *site;
+        int32_t id;
+    } site_slot[512]; /* instruction -> id, open addressing (fewer than TR_MAX_SITES in use) */
     int32_t nsite;
     tr_occ *occ; /* threads of a cluster * TR_MAX_SITES */
     size_t occ_cap;
@@ -88,6 +93,7 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     t->nthr = l->block[0] * l->block[1] * l->block[2];
     t->nwarps = (t->nthr + 31) / 32;
     t->nsite = 0;
+    memset(t->site_slot, 0, sizeof t->site_slot);
     t->resident = 1;
     for (int32_t i = 0; i < t->nres; i++)
         if (strcmp(t->res[i].name, l->name) == 0) t->resident = t->res[i].resident;
@@ -137,11 +143,15 @@ static bool tr_want(void *u, uint64_t c, uint64_t n)
 
 static int32_t tr_site(nj_trace *t, const void *site)
 {
-    for (int32_t i = t->nsite - 1; i >= 0; i--)
-        if (t->site[i] == site) return i;
-    if (t->nsite == TR_MAX_SITES) return TR_MAX_SITES - 1; /* more instructions than ids: share the last */
-    t->site[t->nsite] = site;
-    return t->nsite++;
+    size_t h = ((uintptr_t)site * 0x9E3779B97F4A7C15ull) >> 55; /* 512 slots */
+    for (;; h = (h + 1) & 511) {
+        if (t->site_slot[h].site == site) return t->site_slot[h].id;
+        if (!t->site_slot[h].site) break;
+    }
+    int32_t id = t->nsite < TR_MAX_SITES ? t->nsite++ : TR_MAX_SITES - 1; /* past the ids: share the last */
+    t->site_slot[h].site = site;
+    t->site_slot[h].id = id;
+    return id;
 }
 
 static void tr_access(void *u, uint32_t thread, const void *p, unsigned bytes, int store, const void *site)
@@ -244,7 +254,17 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
             t->global_bytes += 32;
             t->block_bytes += 32;
             r->unique_bytes += 32;
+            x->first_launch = t->nlaunch - 1;
+            x->first_store = store;
         } else {
+            /* shared by the clusters of a launch (the parameters): its first touch happened once in the
+             * grid, not once a traced cluster, so it leaves the part that scales with the sample */
+            if (x->first_launch == t->nlaunch - 1 && x->cluster != cluster) {
+                if (x->first_store) r->dram_write -= 32, r->dram_write_once += 32;
+                else r->dram_read -= 32, r->dram_read_once += 32;
+                r->unique_bytes -= 32, r->unique_once += 32;
+                x->first_launch = -1;
+            }
             bool same = x->launch == t->nlaunch - 1 && x->cluster == cluster;
             double d = same ? (t->block_bytes - x->at_block) * t->resident : (t->global_bytes - x->at_global) * t->scale;
             miss = nj_model_l2_miss(d, t->l2_bytes);
@@ -354,7 +374,7 @@ nj_status nj_trace_create(uint32_t sample, double l2_bytes, nj_trace **out)
     *out = NULL;
     nj_trace *t = calloc(1, sizeof *t);
     NJ_RETURN_IF(!t, NJ_ERR_OUT_OF_MEMORY, "model trace");
-    t->sample = sample ? sample : 64;
+    t->sample = sample ? sample : 32;
     t->l2_bytes = l2_bytes;
     t->counter = (nj_emu_counter){t, tr_launch, tr_want, tr_access, tr_cluster_done};
     nj_emu_set_counter(&t->counter);
@@ -420,6 +440,8 @@ nj_trace_launch nj_trace_scaled(const nj_trace_launch *l)
         r.req[d] *= f, r.lanes[d] *= f, r.bytes[d] *= f, r.sectors[d] *= f;
         for (int w = 0; w < NJ_TRACE_WIDTHS; w++) r.width[d][w] *= f;
     }
-    r.dram_read *= f, r.dram_write *= f, r.unique_bytes *= f;
+    r.dram_read = r.dram_read * f + r.dram_read_once, r.dram_write = r.dram_write * f + r.dram_write_once;
+    r.unique_bytes = r.unique_bytes * f + r.unique_once;
+    r.dram_read_once = r.dram_write_once = r.unique_once = 0;
     return r;
 }
