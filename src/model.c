@@ -211,16 +211,17 @@ static void m_occupancy(nj_model_launch *m, const nj_model_device *d, uint32_t d
     m->blocks_sm = best > 0 ? best : 1;
 }
 
-/* Loads a thread has in flight, from the plan: a row kept in registers is loaded all at once (its vector
- * accesses, at most 8 counted); the column walk keeps 2; a channels-last thread its channel vectors;
- * anything streamed 1. A plan-level estimate, not a count of the SASS. */
-static int32_t m_ilp(const nj_plan_params *pp, int32_t lib)
+/* Loads a thread has in flight. The row family: a row kept in registers is loaded all at once (its vector
+ * accesses), a streamed row one at a time, since a block reduction drains the loads of each row. Other
+ * kernels walk loops whose loads of one iteration are independent: one in flight per load instruction
+ * the trace saw (the column walk at least 2, a channels-last thread at least its channel vectors). At
+ * most 8. A plan-and-trace estimate, not a count of the SASS (ptxas unrolls more). */
+static int32_t m_ilp(const nj_plan_params *pp, int32_t lib, int32_t load_sites)
 {
-    if (lib != NJ_LIB_NONE) return 1;
-    int32_t vec = pp->vec > 0 ? pp->vec : 1, n = 1;
-    if (pp->family == NJ_FAMILY_ROW && pp->regs_cache > 0) n = pp->regs_cache / vec;
-    else if (pp->family == NJ_FAMILY_COLUMN) n = 2;
-    else if (pp->family == NJ_FAMILY_CHANNELS_LAST && pp->chans > 0) n = pp->chans / vec;
+    int32_t vec = pp->vec > 0 ? pp->vec : 1, n = load_sites;
+    if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW) n = pp->regs_cache > 0 ? pp->regs_cache / vec : 1;
+    else if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_COLUMN && n < 2) n = 2;
+    else if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_CHANNELS_LAST && pp->chans / vec > n) n = pp->chans / vec;
     return n < 1 ? 1 : n > 8 ? 8 : n;
 }
 
@@ -281,7 +282,8 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         (void)nj_launch_grid(l, plan->rows, 0, g);
         m->blocks = (double)g[0] * g[1] * g[2];
         m_occupancy(m, d, l->shmem);
-        m->ilp = m_ilp(pp, l->lib);
+        m->family = pp->family;
+        m->regs_cache = pp->regs_cache, m->vec = pp->vec, m->chans = pp->chans;
         double resident = m->blocks < (double)m->blocks_sm * d->sms ? m->blocks : (double)m->blocks_sm * d->sms;
         nj_trace_set_resident(tr, l->kernel, resident);
         snprintf(m->t.kernel, sizeof m->t.kernel, "%s", l->kernel);
@@ -298,6 +300,8 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         nj_model_launch *m = &out->launch[i];
         if (j < nt && strcmp(tl[j].kernel, m->t.kernel) == 0) m->t = nj_trace_scaled(&tl[j++]);
         else m->t.run = 0;
+        nj_plan_params ilp_pp = {.family = m->family, .vec = m->vec, .regs_cache = m->regs_cache, .chans = m->chans};
+        m->ilp = m_ilp(&ilp_pp, m->lib, m->t.load_sites);
         if (m->blocks > 0) m_time(m, d);
         out->dram_bytes += m->t.dram_read + m->t.dram_write;
         out->time += m->time;

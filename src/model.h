@@ -54,6 +54,7 @@ typedef struct nj_trace_launch {
     double dram_read, dram_write;     /* DRAM bytes under the L2 model */
     double unique_bytes;      /* distinct sectors touched this launch, in bytes */
     double dram_read_once, dram_write_once, unique_once; /* of sectors several clusters share: not scaled */
+    int32_t load_sites;       /* distinct load instructions that reached global memory */
 } nj_trace_launch;
 
 #define NJ_TRACE_MAX_LAUNCHES 16
@@ -86,6 +87,7 @@ typedef struct nj_model_opts {
 typedef struct nj_model_launch {
     nj_trace_launch t;       /* dynamic figures (t.kernel empty: the launch did not run) */
     int32_t lib;             /* nj_lib_kernel */
+    int32_t family, vec, regs_cache, chans; /* the pass's plan, for the in-flight estimate */
     int32_t regs, smem_static, spills; /* ptxas (-1: not compiled) */
     int32_t threads;
     double blocks;           /* grid blocks */
@@ -93,7 +95,7 @@ typedef struct nj_model_launch {
     const char *limit;       /* what bounds blocks_sm: "threads", "regs", "smem", "blocks", "grid" */
     double waves, tail;      /* grid / resident blocks of the device; waves / ceil(waves) */
     double inflight_sm;      /* bytes of loads in flight an SM (requests * ILP * request bytes) */
-    int32_t ilp;             /* independent loads a thread has in flight (from the plan) */
+    int32_t ilp;             /* independent loads a thread has in flight (plan and load sites) */
     double t_dram, t_l2, t_lat, time; /* seconds */
     const char *bound;       /* "dram", "latency", "l2", "launch" */
 } nj_model_launch;

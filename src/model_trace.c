@@ -61,6 +61,9 @@ struct nj_trace {
     uint32_t nthr, nwarps;
     double resident, scale;
     uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
+    uint64_t load_site_seen[TR_MAX_SITES / 64];
+    uint64_t *pick;       /* clusters to trace after the first, ascending */
+    size_t npick, pos;
     struct {
         const void *site;
         int32_t id;
@@ -93,7 +96,11 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     t->nthr = l->block[0] * l->block[1] * l->block[2];
     t->nwarps = (t->nthr + 31) / 32;
     t->nsite = 0;
+    t->first_accesses = 0;
+    free(t->pick);
+    t->pick = NULL;
     memset(t->site_slot, 0, sizeof t->site_slot);
+    memset(t->load_site_seen, 0, sizeof t->load_site_seen);
     t->resident = 1;
     for (int32_t i = 0; i < t->nres; i++)
         if (strcmp(t->res[i].name, l->name) == 0) t->resident = t->res[i].resident;
@@ -120,7 +127,43 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     t->scale = 1;
 }
 
-/* Evenly spaced clusters: the ones where a multiple of clusters / sample falls (the first always). */
+static int tr_cmp_u64(const void *x, const void *y);
+
+/* The clusters to trace: the first, the last, and points of the golden-ratio sequence in between (evenly
+ * spread like a regular stride, but without aliasing with the periodic structure of a grid: a stride that
+ * is a multiple of the tiles an image would trace the same tile every time). Chosen after the first
+ * cluster ran, when its size tells how many the access budget allows. */
+static void tr_pick(nj_trace *t, uint64_t n)
+{
+    uint64_t want = t->sample;
+    if (t->first_accesses > 0) {
+        uint64_t fit = TR_BUDGET / t->first_accesses;
+        if (fit < 2) fit = 2;
+        if (fit < want) want = fit;
+    }
+    free(t->pick);
+    t->pick = malloc((size_t)want * sizeof *t->pick);
+    t->npick = t->pos = 0;
+    if (!t->pick) {
+        tr_fail(t);
+        return;
+    }
+    t->pick[t->npick++] = n - 1;
+    double x = 0.5;
+    for (uint64_t k = 0; t->npick < want && k < 4 * want; k++) {
+        x += 0.6180339887498949;
+        x -= (double)(uint64_t)x;
+        uint64_t c = 1 + (uint64_t)(x * (double)(n - 2));
+        if (c >= n - 1) continue;
+        t->pick[t->npick++] = c;
+    }
+    qsort(t->pick, (size_t)t->npick, sizeof *t->pick, tr_cmp_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < t->npick; i++)
+        if (u == 0 || t->pick[u - 1] != t->pick[i]) t->pick[u++] = t->pick[i];
+    t->npick = u;
+}
+
 static bool tr_want(void *u, uint64_t c, uint64_t n)
 {
     nj_trace *t = u;
@@ -128,17 +171,11 @@ static bool tr_want(void *u, uint64_t c, uint64_t n)
     t->epoch++;
     t->ne = 0;
     t->block_bytes = 0;
-    nj_trace_launch *r = tr_cur(t);
-    /* after the first cluster: as many as the access budget allows, at most `sample` */
-    uint64_t want = t->sample;
-    if (r && r->run > 0 && t->first_accesses > 0) {
-        uint64_t fit = TR_BUDGET / t->first_accesses;
-        if (fit < 2) fit = 2;
-        if (fit < want) want = fit;
-    }
-    if (n <= want) return true;
-    unsigned __int128 a = (unsigned __int128)c * want, b = (unsigned __int128)(c + 1) * want;
-    return c == 0 || c + 1 == n || a / n != b / n;
+    if (c == 0) return true;
+    if (n <= t->sample && (t->first_accesses == 0 || n * t->first_accesses <= TR_BUDGET)) return true;
+    if (c == 1 || !t->pick) tr_pick(t, n);
+    while (t->pos < t->npick && t->pick[t->pos] < c) t->pos++;
+    return t->pos < t->npick && t->pick[t->pos] == c;
 }
 
 static int32_t tr_site(nj_trace *t, const void *site)
@@ -358,6 +395,11 @@ static void tr_cluster_done(void *u, uint64_t cluster)
         int32_t nu = 0;
         for (int32_t j = 0; j < ns; j++)
             if (nu == 0 || s[nu - 1] != s[j]) s[nu++] = s[j];
+        if (!store) {
+            uint32_t site = (uint32_t)(e->key >> 43 & 127);
+            if (!(t->load_site_seen[site / 64] >> (site % 64) & 1)) r->load_sites++;
+            t->load_site_seen[site / 64] |= 1ull << (site % 64);
+        }
         r->req[store] += 1;
         r->lanes[store] += q[k].n;
         r->sectors[store] += nu;
@@ -389,6 +431,7 @@ void nj_trace_destroy(nj_trace *t)
     free(t->occ);
     free(t->e);
     free(t->sec);
+    free(t->pick);
     free(t);
 }
 
