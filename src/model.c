@@ -151,7 +151,73 @@ static nj_status m_call(nj_plan *plan, const nj_problem_desc *p, nj_pass pass, m
 typedef struct m_res {
     char kernel[64];
     int32_t regs, smem, spills;
+    int32_t has_ptx, ld[NJ_TRACE_WIDTHS], st[NJ_TRACE_WIDTHS];
 } m_res;
+
+static int32_t m_width_index(int32_t bytes)
+{
+    return bytes >= 16 ? 4 : bytes >= 8 ? 3 : bytes >= 4 ? 2 : bytes >= 2 ? 1 : 0;
+}
+
+/* Bytes of a PTX ld/st from its suffixes ("ld.global.nc.v4.u32": 16), 0 when no type is found. */
+static int32_t m_ptx_bytes(const char *op, size_t len)
+{
+    int32_t vec = 1, bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (op[i] != '.') continue;
+        const char *q = op + i + 1;
+        if (q[0] == 'v' && (q[1] == '2' || q[1] == '4' || q[1] == '8')) vec = q[1] - '0';
+        else if (strchr("busf", q[0]) && q[1] >= '0' && q[1] <= '9') bits = atoi(q + 1);
+    }
+    return vec * bits / 8;
+}
+
+/* Counts the global loads and stores of each .entry of a PTX text into out (matched by kernel name). */
+static void m_ptx_widths(const char *ptx, m_res *out, int32_t n)
+{
+    m_res *cur = NULL;
+    for (const char *l = ptx; l && *l;) {
+        size_t len = strcspn(l, "\n");
+        const char *e = strstr(l, ".entry ");
+        if (e && e < l + len) {
+            e += 7;
+            size_t k = strcspn(e, "( \n");
+            cur = NULL;
+            for (int32_t i = 0; i < n; i++)
+                if (strlen(out[i].kernel) == k && !strncmp(out[i].kernel, e, k)) cur = &out[i];
+            if (cur) cur->has_ptx = 1;
+        } else if (cur) {
+            const char *p = l + strspn(l, " \t");
+            if (*p == '@') p += strcspn(p, " \t"), p += strspn(p, " \t");
+            int st = !strncmp(p, "st.global", 9);
+            if (st || !strncmp(p, "ld.global", 9)) {
+                size_t opl = strcspn(p, " \t");
+                int32_t b = m_ptx_bytes(p, opl);
+                if (b > 0) (st ? cur->st : cur->ld)[m_width_index(b)]++;
+            }
+        }
+        l += len + (l[len] == '\n');
+    }
+}
+
+/* PTX of source (NVRTC's newest virtual arch: the access widths do not depend on the SM) into out. */
+static void m_ptx(const char *source, int32_t kernels, m_res *out, int32_t n)
+{
+    int32_t maxa = 0;
+    if (nj_nvrtc_max_arch(&maxa) != NJ_OK) return;
+    nj_compile_result cr;
+    memset(&cr, 0, sizeof cr);
+    if (nj_nvrtc_compile(source, "model_ptx", maxa + 1, kernels, &cr) == NJ_OK && cr.bin.is_ptx && cr.bin.data) {
+        char *text = malloc(cr.bin.size + 1);
+        if (text) {
+            memcpy(text, cr.bin.data, cr.bin.size);
+            text[cr.bin.size] = '\0';
+            m_ptx_widths(text, out, n);
+            free(text);
+        }
+    }
+    nj_binary_free(&cr.bin);
+}
 
 /* The ptxas report of the pass's own source and of the library modules it launches. */
 static int32_t m_ptxas(nj_context *ctx, const nj_pass_info *pi, int32_t arch, int32_t param_dtype, m_res *out,
@@ -168,6 +234,7 @@ static int32_t m_ptxas(nj_context *ctx, const nj_pass_info *pi, int32_t arch, in
             out[n].spills = cr.kernels[k].spill_stores + cr.kernels[k].spill_loads;
         }
     nj_binary_free(&cr.bin);
+    m_ptx(pi->source, nj_plan_kernel_count(&pi->params), out, n);
     int32_t libs[NJ_MAX_LAUNCHES], nl = nj_plan_libs(&pi->params, libs);
     for (int32_t i = 0; i < nl && n < cap; i++) {
         nj_plan_params lp;
@@ -181,6 +248,7 @@ static int32_t m_ptxas(nj_context *ctx, const nj_pass_info *pi, int32_t arch, in
             out[n].regs = cr.kernels[0].registers;
             out[n].smem = cr.kernels[0].shared_bytes;
             out[n].spills = cr.kernels[0].spill_stores + cr.kernels[0].spill_loads;
+            m_ptx(src, 1, &out[n], 1);
             n++;
         }
         nj_binary_free(&cr.bin);
@@ -266,6 +334,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
     snprintf(out->plan_text, sizeof out->plan_text, "%s", pi.plan_text);
     out->ideal_bytes = m_ideal(p, pass);
     m_res res[16];
+    memset(res, 0, sizeof res);
     int32_t nres = o->ptxas ? m_ptxas(ctx, &pi, d->arch, plan->canon.dtype[NJ_OPD_PARAM], res, 16) : 0;
     out->nlaunch = pp->nlaunch;
     for (int32_t i = 0; i < pp->nlaunch; i++) {
@@ -275,8 +344,12 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         m->lib = l->lib;
         m->regs = m->smem_static = m->spills = -1;
         for (int32_t k = 0; k < nres; k++)
-            if (strcmp(res[k].kernel, l->kernel) == 0) m->regs = res[k].regs, m->smem_static = res[k].smem,
-                                                       m->spills = res[k].spills;
+            if (strcmp(res[k].kernel, l->kernel) == 0) {
+                m->regs = res[k].regs, m->smem_static = res[k].smem, m->spills = res[k].spills;
+                m->has_ptx = res[k].has_ptx;
+                memcpy(m->ptx_ld, res[k].ld, sizeof m->ptx_ld);
+                memcpy(m->ptx_st, res[k].st, sizeof m->ptx_st);
+            }
         m->threads = l->block[0] * l->block[1] * l->block[2];
         uint32_t g[3] = {0, 0, 0};
         (void)nj_launch_grid(l, plan->rows, 0, g);

@@ -89,6 +89,9 @@ typedef struct nj_model_launch {
     int32_t lib;             /* nj_lib_kernel */
     int32_t family, vec, regs_cache, chans; /* the pass's plan, for the in-flight estimate */
     int32_t regs, smem_static, spills; /* ptxas (-1: not compiled) */
+    int32_t ptx_ld[NJ_TRACE_WIDTHS], ptx_st[NJ_TRACE_WIDTHS]; /* global ld/st instructions of the kernel's PTX
+                                                               by width (static counts; 16: 16 bytes or more) */
+    int32_t has_ptx;
     int32_t threads;
     double blocks;           /* grid blocks */
     int32_t blocks_sm;       /* resident blocks an SM */

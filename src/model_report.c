@@ -58,6 +58,16 @@ static void r_launch(nj_buf *b, const nj_model_launch *m)
                      "%llu blocks\n",
                   m->blocks_sm, m->limit, m->waves, 100 * m->tail, (unsigned long long)t->run,
                   (unsigned long long)t->clusters);
+    if (m->has_ptx) {
+        static const int bytes[] = {1, 2, 4, 8, 16};
+        nj_buf_printf(b, "      PTX global instructions: loads");
+        for (int i = NJ_TRACE_WIDTHS - 1; i >= 0; i--)
+            if (m->ptx_ld[i]) nj_buf_printf(b, " %dB x%d", bytes[i], m->ptx_ld[i]);
+        nj_buf_printf(b, "; stores");
+        for (int i = NJ_TRACE_WIDTHS - 1; i >= 0; i--)
+            if (m->ptx_st[i]) nj_buf_printf(b, " %dB x%d", bytes[i], m->ptx_st[i]);
+        nj_buf_printf(b, "\n");
+    }
     r_dir(b, t, NJ_TRACE_LD, "loads ");
     r_dir(b, t, NJ_TRACE_ST, "stores");
     nj_buf_printf(b, "      DRAM %.2f MB read + %.2f MB written (%.2f MB distinct); %.1f KB loads in flight an SM "
