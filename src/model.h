@@ -24,6 +24,7 @@ typedef struct nj_model_device {
     double latency_s;      /* DRAM load latency under load (Little's law) */
     double l2_latency_s;   /* load latency of an L2 hit under load */
     double launch_s;       /* fixed cost a kernel adds in a stream of launches (launch, ramp, drain) */
+    double row_sync_s;     /* a block-per-row kernel's reduction and barriers a row, beyond the load latency */
     int32_t threads_sm, blocks_sm, regs_sm, smem_sm; /* occupancy limits an SM */
     const char *source;    /* where the figures come from */
 } nj_model_device;
@@ -99,8 +100,9 @@ typedef struct nj_model_launch {
     double waves, tail;      /* grid / resident blocks of the device; waves / ceil(waves) */
     double inflight_sm;      /* bytes of loads in flight an SM (requests * ILP * request bytes) */
     int32_t ilp;             /* independent loads a thread has in flight (plan and load sites) */
-    double t_dram, t_l2, t_lat, time; /* seconds */
-    const char *bound;       /* "dram", "latency", "l2", "launch" */
+    double t_dram, t_l2, t_lat, t_rows, time; /* seconds */
+    double rows;             /* rows the pass's grid walks (block-per-row kernels: rows a block in turn) */
+    const char *bound;       /* "dram", "latency", "l2", "rows", "launch" */
 } nj_model_launch;
 
 typedef struct nj_model_pass {

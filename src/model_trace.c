@@ -36,6 +36,7 @@ typedef struct tr_sector {
     int32_t launch;
     int32_t first_launch; /* launch of the first touch; -1 once another cluster of it touched the sector */
     int32_t first_store;
+    uint64_t run_at; /* traced clusters of its launch when last touched (this one included) */
 } tr_sector;
 
 typedef struct tr_occ {
@@ -302,8 +303,16 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
                 r->unique_bytes -= 32, r->unique_once += 32;
                 x->first_launch = -1;
             }
-            bool same = x->launch == t->nlaunch - 1 && x->cluster == cluster;
-            double d = same ? (t->block_bytes - x->at_block) * t->resident : (t->global_bytes - x->at_global) * t->scale;
+            /* the same block: its own bytes since, times the blocks resident with it. Another block of the
+             * same launch: a sector several traced blocks share (a parameter, a statistic) is touched by
+             * every resident block in turn, so the bytes between two touches are about one block's new
+             * bytes. A later launch: the grid's new bytes since, scaled from the sample. */
+            bool this_launch = x->launch == t->nlaunch - 1, same = this_launch && x->cluster == cluster;
+            double d;
+            if (same) d = (t->block_bytes - x->at_block) * t->resident;
+            else if (this_launch)
+                d = (t->global_bytes - x->at_global) / (double)(r->run > x->run_at ? r->run - x->run_at : 1);
+            else d = (t->global_bytes - x->at_global) * t->scale;
             miss = nj_model_l2_miss(d, t->l2_bytes);
         }
         if (store) r->dram_write += 32 * miss;
@@ -312,6 +321,7 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
         x->at_block = t->block_bytes;
         x->cluster = cluster;
         x->launch = t->nlaunch - 1;
+        x->run_at = r->run;
     }
 }
 
