@@ -282,13 +282,14 @@ static void m_occupancy(nj_model_launch *m, const nj_model_device *d, uint32_t d
 /* Loads a thread has in flight. The row family: a row kept in registers is loaded all at once (its vector
  * accesses), a streamed row one at a time, since a block reduction drains the loads of each row. Other
  * kernels walk loops whose loads of one iteration are independent: one in flight per load instruction
- * the trace saw (the column walk at least 2, a channels-last thread at least its channel vectors). At
+ * the trace saw (the column walk 2: its walks are phases of one load an iteration, unrolled twice; a
+ * channels-last thread at least its channel vectors). At
  * most 8. A plan-and-trace estimate, not a count of the SASS (ptxas unrolls more). */
-static int32_t m_ilp(const nj_plan_params *pp, int32_t lib, int32_t load_sites)
+static int32_t m_ilp(const nj_plan_params *pp, const char *kernel, int32_t lib, int32_t load_sites)
 {
     int32_t vec = pp->vec > 0 ? pp->vec : 1, n = load_sites;
     if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW) n = pp->regs_cache > 0 ? pp->regs_cache / vec : 1;
-    else if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_COLUMN && n < 2) n = 2;
+    else if (lib == NJ_LIB_NONE && strstr(kernel, "_column")) n = 2; /* its walks are phases, 2 each */
     else if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_CHANNELS_LAST && pp->chans / vec > n) n = pp->chans / vec;
     return n < 1 ? 1 : n > 8 ? 8 : n;
 }
@@ -382,7 +383,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         if (j < nt && strcmp(tl[j].kernel, m->t.kernel) == 0) m->t = nj_trace_scaled(&tl[j++]);
         else m->t.run = 0;
         nj_plan_params ilp_pp = {.family = m->family, .vec = m->vec, .regs_cache = m->regs_cache, .chans = m->chans};
-        m->ilp = m_ilp(&ilp_pp, m->lib, m->t.load_sites);
+        m->ilp = m_ilp(&ilp_pp, m->t.kernel, m->lib, m->t.load_sites);
         if (m->rows > 0 && m->threads > 0) { /* the loads a thread issues for one row, all before its reduction */
             double n = m->t.lanes[NJ_TRACE_LD] / ((double)m->threads * m->rows);
             m->ilp = n < 1 ? 1 : n > 8 ? 8 : (int32_t)(n + 0.5);
