@@ -315,7 +315,7 @@ static void m_time(nj_model_launch *m, const nj_model_device *d)
     /* a block that walks rows one after another waits a load latency and a reduction each row: the rows
      * of one resident block do not overlap (only the blocks resident beside it do) */
     double resident = m->blocks < per_sm_slots ? m->blocks : per_sm_slots;
-    m->t_rows = m->rows > 0 && resident > 0 ? ceil(m->rows / resident) * (d->latency_s + d->row_sync_s) : 0;
+    m->t_rows = m->row_sync && resident > 0 ? ceil(m->rows / resident) * (d->latency_s + d->row_sync_s) : 0;
     double body = m->t_dram, tail = m->tail > 0 ? m->tail : 1;
     m->bound = "dram";
     if (m->t_lat > body) body = m->t_lat, m->bound = "latency";
@@ -362,9 +362,12 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         m->blocks = (double)g[0] * g[1] * g[2];
         m_occupancy(m, d, l->shmem);
         m->family = pp->family;
-        /* block-per-row kernels of the row family: every row is a load, a block reduction, a store */
-        if (l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW && pp->rows_per_block <= 1 && pp->split <= 1)
+        /* row-family kernels that hold whole rows: a block-per-row one pays a block reduction each row */
+        if (l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW && pp->split <= 1) {
             m->rows = (double)plan->rows;
+            m->rows_per_block = pp->rows_per_block > 1 ? pp->rows_per_block : 1;
+            m->row_sync = pp->rows_per_block <= 1;
+        }
         m->regs_cache = pp->regs_cache, m->vec = pp->vec, m->chans = pp->chans;
         double resident = m->blocks < (double)m->blocks_sm * d->sms ? m->blocks : (double)m->blocks_sm * d->sms;
         nj_trace_set_resident(tr, l->kernel, resident);
@@ -385,8 +388,8 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         nj_plan_params ilp_pp = {.family = m->family, .vec = m->vec, .regs_cache = m->regs_cache, .chans = m->chans};
         m->ilp = m_ilp(&ilp_pp, m->t.kernel, m->lib, m->t.load_sites);
         if (m->rows > 0 && m->threads > 0) { /* the loads a thread issues for one row, all before its reduction */
-            double n = m->t.lanes[NJ_TRACE_LD] / ((double)m->threads * m->rows);
-            m->ilp = n < 1 ? 1 : n > 8 ? 8 : (int32_t)(n + 0.5);
+            double n = m->t.lanes[NJ_TRACE_LD] / ((double)m->threads / m->rows_per_block * m->rows);
+            m->ilp = n < 1 ? 1 : n > 8 ? 8 : n;
         }
         if (m->blocks > 0) m_time(m, d);
         out->dram_bytes += m->t.dram_read + m->t.dram_write;

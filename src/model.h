@@ -99,9 +99,10 @@ typedef struct nj_model_launch {
     const char *limit;       /* what bounds blocks_sm: "threads", "regs", "smem", "blocks", "grid" */
     double waves, tail;      /* grid / resident blocks of the device; waves / ceil(waves) */
     double inflight_sm;      /* bytes of loads in flight an SM (requests * ILP * request bytes) */
-    int32_t ilp;             /* independent loads a thread has in flight (plan and load sites) */
+    double ilp;              /* independent loads a thread has in flight (plan, trace and load sites) */
     double t_dram, t_l2, t_lat, t_rows, time; /* seconds */
-    double rows;             /* rows the pass's grid walks (block-per-row kernels: rows a block in turn) */
+    double rows;             /* rows of a row-family kernel (block-per-row ones walk theirs in turn) */
+    int32_t rows_per_block, row_sync; /* rows a block holds at once; 1: a block reduction each row */
     const char *bound;       /* "dram", "latency", "l2", "rows", "launch" */
 } nj_model_launch;
 
