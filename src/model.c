@@ -306,12 +306,13 @@ static void m_time(nj_model_launch *m, const nj_model_device *d)
     double req_bytes = t->req[NJ_TRACE_LD] > 0 ? t->sectors[NJ_TRACE_LD] * 32 / t->req[NJ_TRACE_LD] : 0;
     m->inflight_sm = blocks_per_sm * ((m->threads + 31) / 32) * req_bytes * m->ilp;
     /* Little's law: each load sector waits a DRAM latency when it misses the L2, an L2 latency when it hits */
-    double load_bytes = t->sectors[NJ_TRACE_LD] * 32, hits = load_bytes > t->dram_read ? load_bytes - t->dram_read : 0;
+    double load_bytes = t->sectors[NJ_TRACE_LD] * 32 - t->l1_hit;
+    double hits = load_bytes > t->dram_read ? load_bytes - t->dram_read : 0;
     double wait = t->dram_read * d->latency_s + hits * d->l2_latency_s, inflight = active_sms * m->inflight_sm;
     double dram = t->dram_read + t->dram_write;
     m->t_dram = dram / d->copy_bw;
     m->t_lat = inflight > 0 ? wait / inflight : 0;
-    m->t_l2 = (t->sectors[0] + t->sectors[1]) * 32 / d->l2_bw;
+    m->t_l2 = ((t->sectors[0] + t->sectors[1]) * 32 - t->l1_hit) / d->l2_bw;
     /* a block that walks rows one after another waits a load latency and a reduction each row: the rows
      * of one resident block do not overlap (only the blocks resident beside it do) */
     double resident = m->blocks < per_sm_slots ? m->blocks : per_sm_slots;
@@ -370,7 +371,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         }
         m->regs_cache = pp->regs_cache, m->vec = pp->vec, m->chans = pp->chans;
         double resident = m->blocks < (double)m->blocks_sm * d->sms ? m->blocks : (double)m->blocks_sm * d->sms;
-        nj_trace_set_resident(tr, l->kernel, resident);
+        nj_trace_set_resident(tr, l->kernel, resident, resident / d->sms > 1 ? resident / d->sms : 1);
         snprintf(m->t.kernel, sizeof m->t.kernel, "%s", l->kernel);
     }
     nj_pass_info_free(&pi);
@@ -419,7 +420,7 @@ nj_status nj_model_problem(nj_context *ctx, const nj_problem_desc *p, const nj_m
     memset(&b, 0, sizeof b);
     nj_trace *tr = NULL;
     nj_status s = m_alloc_all(p, ws, &b);
-    if (s == NJ_OK) s = nj_trace_create(o->sample, o->dev->l2_bytes, &tr);
+    if (s == NJ_OK) s = nj_trace_create(o->sample, o->dev->l1_bytes, o->dev->l2_bytes, &tr);
     for (int i = 0; s == NJ_OK && i < MB_N; i++)
         if (i != MB_GAMMA && i != MB_BETA && i != MB_DGAMMA && i != MB_DBETA) nj_trace_add_buffer(tr, b.p[i], b.bytes[i]);
     /* the parameters too: their reads are part of what a kernel moves */

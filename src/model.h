@@ -19,6 +19,7 @@ typedef struct nj_model_device {
     int32_t sms;
     double peak_bw;        /* DRAM bytes/s, data sheet */
     double copy_bw;        /* bytes/s a large device-to-device copy reaches (the 100% of "% of copy") */
+    double l1_bytes;       /* L1 data cache an SM left beside shared memory (global loads cache there) */
     double l2_bytes;       /* last-level cache */
     double l2_bw;          /* bytes/s of L2 sector traffic the SMs can draw */
     double latency_s;      /* DRAM load latency under load (Little's law) */
@@ -53,6 +54,7 @@ typedef struct nj_trace_launch {
     double sectors[2];        /* 32-byte sectors the requests touched (sum over requests) */
     double width[2][NJ_TRACE_WIDTHS]; /* lane accesses by width */
     double dram_read, dram_write;     /* DRAM bytes under the L2 model */
+    double l1_hit;            /* load bytes a block reads again while its SM's L1 still holds them */
     double unique_bytes;      /* distinct sectors touched this launch, in bytes */
     double dram_read_once, dram_write_once, unique_once; /* of sectors several clusters share: not scaled */
     int32_t load_sites;       /* distinct load instructions that reached global memory */
@@ -62,12 +64,12 @@ typedef struct nj_trace_launch {
 typedef struct nj_trace nj_trace;
 /* A collector: sample = clusters emulated a launch at most (evenly spaced, first and last included);
  * l2_bytes for the DRAM model. It becomes the emulator's counter until destroyed. */
-NJ_HIDDEN nj_status nj_trace_create(uint32_t sample, double l2_bytes, nj_trace **out);
+NJ_HIDDEN nj_status nj_trace_create(uint32_t sample, double l1_bytes, double l2_bytes, nj_trace **out);
 NJ_HIDDEN void nj_trace_destroy(nj_trace *t);
 /* Only accesses inside registered buffers count (the tensors and the workspace). */
 NJ_HIDDEN void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes);
-/* Blocks of a kernel resident on the whole device at once (for the reuse distance inside a block). */
-NJ_HIDDEN void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident);
+/* Blocks of a kernel resident on the whole device and on one SM at once (reuse distances in a block). */
+NJ_HIDDEN void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm);
 /* Starts a pass: forgets launches and the sector history (a pass starts with a cold L2). */
 NJ_HIDDEN void nj_trace_reset(nj_trace *t);
 /* The launches recorded since the reset; *n their count. */

@@ -70,9 +70,10 @@ static void r_launch(nj_buf *b, const nj_model_launch *m)
     }
     r_dir(b, t, NJ_TRACE_LD, "loads ");
     r_dir(b, t, NJ_TRACE_ST, "stores");
-    nj_buf_printf(b, "      DRAM %.2f MB read + %.2f MB written (%.2f MB distinct); %.1f KB loads in flight an SM "
-                     "(%.1f a thread)\n",
-                  t->dram_read / 1e6, t->dram_write / 1e6, t->unique_bytes / 1e6, m->inflight_sm / 1024, m->ilp);
+    nj_buf_printf(b, "      DRAM %.2f MB read + %.2f MB written (%.2f MB distinct, %.2f MB of loads hit L1); %.1f KB "
+                     "loads in flight an SM (%.1f a thread)\n",
+                  t->dram_read / 1e6, t->dram_write / 1e6, t->unique_bytes / 1e6, t->l1_hit / 1e6,
+                  m->inflight_sm / 1024, m->ilp);
     nj_buf_printf(b, "      time %.2f us = launch + max(dram %.2f, latency %.2f, L2 %.2f, rows %.2f) / tail: %s-bound\n",
                   m->time * 1e6, m->t_dram * 1e6, m->t_lat * 1e6, m->t_l2 * 1e6, m->t_rows * 1e6, m->bound);
 }

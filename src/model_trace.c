@@ -46,7 +46,7 @@ typedef struct tr_occ {
 struct nj_trace {
     nj_emu_counter counter;
     uint32_t sample;
-    double l2_bytes;
+    double l1_bytes, l2_bytes;
     nj_status status;
     struct {
         uintptr_t lo, hi;
@@ -54,13 +54,13 @@ struct nj_trace {
     int32_t nbuf;
     struct {
         char name[48];
-        double resident;
+        double resident, per_sm;
     } res[TR_MAX_KERNELS];
     int32_t nres;
     /* the launch being run */
     const nj_emu_launch *l;
     uint32_t nthr, nwarps;
-    double resident, scale;
+    double resident, per_sm, scale;
     uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
     uint64_t load_site_seen[TR_MAX_SITES / 64];
     uint64_t *pick;       /* clusters to trace after the first, ascending */
@@ -102,9 +102,9 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     t->pick = NULL;
     memset(t->site_slot, 0, sizeof t->site_slot);
     memset(t->load_site_seen, 0, sizeof t->load_site_seen);
-    t->resident = 1;
+    t->resident = t->per_sm = 1;
     for (int32_t i = 0; i < t->nres; i++)
-        if (strcmp(t->res[i].name, l->name) == 0) t->resident = t->res[i].resident;
+        if (strcmp(t->res[i].name, l->name) == 0) t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm;
     size_t threads = (size_t)t->nthr * l->cluster[0] * l->cluster[1] * l->cluster[2];
     if (threads * TR_MAX_SITES > t->occ_cap) {
         free(t->occ);
@@ -287,7 +287,7 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
             tr_fail(t);
             return;
         }
-        double miss = 1;
+        double miss = 1, l1 = 0;
         if (fresh) {
             t->global_bytes += 32;
             t->block_bytes += 32;
@@ -309,6 +309,11 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
              * bytes. A later launch: the grid's new bytes since, scaled from the sample. */
             bool this_launch = x->launch == t->nlaunch - 1, same = this_launch && x->cluster == cluster;
             double d;
+            if (same && !store) { /* a load the block makes again: its SM's L1 first */
+                double hit = 1 - nj_model_l2_miss((t->block_bytes - x->at_block) * t->per_sm, t->l1_bytes);
+                r->l1_hit += 32 * hit;
+                l1 = hit;
+            }
             if (same) d = (t->block_bytes - x->at_block) * t->resident;
             else if (this_launch)
                 d = (t->global_bytes - x->at_global) / (double)(r->run > x->run_at ? r->run - x->run_at : 1);
@@ -316,7 +321,7 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
             miss = nj_model_l2_miss(d, t->l2_bytes);
         }
         if (store) r->dram_write += 32 * miss;
-        else r->dram_read += 32 * miss;
+        else r->dram_read += 32 * miss * (1 - l1);
         x->at_global = t->global_bytes;
         x->at_block = t->block_bytes;
         x->cluster = cluster;
@@ -421,13 +426,14 @@ static void tr_cluster_done(void *u, uint64_t cluster)
 
 /* ---- public side ---- */
 
-nj_status nj_trace_create(uint32_t sample, double l2_bytes, nj_trace **out)
+nj_status nj_trace_create(uint32_t sample, double l1_bytes, double l2_bytes, nj_trace **out)
 {
     *out = NULL;
     nj_trace *t = calloc(1, sizeof *t);
     NJ_RETURN_IF(!t, NJ_ERR_OUT_OF_MEMORY, "model trace");
     t->sample = sample ? sample : 32;
     t->l2_bytes = l2_bytes;
+    t->l1_bytes = l1_bytes;
     t->counter = (nj_emu_counter){t, tr_launch, tr_want, tr_access, tr_cluster_done};
     nj_emu_set_counter(&t->counter);
     *out = t;
@@ -453,16 +459,14 @@ void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes)
     t->nbuf++;
 }
 
-void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident)
+void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm)
 {
-    for (int32_t i = 0; i < t->nres; i++)
-        if (strcmp(t->res[i].name, kernel) == 0) {
-            t->res[i].resident = resident;
-            return;
-        }
-    if (t->nres == TR_MAX_KERNELS) return;
-    snprintf(t->res[t->nres].name, sizeof t->res[t->nres].name, "%s", kernel);
-    t->res[t->nres++].resident = resident;
+    int32_t i = 0;
+    while (i < t->nres && strcmp(t->res[i].name, kernel) != 0) i++;
+    if (i == TR_MAX_KERNELS) return;
+    if (i == t->nres) snprintf(t->res[t->nres++].name, sizeof t->res[0].name, "%s", kernel);
+    t->res[i].resident = resident;
+    t->res[i].per_sm = per_sm;
 }
 
 void nj_trace_reset(nj_trace *t)
@@ -493,6 +497,7 @@ nj_trace_launch nj_trace_scaled(const nj_trace_launch *l)
         r.req[d] *= f, r.lanes[d] *= f, r.bytes[d] *= f, r.sectors[d] *= f;
         for (int w = 0; w < NJ_TRACE_WIDTHS; w++) r.width[d][w] *= f;
     }
+    r.l1_hit *= f;
     r.dram_read = r.dram_read * f + r.dram_read_once, r.dram_write = r.dram_write * f + r.dram_write_once;
     r.unique_bytes = r.unique_bytes * f + r.unique_once;
     r.dram_read_once = r.dram_write_once = r.unique_once = 0;

@@ -117,7 +117,7 @@ static void test_counting_off(void **state)
     assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_OK);
     float *x = calloc(1024, 4), *y = calloc(1024, 4), *rstd = calloc(4 + 256, 4);
     nj_trace *t;
-    assert_int_equal(nj_trace_create(8, 1e6, &t), NJ_OK);
+    assert_int_equal(nj_trace_create(8, 1e5, 1e6, &t), NJ_OK);
     nj_trace_add_buffer(t, x, 4096);
     nj_trace_add_buffer(t, y, 4096);
     nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .y = y};
