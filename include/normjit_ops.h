@@ -1,5 +1,6 @@
 /* normjit operator API: what only operators and the normjit tool need (the Redis tier's push and pull, plan
- * explanations, compile timings, the double-precision reference), beside the public API of normjit.h.
+ * explanations, compile timings, the double-precision reference, the performance model), beside the
+ * public API of normjit.h.
  *
  * Like zstd's advanced API, it is opt-in and not part of the stable ABI: define NJ_OPERATOR_API before
  * including this header, and link the static library (libnormjit.a). The shared library does not export
@@ -100,6 +101,32 @@ typedef struct nj_ops_ref_outputs {
 NJ_OPS void nj_ops_ref_sizes(const nj_problem_desc *p, int64_t *numel, int64_t *kept, int64_t *feature);
 NJ_OPS nj_status nj_ops_ref_forward(const nj_problem_desc *p, const nj_ops_ref_inputs *in, nj_ops_ref_outputs *out);
 NJ_OPS nj_status nj_ops_ref_backward(const nj_problem_desc *p, const nj_ops_ref_inputs *in, nj_ops_ref_outputs *out);
+
+/* ---- The performance model (`normjit model`, docs/model.md) ---- */
+
+/* An emulator context whose kernels count their global accesses, and the device the figures are for. */
+typedef struct nj_ops_model nj_ops_model;
+typedef struct nj_ops_model_opts {
+    size_t struct_size;    /* sizeof(nj_ops_model_opts) */
+    const char *device;    /* "H200", "H100", "A100" (case-insensitive); NULL: H200, or A100 for arch 80 */
+    int32_t arch;          /* architecture planned for (0: the device's) */
+    int32_t ptxas;         /* 1: compile each source with NVRTC for the ptxas report (registers, shared) */
+    uint32_t sample;       /* blocks traced a launch (0: 32) */
+    uint32_t passes;       /* nj_pass bits (0: both) */
+    const char *cache_dir; /* cache root (NULL: the default) */
+} nj_ops_model_opts;
+/* NJ_ERR_BAD_ARGUMENT for an unknown device. */
+NJ_OPS nj_status nj_ops_model_create(const nj_ops_model_opts *o, nj_ops_model **out);
+NJ_OPS void nj_ops_model_destroy(nj_ops_model *m);
+/* The device's name as its table spells it ("H200"). */
+NJ_OPS const char *nj_ops_model_device(const nj_ops_model *m);
+/* Models problem p (its batch as given; text names it in the output): *report (optional) the full text,
+ * *brief (optional) one line a pass (the baseline's form). Both malloc'd (free()). */
+NJ_OPS nj_status nj_ops_model_run(nj_ops_model *m, const char *text, const nj_problem_desc *p, char **report,
+                                  char **brief);
+/* Compares a brief line with its baseline line (matched by problem and pass by the caller): 0 when no
+ * figure regresses beyond tolerance, else 1 with the reason in why. */
+NJ_OPS int nj_ops_model_compare(const char *base, const char *now, char *why, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,11 @@ extern char **environ;
 #endif
 
 #define EMU_MAX_ARGV 32
+/* Access counting for the model (gcc): ASan's kernel mode with every check a call, no stack or global
+ * redzones; emu.h supplies the calls. */
+#define EMU_COUNT_FLAGS                                                                                  \
+    " -DNJ_EMU_COUNT=1 -fno-sanitize=address -fsanitize=kernel-address"                                   \
+    " --param=asan-instrumentation-with-call-threshold=0 --param=asan-stack=0 --param=asan-globals=0"
 #define EMU_LOG_MAX 16384
 
 /* Compile time dominates emulated test runs (hundreds of kernels on 2 cores), so the level is the cheapest
@@ -541,7 +546,11 @@ nj_status nj_backend_emu_create(const nj_backend_config *cfg, nj_backend **out)
     e->flags = cfg ? cfg->flags : 0;
     e->seed = cfg ? cfg->seed : 0;
     const char *extra = getenv("NORMJIT_EMU_CXXFLAGS");
-    e->extra_words = strdup(extra ? extra : "");
+    /* model hook (emu_fibers.h): every access outlined into emu.h's counting calls; its own target */
+    bool count = nj_emu_count_building();
+    char *words = NULL;
+    if (asprintf(&words, "%s%s", extra ? extra : "", count ? EMU_COUNT_FLAGS : "") < 0) words = NULL;
+    e->extra_words = words;
     nj_status st = e->extra_words ? choose_compiler(e) : NJ_ERR_OUT_OF_MEMORY;
     if (st != NJ_OK) {
         free(e->cxx_words);
@@ -553,8 +562,8 @@ nj_status nj_backend_emu_create(const nj_backend_config *cfg, nj_backend **out)
     char xh[33] = "";
     if (extra && *extra) nj_hash_hex(extra, strlen(extra), xh);
     /* extra flags change the code, so they change the target (and thus every signature) */
-    snprintf(e->target_id, sizeof e->target_id, "emu-%s-%s-v%d%s%s%.8s", EMU_MACHINE, e->compiler_id,
-             NJ_EMU_ABI_VERSION, EMU_ASAN_TAG, xh[0] ? "-x" : "", xh);
+    snprintf(e->target_id, sizeof e->target_id, "emu-%s-%s-v%d%s%s%.8s%s", EMU_MACHINE, e->compiler_id,
+             NJ_EMU_ABI_VERSION, EMU_ASAN_TAG, xh[0] ? "-x" : "", xh, count ? "-count" : "");
     nj_emu_retain();
     *out = &e->base;
     return NJ_OK;

@@ -65,6 +65,7 @@ typedef struct nj_emu_runtime {
     void (*csync)(int line);
     void *(*cmap)(const void *p, unsigned rank, int line);
     void (*misaligned)(const void *p, unsigned bytes, int line);
+    void (*access)(const void *p, unsigned bytes, int store, const void *site);
 } nj_emu_runtime;
 
 /* Warp operation kinds, as in emu.h. */
@@ -152,9 +153,23 @@ static unsigned long long rt_warp(int kind, unsigned mask, unsigned long long v,
 static void rt_csync(int line);
 static void *rt_cmap(const void *p, unsigned rank, int line);
 static void rt_misaligned(const void *p, unsigned bytes, int line);
+static void rt_access(const void *p, unsigned bytes, int store, const void *site);
 
 static nj_emu_runtime g_rt = {NJ_EMU_ABI_VERSION, sizeof(nj_emu_runtime), NULL, {0, 0, 0}, {0, 0, 0}, {1, 1, 1},
-                              rt_sync, rt_shared, rt_warp, rt_csync, rt_cmap, rt_misaligned};
+                              rt_sync, rt_shared, rt_warp, rt_csync, rt_cmap, rt_misaligned, rt_access};
+
+/* Access counting (emu_fibers.h): only kernels built for it call rt_access. */
+static bool g_count_build; /* read when an emulator backend is created */
+static const nj_emu_counter *g_counter;
+
+void nj_emu_count_build(bool on) { g_count_build = on; }
+bool nj_emu_count_building(void) { return g_count_build; }
+void nj_emu_set_counter(const nj_emu_counter *c)
+{
+    pthread_mutex_lock(&g_lock);
+    g_counter = c;
+    pthread_mutex_unlock(&g_lock);
+}
 
 const void *nj_emu_runtime_table(void) { return &g_rt; }
 unsigned nj_emu_runtime_size(void) { return (unsigned)sizeof(nj_emu_runtime); }
@@ -704,6 +719,17 @@ void nj_emu_release(void)
     pthread_mutex_unlock(&g_lock);
 }
 
+static void rt_access(const void *p, unsigned bytes, int store, const void *site)
+{
+    const nj_emu_counter *k = g_counter;
+    const emu_fiber *f = g_s.cur;
+    /* the fiber's own stack (its locals, the kernel arguments) and shared memory are not global memory */
+    if (!k || !f || ((const char *)p >= f->stack_lo && (const char *)p < f->stack_lo + NJ_EMU_STACK) ||
+        ((const char *)p >= g_arena && (const char *)p < g_arena + g_arena_size))
+        return;
+    k->access(k->user, (uint32_t)(f->block * g_s.nthr) + f->linear, p, bytes, store, site);
+}
+
 /* ---------------------------------------------------------------- launch */
 
 static void setup_fibers(emu_sched *s)
@@ -775,10 +801,17 @@ static nj_status run_cluster(emu_sched *s, const uint32_t c[3])
 static nj_status run_grid(emu_sched *s)
 {
     const nj_emu_launch *l = s->l;
+    const nj_emu_counter *k = g_counter;
     uint32_t n[3] = {l->grid[0] / l->cluster[0], l->grid[1] / l->cluster[1], l->grid[2] / l->cluster[2]}, c[3];
+    uint64_t lin = 0, total = (uint64_t)n[0] * n[1] * n[2];
+    if (k) k->launch(k->user, l);
     for (c[2] = 0; c[2] < n[2]; c[2]++)
         for (c[1] = 0; c[1] < n[1]; c[1]++)
-            for (c[0] = 0; c[0] < n[0]; c[0]++) NJ_TRY(run_cluster(s, c));
+            for (c[0] = 0; c[0] < n[0]; c[0]++, lin++) {
+                if (k && !k->want(k->user, lin, total)) continue;
+                NJ_TRY(run_cluster(s, c));
+                if (k) k->cluster_done(k->user, lin);
+            }
     return NJ_OK;
 }
 

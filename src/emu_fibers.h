@@ -9,7 +9,7 @@
 
 /* Version of the runtime table; templates/emu/emu.h carries the same number (NJ_EMU_ABI) and refuses to
  * bind to another. Part of the emulator's target name, so cached kernels of another ABI are never loaded. */
-#define NJ_EMU_ABI_VERSION 3
+#define NJ_EMU_ABI_VERSION 4
 
 typedef void (*nj_emu_kernel_fn)(nj_kargs);
 
@@ -34,6 +34,23 @@ NJ_HIDDEN unsigned nj_emu_runtime_size(void);
  * runtime table is global).
  * NJ_ERR_EMULATOR on barrier divergence, deadlock or a shared-memory/warp-operation misuse. */
 NJ_HIDDEN nj_status nj_emu_run(const nj_emu_launch *l);
+
+/* Access counting, for the performance model (src/model_trace.c). Kernels compiled by emulator backends
+ * created while nj_emu_count_build(true) holds report every memory access they make (a separate build
+ * and target, "-count": other kernels have no hook and pay nothing). While a counter is set, each launch
+ * asks it which clusters to run (a sample; the others are skipped) and hands it the accesses of the
+ * fibers: `thread` is the fiber's index in the cluster (block-in-cluster * threads + thread). */
+typedef struct nj_emu_counter {
+    void *user;
+    void (*launch)(void *user, const nj_emu_launch *l);
+    bool (*want)(void *user, uint64_t cluster, uint64_t clusters);
+    void (*access)(void *user, uint32_t thread, const void *p, unsigned bytes, int store, const void *site);
+    void (*cluster_done)(void *user, uint64_t cluster);
+} nj_emu_counter;
+NJ_HIDDEN void nj_emu_count_build(bool on);
+NJ_HIDDEN bool nj_emu_count_building(void);
+/* c (NULL: none) receives the launches that follow; it must outlive them. Process-wide, like launches. */
+NJ_HIDDEN void nj_emu_set_counter(const nj_emu_counter *c);
 
 /* Fiber switches made so far (for measuring the switch rate). */
 NJ_HIDDEN uint64_t nj_emu_switch_count(void);

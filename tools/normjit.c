@@ -24,6 +24,7 @@ static const njt_tool_cmd njt_cmds[] = {
     {"check", njt_cmd_check, "run problems on random data and compare with the double reference"},
     {"bench", njt_cmd_bench, "measure cold compile, warm load and hot lookup times"},
     {"perf", njt_cmd_perf, "time the kernels of problems on the device: us per call, GB/s"},
+    {"model", njt_cmd_model, "performance model of problems on a named device, without a GPU"},
 };
 
 static void njt_tool_main_help(FILE *f)

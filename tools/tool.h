@@ -15,6 +15,7 @@ int njt_cmd_cache(int argc, char **argv);
 int njt_cmd_check(int argc, char **argv);
 int njt_cmd_bench(int argc, char **argv);
 int njt_cmd_perf(int argc, char **argv);
+int njt_cmd_model(int argc, char **argv); /* the performance model (docs/model.md) */
 
 /* tools/bench_ab.c: a figure row (median and max of v[0..n), times unit, v left as it is); bench --dump
  * (the main kernels' sources of the problems, one file each) and --ab (two dumps compiled alternately). */

@@ -6,7 +6,7 @@
 #ifndef NJ_EMU_H
 #define NJ_EMU_H
 
-#define NJ_EMU_ABI 3 /* bump with any change to nj_emu_runtime (src/emu_fibers.c keeps a twin) */
+#define NJ_EMU_ABI 4 /* bump with any change to nj_emu_runtime (src/emu_fibers.c keeps a twin) */
 
 typedef __SIZE_TYPE__ nj_emu_size;
 
@@ -30,6 +30,8 @@ struct nj_emu_runtime {
     void (*csync)(int line);
     void *(*cmap)(const void *p, unsigned rank, int line);
     void (*misaligned)(const void *p, unsigned bytes, int line); /* ends the launch, as a GPU would */
+    /* a memory access of a kernel built for counting (below); site: the instruction's return address */
+    void (*access)(const void *p, unsigned bytes, int store, const void *site);
 };
 
 static const nj_emu_runtime *nj_emu_rt_;
@@ -41,6 +43,23 @@ extern "C" __attribute__((visibility("default"))) int nj_emu_bind(const nj_emu_r
     nj_emu_rt_ = rt;
     return 0;
 }
+
+/* Access counting (the performance model, src/model_trace.c): a kernel built with NJ_EMU_COUNT and GCC's
+ * -fsanitize=kernel-address with every check outlined reports each load and store it makes, stack and shared
+ * ones too (the library keeps the global ones). A kernel built without it has no hook and pays nothing. */
+#ifdef NJ_EMU_COUNT
+#define NJ_EMU_HOOK_(kind, n, store)                                                                  \
+    extern "C" __attribute__((no_sanitize_address, noinline)) void __asan_##kind##n##_noabort(nj_emu_size a) \
+    { nj_emu_rt_->access((const void *)a, n, store, __builtin_return_address(0)); }
+NJ_EMU_HOOK_(load, 1, 0) NJ_EMU_HOOK_(load, 2, 0) NJ_EMU_HOOK_(load, 4, 0) NJ_EMU_HOOK_(load, 8, 0)
+NJ_EMU_HOOK_(load, 16, 0) NJ_EMU_HOOK_(store, 1, 1) NJ_EMU_HOOK_(store, 2, 1) NJ_EMU_HOOK_(store, 4, 1)
+NJ_EMU_HOOK_(store, 8, 1) NJ_EMU_HOOK_(store, 16, 1)
+extern "C" __attribute__((no_sanitize_address, noinline)) void __asan_loadN_noabort(nj_emu_size a, nj_emu_size n)
+{ nj_emu_rt_->access((const void *)a, (unsigned)n, 0, __builtin_return_address(0)); }
+extern "C" __attribute__((no_sanitize_address, noinline)) void __asan_storeN_noabort(nj_emu_size a, nj_emu_size n)
+{ nj_emu_rt_->access((const void *)a, (unsigned)n, 1, __builtin_return_address(0)); }
+extern "C" __attribute__((no_sanitize_address)) void __asan_handle_no_return(void) {}
+#endif
 
 #define threadIdx (nj_emu_rt_->cur->tid)
 #define blockIdx (nj_emu_rt_->cur->bid)

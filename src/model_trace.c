@@ -1,0 +1,505 @@
+/* Access counting for the performance model: the emulator's counter (emu_fibers.h). Kernels built for
+ * counting report every access a lane makes; the ones inside registered buffers (global memory) are kept
+ * for the cluster being run, then grouped into warp-level requests as the hardware would issue them: the
+ * k-th access a lane makes at one instruction belongs with the k-th access of every other lane of its warp
+ * at that instruction (fibers of a warp do not run in lockstep here, so program order is rebuilt per
+ * instruction). A request touches a set of 32-byte sectors; the sectors feed a small L2 model: the first
+ * touch of a sector is DRAM traffic, a later touch misses with nj_model_l2_miss of the bytes touched since
+ * (inside one block: that block's bytes times the blocks resident at once; across blocks: the grid's,
+ * scaled from the sample to the whole grid). */
+#include "emu_fibers.h"
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TR_MAX_SITES 128
+#define TR_MAX_BUFS 16
+#define TR_MAX_KERNELS 16
+/* lane accesses traced a launch, about: the sample shrinks when the first cluster shows blocks this big
+ * (CPU time: each costs a call and a record, ~50 ns) */
+#define TR_BUDGET (1u << 20)
+
+typedef struct tr_entry {
+    uint64_t key;  /* warp << 50 | site << 43 | occurrence */
+    uint64_t addr;
+    uint32_t seq;
+    uint8_t lane, bytes, store, pad;
+} tr_entry;
+
+typedef struct tr_sector {
+    uint64_t sector; /* address / 32 + 1 (0: empty slot) */
+    double at_global; /* grid bytes counter at the last touch */
+    double at_block;  /* that block's bytes counter at the last touch */
+    uint64_t cluster; /* cluster of the last touch, and its launch */
+    int32_t launch;
+    int32_t first_launch; /* launch of the first touch; -1 once another cluster of it touched the sector */
+    int32_t first_store;
+    uint64_t run_at; /* traced clusters of its launch when last touched (this one included) */
+} tr_sector;
+
+typedef struct tr_occ {
+    uint32_t epoch, count;
+} tr_occ;
+
+struct nj_trace {
+    nj_emu_counter counter;
+    uint32_t sample;
+    double l1_bytes, l2_bytes;
+    nj_status status;
+    struct {
+        uintptr_t lo, hi;
+    } buf[TR_MAX_BUFS];
+    int32_t nbuf;
+    struct {
+        char name[48];
+        double resident, per_sm;
+    } res[TR_MAX_KERNELS];
+    int32_t nres;
+    /* the launch being run */
+    const nj_emu_launch *l;
+    uint32_t nthr, nwarps;
+    double resident, per_sm, scale;
+    uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
+    uint64_t load_site_seen[TR_MAX_SITES / 64];
+    uint64_t *pick;       /* clusters to trace after the first, ascending */
+    size_t npick, pos;
+    struct {
+        const void *site;
+        int32_t id;
+    } site_slot[512]; /* instruction -> id, open addressing (fewer than TR_MAX_SITES in use) */
+    int32_t nsite;
+    tr_occ *occ; /* threads of a cluster * TR_MAX_SITES */
+    size_t occ_cap;
+    uint32_t epoch;
+    tr_entry *e;
+    size_t ne, ecap;
+    /* sectors (open addressing) and the byte counters of the pass */
+    tr_sector *sec;
+    size_t nsec, seccap;
+    double global_bytes, block_bytes;
+    nj_trace_launch launch[NJ_TRACE_MAX_LAUNCHES];
+    int32_t nlaunch;
+};
+
+static nj_trace_launch *tr_cur(nj_trace *t) { return t->nlaunch ? &t->launch[t->nlaunch - 1] : NULL; }
+
+static void tr_fail(nj_trace *t)
+{
+    if (t->status == NJ_OK) t->status = NJ_ERR_OUT_OF_MEMORY;
+}
+
+static void tr_launch(void *u, const nj_emu_launch *l)
+{
+    nj_trace *t = u;
+    t->l = l;
+    t->nthr = l->block[0] * l->block[1] * l->block[2];
+    t->nwarps = (t->nthr + 31) / 32;
+    t->nsite = 0;
+    t->first_accesses = 0;
+    free(t->pick);
+    t->pick = NULL;
+    memset(t->site_slot, 0, sizeof t->site_slot);
+    memset(t->load_site_seen, 0, sizeof t->load_site_seen);
+    t->resident = t->per_sm = 1;
+    for (int32_t i = 0; i < t->nres; i++)
+        if (strcmp(t->res[i].name, l->name) == 0) t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm;
+    size_t threads = (size_t)t->nthr * l->cluster[0] * l->cluster[1] * l->cluster[2];
+    if (threads * TR_MAX_SITES > t->occ_cap) {
+        free(t->occ);
+        t->occ = calloc(threads * TR_MAX_SITES, sizeof *t->occ);
+        t->occ_cap = t->occ ? threads * TR_MAX_SITES : 0;
+        t->epoch = 0;
+        if (!t->occ) tr_fail(t);
+    }
+    if (t->nlaunch == NJ_TRACE_MAX_LAUNCHES) {
+        tr_fail(t);
+        t->l = NULL;
+        return;
+    }
+    nj_trace_launch *r = &t->launch[t->nlaunch++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->kernel, sizeof r->kernel, "%s", l->name);
+    memcpy(r->grid, l->grid, sizeof r->grid);
+    memcpy(r->block, l->block, sizeof r->block);
+    r->shmem = l->shmem;
+    r->clusters = (uint64_t)(l->grid[0] / l->cluster[0]) * (l->grid[1] / l->cluster[1]) * (l->grid[2] / l->cluster[2]);
+    t->scale = 1;
+}
+
+static int tr_cmp_u64(const void *x, const void *y);
+
+/* The clusters to trace: the first, the last, and points of the golden-ratio sequence in between (evenly
+ * spread like a regular stride, but without aliasing with the periodic structure of a grid: a stride that
+ * is a multiple of the tiles an image would trace the same tile every time). Chosen after the first
+ * cluster ran, when its size tells how many the access budget allows. */
+static void tr_pick(nj_trace *t, uint64_t n)
+{
+    uint64_t want = t->sample;
+    if (t->first_accesses > 0) {
+        uint64_t fit = TR_BUDGET / t->first_accesses;
+        if (fit < 2) fit = 2;
+        if (fit < want) want = fit;
+    }
+    free(t->pick);
+    t->pick = malloc((size_t)want * sizeof *t->pick);
+    t->npick = t->pos = 0;
+    if (!t->pick) {
+        tr_fail(t);
+        return;
+    }
+    t->pick[t->npick++] = n - 1;
+    double x = 0.5;
+    for (uint64_t k = 0; t->npick < want && k < 4 * want; k++) {
+        x += 0.6180339887498949;
+        x -= (double)(uint64_t)x;
+        uint64_t c = 1 + (uint64_t)(x * (double)(n - 2));
+        if (c >= n - 1) continue;
+        t->pick[t->npick++] = c;
+    }
+    qsort(t->pick, (size_t)t->npick, sizeof *t->pick, tr_cmp_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < t->npick; i++)
+        if (u == 0 || t->pick[u - 1] != t->pick[i]) t->pick[u++] = t->pick[i];
+    t->npick = u;
+}
+
+static bool tr_want(void *u, uint64_t c, uint64_t n)
+{
+    nj_trace *t = u;
+    if (!t->l) return false;
+    t->epoch++;
+    t->ne = 0;
+    t->block_bytes = 0;
+    if (c == 0) return true;
+    if (n <= t->sample && (t->first_accesses == 0 || n * t->first_accesses <= TR_BUDGET)) return true;
+    if (c == 1 || !t->pick) tr_pick(t, n);
+    while (t->pos < t->npick && t->pick[t->pos] < c) t->pos++;
+    return t->pos < t->npick && t->pick[t->pos] == c;
+}
+
+static int32_t tr_site(nj_trace *t, const void *site)
+{
+    size_t h = ((uintptr_t)site * 0x9E3779B97F4A7C15ull) >> 55; /* 512 slots */
+    for (;; h = (h + 1) & 511) {
+        if (t->site_slot[h].site == site) return t->site_slot[h].id;
+        if (!t->site_slot[h].site) break;
+    }
+    int32_t id = t->nsite < TR_MAX_SITES ? t->nsite++ : TR_MAX_SITES - 1; /* past the ids: share the last */
+    t->site_slot[h].site = site;
+    t->site_slot[h].id = id;
+    return id;
+}
+
+static void tr_access(void *u, uint32_t thread, const void *p, unsigned bytes, int store, const void *site)
+{
+    nj_trace *t = u;
+    uintptr_t a = (uintptr_t)p;
+    int32_t i = 0;
+    while (i < t->nbuf && !(a >= t->buf[i].lo && a < t->buf[i].hi)) i++;
+    if (i == t->nbuf || !t->l || !t->occ) return;
+    if (t->ne == t->ecap) {
+        size_t cap = t->ecap ? 2 * t->ecap : 1u << 16;
+        tr_entry *e = realloc(t->e, cap * sizeof *e);
+        if (!e) {
+            tr_fail(t);
+            return;
+        }
+        t->e = e;
+        t->ecap = cap;
+    }
+    int32_t s = tr_site(t, site);
+    tr_occ *o = &t->occ[(size_t)thread * TR_MAX_SITES + (size_t)s];
+    if (o->epoch != t->epoch) o->epoch = t->epoch, o->count = 0;
+    uint32_t in_block = thread % t->nthr;
+    uint64_t warp = (uint64_t)(thread / t->nthr) * t->nwarps + in_block / 32;
+    tr_entry *e = &t->e[t->ne];
+    e->key = warp << 50 | (uint64_t)s << 43 | (o->count++ & ((1ull << 43) - 1));
+    e->addr = a;
+    e->seq = (uint32_t)t->ne++;
+    e->lane = (uint8_t)(in_block % 32);
+    e->bytes = (uint8_t)(bytes > 255 ? 255 : bytes);
+    e->store = (uint8_t)(store != 0);
+}
+
+static int tr_cmp_entry(const void *x, const void *y)
+{
+    const tr_entry *a = x, *b = y;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+static int tr_cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* ---- the sector table ---- */
+
+static uint64_t tr_hash(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+static bool tr_sec_grow(nj_trace *t)
+{
+    size_t cap = t->seccap ? 2 * t->seccap : 1u << 16;
+    tr_sector *n = calloc(cap, sizeof *n);
+    if (!n) return false;
+    for (size_t i = 0; i < t->seccap; i++) {
+        if (!t->sec[i].sector) continue;
+        size_t j = tr_hash(t->sec[i].sector) & (cap - 1);
+        while (n[j].sector) j = (j + 1) & (cap - 1);
+        n[j] = t->sec[i];
+    }
+    free(t->sec);
+    t->sec = n;
+    t->seccap = cap;
+    return true;
+}
+
+/* The slot of sector s; *fresh when it was not there (then inserted). NULL out of memory. */
+static tr_sector *tr_sec(nj_trace *t, uint64_t s, bool *fresh)
+{
+    if (2 * (t->nsec + 1) > t->seccap && !tr_sec_grow(t)) return NULL;
+    size_t j = tr_hash(s + 1) & (t->seccap - 1);
+    while (t->sec[j].sector && t->sec[j].sector != s + 1) j = (j + 1) & (t->seccap - 1);
+    *fresh = !t->sec[j].sector;
+    if (*fresh) {
+        t->sec[j].sector = s + 1;
+        t->nsec++;
+    }
+    return &t->sec[j];
+}
+
+/* One request's sectors through the L2 model. */
+static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const uint64_t *s, int32_t n, int store)
+{
+    for (int32_t i = 0; i < n; i++) {
+        bool fresh;
+        tr_sector *x = tr_sec(t, s[i], &fresh);
+        if (!x) {
+            tr_fail(t);
+            return;
+        }
+        double miss = 1, l1 = 0;
+        if (fresh) {
+            t->global_bytes += 32;
+            t->block_bytes += 32;
+            r->unique_bytes += 32;
+            x->first_launch = t->nlaunch - 1;
+            x->first_store = store;
+        } else {
+            /* shared by the clusters of a launch (the parameters): its first touch happened once in the
+             * grid, not once a traced cluster, so it leaves the part that scales with the sample */
+            if (x->first_launch == t->nlaunch - 1 && x->cluster != cluster) {
+                if (x->first_store) r->dram_write -= 32, r->dram_write_once += 32;
+                else r->dram_read -= 32, r->dram_read_once += 32;
+                r->unique_bytes -= 32, r->unique_once += 32;
+                x->first_launch = -1;
+            }
+            /* the same block: its own bytes since, times the blocks resident with it. Another block of the
+             * same launch: a sector several traced blocks share (a parameter, a statistic) is touched by
+             * every resident block in turn, so the bytes between two touches are about one block's new
+             * bytes. A later launch: the grid's new bytes since, scaled from the sample. */
+            bool this_launch = x->launch == t->nlaunch - 1, same = this_launch && x->cluster == cluster;
+            double d;
+            if (same && !store) { /* a load the block makes again: its SM's L1 first */
+                double hit = 1 - nj_model_l2_miss((t->block_bytes - x->at_block) * t->per_sm, t->l1_bytes);
+                r->l1_hit += 32 * hit;
+                l1 = hit;
+            }
+            if (same) d = (t->block_bytes - x->at_block) * t->resident;
+            else if (this_launch)
+                d = (t->global_bytes - x->at_global) / (double)(r->run > x->run_at ? r->run - x->run_at : 1);
+            else d = (t->global_bytes - x->at_global) * t->scale;
+            miss = nj_model_l2_miss(d, t->l2_bytes);
+        }
+        if (store) r->dram_write += 32 * miss;
+        else r->dram_read += 32 * miss * (1 - l1);
+        x->at_global = t->global_bytes;
+        x->at_block = t->block_bytes;
+        x->cluster = cluster;
+        x->launch = t->nlaunch - 1;
+        x->run_at = r->run;
+    }
+}
+
+static int32_t tr_width_index(unsigned bytes)
+{
+    return bytes >= 16 ? 4 : bytes >= 8 ? 3 : bytes >= 4 ? 2 : bytes >= 2 ? 1 : 0;
+}
+
+/* Bytes the lanes of a request asked for, each byte once (lanes reading one address share it). */
+static double tr_distinct_bytes(const tr_entry *e, uint32_t n)
+{
+    uint64_t span[64][2];
+    uint32_t m = n < 64 ? n : 64;
+    for (uint32_t j = 0; j < m; j++) span[j][0] = e[j].addr, span[j][1] = e[j].addr + e[j].bytes;
+    for (uint32_t j = 1; j < m; j++) /* insertion sort by start: at most 64 lanes */
+        for (uint32_t k = j; k > 0 && span[k][0] < span[k - 1][0]; k--) {
+            uint64_t a = span[k][0], b = span[k][1];
+            span[k][0] = span[k - 1][0], span[k][1] = span[k - 1][1];
+            span[k - 1][0] = a, span[k - 1][1] = b;
+        }
+    double total = 0;
+    uint64_t end = 0;
+    for (uint32_t j = 0; j < m; j++) {
+        uint64_t lo = span[j][0] > end ? span[j][0] : end;
+        if (span[j][1] > lo) total += (double)(span[j][1] - lo);
+        if (span[j][1] > end) end = span[j][1];
+    }
+    return total;
+}
+
+typedef struct tr_req {
+    uint32_t first, n; /* entries [first, first + n) */
+    uint32_t seq;      /* issue order: the first lane's */
+} tr_req;
+
+static int tr_cmp_req(const void *x, const void *y)
+{
+    const tr_req *a = x, *b = y;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* Groups the cluster's entries into requests (sorted by instruction and occurrence), then plays the
+ * requests in issue order through the sector model. */
+static void tr_cluster_done(void *u, uint64_t cluster)
+{
+    nj_trace *t = u;
+    nj_trace_launch *r = tr_cur(t);
+    if (!r || !t->l) return;
+    r->run++;
+    if (r->run == 1) t->first_accesses = t->ne ? t->ne : 1;
+    t->scale = r->run ? (double)r->clusters / (double)r->run : 1;
+    if (t->ne == 0) return;
+    qsort(t->e, t->ne, sizeof *t->e, tr_cmp_entry);
+    size_t nreq = 0;
+    for (size_t i = 0; i < t->ne; i++)
+        if (i == 0 || t->e[i].key != t->e[i - 1].key) nreq++;
+    tr_req *q = malloc(nreq * sizeof *q);
+    if (!q) {
+        tr_fail(t);
+        return;
+    }
+    nreq = 0;
+    for (size_t i = 0; i < t->ne; i++) {
+        if (i == 0 || t->e[i].key != t->e[i - 1].key) q[nreq++] = (tr_req){(uint32_t)i, 0, t->e[i].seq};
+        q[nreq - 1].n++;
+    }
+    qsort(q, nreq, sizeof *q, tr_cmp_req);
+    uint64_t s[128];
+    for (size_t k = 0; k < nreq; k++) {
+        const tr_entry *e = &t->e[q[k].first];
+        int store = e->store;
+        uint32_t lanes = 0;
+        int32_t ns = 0;
+        for (uint32_t j = 0; j < q[k].n; j++) {
+            lanes |= 1u << e[j].lane;
+            r->width[store][tr_width_index(e[j].bytes)] += 1;
+            for (uint64_t a = e[j].addr / 32; a <= (e[j].addr + e[j].bytes - 1) / 32 && ns < 128; a++) s[ns++] = a;
+        }
+        r->bytes[store] += tr_distinct_bytes(e, q[k].n);
+        qsort(s, (size_t)ns, sizeof s[0], tr_cmp_u64);
+        int32_t nu = 0;
+        for (int32_t j = 0; j < ns; j++)
+            if (nu == 0 || s[nu - 1] != s[j]) s[nu++] = s[j];
+        if (!store) {
+            uint32_t site = (uint32_t)(e->key >> 43 & 127);
+            if (!(t->load_site_seen[site / 64] >> (site % 64) & 1)) r->load_sites++;
+            t->load_site_seen[site / 64] |= 1ull << (site % 64);
+        }
+        r->req[store] += 1;
+        r->lanes[store] += q[k].n;
+        r->sectors[store] += nu;
+        (void)lanes;
+        tr_sectors(t, r, cluster, s, nu, store);
+    }
+    free(q);
+}
+
+/* ---- public side ---- */
+
+nj_status nj_trace_create(uint32_t sample, double l1_bytes, double l2_bytes, nj_trace **out)
+{
+    *out = NULL;
+    nj_trace *t = calloc(1, sizeof *t);
+    NJ_RETURN_IF(!t, NJ_ERR_OUT_OF_MEMORY, "model trace");
+    t->sample = sample ? sample : 32;
+    t->l2_bytes = l2_bytes;
+    t->l1_bytes = l1_bytes;
+    t->counter = (nj_emu_counter){t, tr_launch, tr_want, tr_access, tr_cluster_done};
+    nj_emu_set_counter(&t->counter);
+    *out = t;
+    return NJ_OK;
+}
+
+void nj_trace_destroy(nj_trace *t)
+{
+    if (!t) return;
+    nj_emu_set_counter(NULL);
+    free(t->occ);
+    free(t->e);
+    free(t->sec);
+    free(t->pick);
+    free(t);
+}
+
+void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes)
+{
+    if (!p || !bytes || t->nbuf == TR_MAX_BUFS) return;
+    t->buf[t->nbuf].lo = (uintptr_t)p;
+    t->buf[t->nbuf].hi = (uintptr_t)p + bytes;
+    t->nbuf++;
+}
+
+void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm)
+{
+    int32_t i = 0;
+    while (i < t->nres && strcmp(t->res[i].name, kernel) != 0) i++;
+    if (i == TR_MAX_KERNELS) return;
+    if (i == t->nres) snprintf(t->res[t->nres++].name, sizeof t->res[0].name, "%s", kernel);
+    t->res[i].resident = resident;
+    t->res[i].per_sm = per_sm;
+}
+
+void nj_trace_reset(nj_trace *t)
+{
+    t->nlaunch = 0;
+    t->nsec = 0;
+    if (t->sec) memset(t->sec, 0, t->seccap * sizeof *t->sec);
+    t->global_bytes = t->block_bytes = 0;
+    t->l = NULL;
+}
+
+const nj_trace_launch *nj_trace_launches(const nj_trace *t, int32_t *n)
+{
+    *n = t->nlaunch;
+    return t->launch;
+}
+
+nj_status nj_trace_status(const nj_trace *t)
+{
+    return t->status == NJ_OK ? NJ_OK : nj_fail(t->status, "model trace: out of memory counting accesses");
+}
+
+nj_trace_launch nj_trace_scaled(const nj_trace_launch *l)
+{
+    nj_trace_launch r = *l;
+    double f = l->run ? (double)l->clusters / (double)l->run : 0;
+    for (int d = 0; d < 2; d++) {
+        r.req[d] *= f, r.lanes[d] *= f, r.bytes[d] *= f, r.sectors[d] *= f;
+        for (int w = 0; w < NJ_TRACE_WIDTHS; w++) r.width[d][w] *= f;
+    }
+    r.l1_hit *= f;
+    r.dram_read = r.dram_read * f + r.dram_read_once, r.dram_write = r.dram_write * f + r.dram_write_once;
+    r.unique_bytes = r.unique_bytes * f + r.unique_once;
+    r.dram_read_once = r.dram_write_once = r.unique_once = 0;
+    return r;
+}

@@ -1,0 +1,197 @@
+/* The performance model (src/model*.c): access counting on the emulator, the L2 model's ramp, the device
+ * table, the baseline comparison, and a whole pass on small problems whose figures follow by hand. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "emu_fibers.h"
+#include "model.h"
+
+static nj_context *g_ctx; /* counting emulator context, sm_90 */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return nj_model_context(90, NULL, &g_ctx) == NJ_OK ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    nj_context_destroy(g_ctx);
+    return 0;
+}
+
+static nj_model_result model_of(const char *text, uint32_t passes, uint32_t sample)
+{
+    nj_problem_desc p;
+    assert_int_equal(nj_problem_from_text(text, 1, &p), NJ_OK);
+    nj_model_opts o = {nj_model_device_find("H200"), 0, sample, passes};
+    nj_model_result r;
+    nj_status s = nj_model_problem(g_ctx, &p, &o, &r);
+    if (s != NJ_OK) fail_msg("model of %s: %s", text, nj_last_error());
+    return r;
+}
+
+static double sum_dir(const nj_model_pass *ps, int d, int what)
+{
+    double v = 0;
+    for (int32_t i = 0; i < ps->nlaunch; i++) {
+        const nj_trace_launch *t = &ps->launch[i].t;
+        v += what == 0 ? t->bytes[d] : what == 1 ? t->sectors[d] * 32 : what == 2 ? t->lanes[d] : t->req[d];
+    }
+    return v;
+}
+
+/* LayerNorm f32 over rows of 1024 (64 rows, every block traced): a perfect forward reads x, gamma and beta
+ * and writes y once; the row kernel's accesses are whole 32-byte sectors, so the counts equal those bytes. */
+static void test_row_f32_forward(void **state)
+{
+    (void)state;
+    nj_model_result r = model_of("layernorm f32 64x1024 flags=scale,bias", NJ_PASS_FORWARD, 1000);
+    assert_int_equal(r.npass, 1);
+    const nj_model_pass *ps = &r.pass[0];
+    double x = 64.0 * 1024 * 4, param = 1024.0 * 4;
+    assert_true(ps->ideal_bytes == 2 * x + 2 * param);
+    /* every block ran */
+    for (int32_t i = 0; i < ps->nlaunch; i++) assert_true(ps->launch[i].t.run == ps->launch[i].t.clusters);
+    /* stores: y once, each byte once, fully used sectors, 32 lanes a request */
+    assert_true(sum_dir(ps, NJ_TRACE_ST, 0) == x);
+    assert_true(sum_dir(ps, NJ_TRACE_ST, 1) == x);
+    assert_true(sum_dir(ps, NJ_TRACE_ST, 2) == 32 * sum_dir(ps, NJ_TRACE_ST, 3));
+    /* DRAM: x, gamma and beta read once (the cache holds the parameters for every row), y written once */
+    double rd = 0, wr = 0;
+    for (int32_t i = 0; i < ps->nlaunch; i++) rd += ps->launch[i].t.dram_read, wr += ps->launch[i].t.dram_write;
+    assert_true(rd == x + 2 * param);
+    assert_true(wr == x);
+    assert_true(ps->dram_bytes == ps->ideal_bytes);
+    assert_true(ps->time > 0 && ps->pct_copy > 0 && ps->pct_copy < 100);
+}
+
+/* Sampling: tracing 4 of 64 blocks scales the counts back to the grid (the same figures for a row problem,
+ * whose blocks are alike, up to the first-touch of the shared parameters). */
+static void test_sample_scales(void **state)
+{
+    (void)state;
+    nj_model_result all = model_of("rmsnorm f32 64x1024 flags=scale", NJ_PASS_FORWARD, 1000);
+    nj_model_result some = model_of("rmsnorm f32 64x1024 flags=scale", NJ_PASS_FORWARD, 4);
+    const nj_model_launch *a = &all.pass[0].launch[0], *s = &some.pass[0].launch[0];
+    assert_true(s->t.run < s->t.clusters);
+    assert_true(s->t.bytes[NJ_TRACE_ST] == a->t.bytes[NJ_TRACE_ST]);
+    assert_true(s->t.req[NJ_TRACE_LD] == a->t.req[NJ_TRACE_LD]);
+    double x = 64.0 * 1024 * 4;
+    assert_true(s->t.dram_write == x);
+}
+
+/* The backward of the same problem moves x, dy, dx, the statistics and the parameter gradients at least;
+ * its dgamma/dbeta go through a workspace, so the plan moves more than a perfect kernel. */
+static void test_row_backward(void **state)
+{
+    (void)state;
+    nj_model_result r = model_of("layernorm f32 64x1024 flags=scale,bias", NJ_PASS_BACKWARD, 1000);
+    const nj_model_pass *ps = &r.pass[0];
+    double x = 64.0 * 1024 * 4, param = 1024.0 * 4, stats = 64.0 * 8;
+    assert_true(ps->ideal_bytes == 3 * x + 3 * param + stats);
+    assert_true(ps->dram_bytes >= 3 * x);
+    assert_true(sum_dir(ps, NJ_TRACE_ST, 0) >= x + 2 * param);
+}
+
+/* A kernel built without counting has no hook: a counter sees its launch but no access. */
+static void test_counting_off(void **state)
+{
+    (void)state;
+    nj_context_options o;
+    nj_context_options_init(&o);
+    o.backend = NJ_BACKEND_EMULATOR;
+    o.arch = 90;
+    nj_context *ctx;
+    assert_int_equal(nj_context_create(&o, &ctx), NJ_OK);
+    nj_problem_desc p;
+    assert_int_equal(nj_problem_from_text("rmsnorm f32 4x256 flags=scale", 1, &p), NJ_OK);
+    nj_plan *plan;
+    assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_OK);
+    float *x = calloc(1024, 4), *y = calloc(1024, 4), *rstd = calloc(4 + 256, 4);
+    nj_trace *t;
+    assert_int_equal(nj_trace_create(8, 1e5, 1e6, &t), NJ_OK);
+    nj_trace_add_buffer(t, x, 4096);
+    nj_trace_add_buffer(t, y, 4096);
+    nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .y = y};
+    if (p.flags & NJ_FLAG_SAVE_STATS) a.rstd = rstd;
+    if (p.flags & NJ_FLAG_SCALE) a.gamma = rstd + 4; /* 256 floats of zeros past the statistics */
+    nj_status s = nj_forward(plan, &a);
+    if (s != NJ_OK) fail_msg("forward: %s", nj_last_error());
+    int32_t n;
+    const nj_trace_launch *l = nj_trace_launches(t, &n);
+    assert_true(n >= 1);
+    assert_true(l[0].run > 0);
+    assert_true(l[0].req[0] == 0 && l[0].req[1] == 0);
+    nj_trace_destroy(t);
+    free(x);
+    free(y);
+    free(rstd);
+    nj_context_destroy(ctx);
+}
+
+static void test_l2_ramp(void **state)
+{
+    (void)state;
+    double l2 = 1000;
+    assert_true(nj_model_l2_miss(0, l2) == 0);
+    assert_true(nj_model_l2_miss(NJ_MODEL_L2_HIT * l2, l2) == 0);
+    assert_true(nj_model_l2_miss(NJ_MODEL_L2_MISS * l2, l2) == 1);
+    assert_true(nj_model_l2_miss(1e12, l2) == 1);
+    double mid = nj_model_l2_miss((NJ_MODEL_L2_HIT + NJ_MODEL_L2_MISS) / 2 * l2, l2);
+    assert_true(mid > 0.49 && mid < 0.51);
+}
+
+static void test_devices(void **state)
+{
+    (void)state;
+    const nj_model_device *h = nj_model_device_find("h200");
+    assert_non_null(h);
+    assert_int_equal(h->sms, 132);
+    assert_true(h->copy_bw < h->peak_bw);
+    assert_non_null(nj_model_device_find("A100"));
+    assert_non_null(nj_model_device_find("H100"));
+    assert_null(nj_model_device_find("V100"));
+    for (int32_t i = 0; nj_model_device_at(i); i++) assert_true(strlen(nj_model_device_at(i)->source) > 20);
+}
+
+static void test_compare(void **state)
+{
+    (void)state;
+    const char *base = "p | fwd | launches 1 | ideal_mb 10.000 | dram_mb 10.000 | sector_eff 1.000 | lanes 32.00 | "
+                       "pct_copy 80.0 | us 3.00";
+    char why[128];
+    assert_int_equal(nj_model_compare(base, base, why, sizeof why), 0);
+    const char *better = "p | fwd | launches 1 | ideal_mb 10.000 | dram_mb 9.000 | sector_eff 1.000 | lanes 32.00 | "
+                         "pct_copy 85.0 | us 2.00";
+    assert_int_equal(nj_model_compare(base, better, why, sizeof why), 0);
+    const char *more = "p | fwd | launches 2 | ideal_mb 10.000 | dram_mb 10.000 | sector_eff 1.000 | lanes 32.00 | "
+                       "pct_copy 80.0 | us 3.00";
+    assert_int_equal(nj_model_compare(base, more, why, sizeof why), 1);
+    assert_non_null(strstr(why, "launches"));
+    const char *bytes = "p | fwd | launches 1 | ideal_mb 10.000 | dram_mb 10.500 | sector_eff 1.000 | lanes 32.00 | "
+                        "pct_copy 80.0 | us 3.00";
+    assert_int_equal(nj_model_compare(base, bytes, why, sizeof why), 1);
+    assert_non_null(strstr(why, "dram_mb"));
+    const char *eff = "p | fwd | launches 1 | ideal_mb 10.000 | dram_mb 10.000 | sector_eff 0.900 | lanes 32.00 | "
+                      "pct_copy 80.0 | us 3.00";
+    assert_int_equal(nj_model_compare(base, eff, why, sizeof why), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_row_f32_forward), cmocka_unit_test(test_sample_scales),
+        cmocka_unit_test(test_row_backward),    cmocka_unit_test(test_counting_off),
+        cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_compare),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
