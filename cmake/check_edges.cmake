@@ -1,5 +1,5 @@
 # ctest module_edges: cmake -DSRC=<repo>/src -P check_edges.cmake
-# Fails when a module reaches back up past the edges docs/architecture-vocab.md draws: the lower cache
+# Fails when a module reaches back up past the edges docs/architecture.md draws: the lower cache
 # files calling the lookup path, the backends or the template set depending on the planner or on codegen,
 # a backend told apart by its name string, or a weak symbol standing in for a module.
 if(NOT SRC)

@@ -102,6 +102,16 @@ NJ_OPS void nj_ops_ref_sizes(const nj_problem_desc *p, int64_t *numel, int64_t *
 NJ_OPS nj_status nj_ops_ref_forward(const nj_problem_desc *p, const nj_ops_ref_inputs *in, nj_ops_ref_outputs *out);
 NJ_OPS nj_status nj_ops_ref_backward(const nj_problem_desc *p, const nj_ops_ref_inputs *in, nj_ops_ref_outputs *out);
 
+/* ---- Dtypes: the library's one table (src/vocab.c), so that the tools keep no switch of their own ---- */
+
+/* Element i of base, stored as d, as a double; v stored as d (rounded to nearest even). d must be a
+ * storage dtype (NJ_F32, NJ_F16, NJ_BF16): anything else loads 0 and stores nothing. */
+NJ_OPS double nj_ops_dtype_load(nj_dtype d, const void *base, int64_t i);
+NJ_OPS void nj_ops_dtype_store(nj_dtype d, void *base, int64_t i, double v);
+/* Half an ulp at 1 of d, and the atol and rtol of outputs stored in d (0 for a value that is no dtype). */
+NJ_OPS double nj_ops_dtype_unit_roundoff(nj_dtype d);
+NJ_OPS double nj_ops_dtype_out_tol(nj_dtype d);
+
 /* ---- The performance model (`normjit model`, docs/model.md) ---- */
 
 /* An emulator context whose kernels count their global accesses, and the device the figures are for. */

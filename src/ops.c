@@ -242,3 +242,29 @@ nj_status nj_ops_ref_backward(const nj_problem_desc *p, const nj_ops_ref_inputs 
     nj_ops_ref_convert(in, out, &ri, &ro);
     return nj_ref_backward(p, &ri, &ro);
 }
+
+/* ---- dtypes ---- */
+
+double nj_ops_dtype_load(nj_dtype d, const void *base, int64_t i)
+{
+    const nj_dtype_info *t = nj_dtype_find(d);
+    return t && base ? t->load(base, i) : 0.0;
+}
+
+void nj_ops_dtype_store(nj_dtype d, void *base, int64_t i, double v)
+{
+    const nj_dtype_info *t = nj_dtype_find(d);
+    if (t && base) t->store(base, i, v);
+}
+
+double nj_ops_dtype_unit_roundoff(nj_dtype d)
+{
+    const nj_dtype_info *t = nj_dtype_find(d);
+    return t ? t->unit_roundoff : 0.0;
+}
+
+double nj_ops_dtype_out_tol(nj_dtype d)
+{
+    const nj_dtype_info *t = nj_dtype_find(d);
+    return t ? t->out_tol : 0.0;
+}

@@ -28,13 +28,24 @@ static void test_dtype_rows(void **state)
         assert_int_equal(nj_dtype_size(all_dtypes[i]), t->size);
         assert_true(t->unit_roundoff > 0 && t->out_tol > t->unit_roundoff);
     }
-    /* The tools keep their own copy of the tolerances (they see public headers only): the two agree. */
+    /* The tools read the table through the operator header: half an ulp at 1 of each format's mantissa, and
+       rounding to nearest even (1 + 2^-8 is halfway between bf16's 1 and 1 + 2^-7; 1 + 3 * 2^-8 between
+       1 + 2^-7 and 1 + 2^-6, whose mantissa is even). */
+    assert_true(nj_ops_dtype_unit_roundoff(NJ_F32) == 0x1p-24);
+    assert_true(nj_ops_dtype_unit_roundoff(NJ_F16) == 0x1p-11);
+    assert_true(nj_ops_dtype_unit_roundoff(NJ_BF16) == 0x1p-8);
+    assert_true(nj_ops_dtype_unit_roundoff(NJ_DTYPE_NONE) == 0.0);
     for (size_t i = 0; i < sizeof all_dtypes / sizeof all_dtypes[0]; i++) {
-        const nj_dtype_info *t = nj_dtype_find(all_dtypes[i]);
-        assert_true(njt_tol_unit_roundoff(all_dtypes[i]) == t->unit_roundoff);
-        assert_true(njt_tol_output(all_dtypes[i]).atol == t->out_tol);
-        assert_true(njt_tol_output(all_dtypes[i]).rtol == t->out_tol);
+        assert_true(njt_tol_output(all_dtypes[i]).atol == nj_dtype_find(all_dtypes[i])->out_tol);
+        assert_true(njt_tol_unit_roundoff(all_dtypes[i]) == nj_dtype_find(all_dtypes[i])->unit_roundoff);
     }
+    uint16_t h[2];
+    nj_ops_dtype_store(NJ_BF16, h, 0, 1.0 + 0x1p-8);
+    nj_ops_dtype_store(NJ_BF16, h, 1, 1.0 + 3 * 0x1p-8);
+    assert_true(nj_ops_dtype_load(NJ_BF16, h, 0) == 1.0);
+    assert_true(nj_ops_dtype_load(NJ_BF16, h, 1) == 1.0 + 0x1p-6);
+    nj_ops_dtype_store(NJ_F16, h, 0, 65504.0);
+    assert_true(nj_ops_dtype_load(NJ_F16, h, 0) == 65504.0);
     assert_int_equal(nj_dtype_find(NJ_F32)->size, sizeof(float));
     assert_int_equal(nj_dtype_find(NJ_BF16)->size, sizeof(uint16_t));
     assert_null(nj_dtype_find(NJ_DTYPE_NONE));

@@ -30,20 +30,12 @@ void njt_check_options_init(njt_check_options *o)
 
 static double njt_chk_load(const void *b, int64_t i, nj_dtype d)
 {
-    switch (d) {
-    case NJ_F16: return nj_half_to_float(((const uint16_t *)b)[i]);
-    case NJ_BF16: return nj_bf16_to_float(((const uint16_t *)b)[i]);
-    default: return ((const float *)b)[i];
-    }
+    return nj_ops_dtype_load(d, b, i);
 }
 
 static void njt_chk_store(void *b, int64_t i, nj_dtype d, double v)
 {
-    switch (d) {
-    case NJ_F16: ((uint16_t *)b)[i] = nj_float_to_half((float)v); break;
-    case NJ_BF16: ((uint16_t *)b)[i] = nj_float_to_bf16((float)v); break;
-    default: ((float *)b)[i] = (float)v; break;
-    }
+    nj_ops_dtype_store(d, b, i, v);
 }
 
 /* An operand's effective layout: rank 0 means x's extents and strides, dtype NONE means x's dtype. */

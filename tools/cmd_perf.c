@@ -4,6 +4,8 @@
  * bytes a pass must move at least (every input read once, every output written once) over that time
  * gives the bandwidth to compare with the device's. A benchmark, not a test: on the emulator its
  * figures are CPU times, useful only to try the command. */
+#define NJ_OPERATOR_API
+#include "normjit_ops.h"
 #include "tool.h"
 
 #include <limits.h>
@@ -135,11 +137,7 @@ static nj_status njt_perf_buffer(nj_context *ctx, nj_dtype d, int64_t n, float l
     for (int64_t i = 0; i < n; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         float v = lo + (hi - lo) * (float)(s >> 40) * (1.0f / 16777216.0f);
-        if (d == NJ_F32) memcpy(host + i * 4, &v, 4);
-        else {
-            uint16_t h = d == NJ_F16 ? nj_float_to_half(v) : nj_float_to_bf16(v);
-            memcpy(host + i * 2, &h, 2);
-        }
+        nj_ops_dtype_store(d, host, i, v);
     }
     nj_status st = nj_mem_alloc(ctx, bytes, out);
     if (st == NJ_OK) st = nj_mem_upload(ctx, *out, host, bytes);

@@ -11,7 +11,10 @@
 #ifndef NJT_TOLERANCE_H
 #define NJT_TOLERANCE_H
 
-#include "normjit.h"
+#ifndef NJ_OPERATOR_API
+#define NJ_OPERATOR_API
+#endif
+#include "normjit_ops.h"
 
 #include <math.h>
 
@@ -20,24 +23,17 @@ typedef struct njt_tolerance {
     double rtol; /* relative to |ref| */
 } njt_tolerance;
 
-/* Unit roundoff of a storage dtype (half an ulp at 1). */
+/* Unit roundoff of a storage dtype (half an ulp at 1): the library's dtype table. */
 static inline double njt_tol_unit_roundoff(nj_dtype d)
 {
-    switch (d) {
-    case NJ_F16: return 0x1p-11;
-    case NJ_BF16: return 0x1p-8;
-    default: return 0x1p-24;
-    }
+    return nj_ops_dtype_unit_roundoff(d);
 }
 
-/* Forward outputs in dtype d (y, residual_out). */
+/* Forward outputs in dtype d (y, residual_out): the dtype table's out_tol (src/vocab.c says why). */
 static inline njt_tolerance njt_tol_output(nj_dtype d)
 {
-    switch (d) {
-    case NJ_F16: return (njt_tolerance){1e-2, 1e-2};
-    case NJ_BF16: return (njt_tolerance){4e-2, 4e-2};
-    default: return (njt_tolerance){1e-5, 1e-5};
-    }
+    double t = nj_ops_dtype_out_tol(d);
+    return (njt_tolerance){t, t};
 }
 
 /* Statistics (float32 mean, rstd) of an input of dtype d: float32-level, widened by the input dtype's
