@@ -1,6 +1,6 @@
 {# Backward, ROW kind whose only feature axis (if any) is the row itself (LayerNorm, RMSNorm over the
-   last axes). Launch 1 (nj_bwd_row): a warp (rows_per_block > 1) or a block per row of the
-   A.rows * kept_inner rows, the plan's NSLOT blocks striding over them. A thread owns the same columns
+   last axes). Launch 1 (nj_bwd_row): a warp or a group of lanes (rows_per_block > 1), or a block, per
+   row of the A.rows * kept_inner rows, the plan's NSLOT blocks striding over them. A thread owns the same columns
    (chunks of V at lane, lane + TPR, ...) in every row it visits, so it keeps its columns' sums of
    dz*xhat and dz in registers across rows; the warps of a block then add theirs in warp order in shared
    memory, and the block writes one partial row per block to the workspace (slot = blockIdx.x; the grid
@@ -25,6 +25,10 @@ local PGRAD = P.pgrad == "slots"
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
+-- GROUPS: a group of TPR < 32 lanes a row, several rows a warp (lib_index.cuh: row_group_fns); a group
+-- past the last row repeats it (row_of_group) and adds nothing to the column sums (live)
+local GROUPS = TPR < 32
+local WSUM, WSUM2 = GROUPS and "nj_group_sum" or "nj_warp_sum", GROUPS and "nj_group_sum2" or "nj_warp_sum2"
 local N = P.reduce_size
 local NSLOT = PGRAD and P.pgrad_parts or 0
 -- full unrolling keeps the column sums in registers; without them a huge row must not unroll its chunks
@@ -45,6 +49,9 @@ if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats 
 #define NJ_TPR {{ TPR }}
 #define NJ_RPB {{ RPB }}
 #define NJ_N {{ N }}
+{% if GROUPS then %}
+{% row_group_fns() %}
+{% end %}
 {% if PGRAD then %}
 #define NJ_NSLOT {{ NSLOT }}
 {% end %}
@@ -90,7 +97,13 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     unsigned xw_[CPT][nj_iox::W], dw_[CPT][nj_iody::W];
     float mean_n = 0.0f, rstd_n = 0.0f;
     const nj_i64 rstep = (nj_i64)gridDim.x * NJ_RPB;
+{% if GROUPS then %}
+    /* wrow: the warp's first row, the same for its lanes (the loop's trip count is the warp's) */
+    const nj_i64 grp = threadIdx.x % 32 / NJ_TPR;
+    nj_i64 wrow = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / 32 * NJ_GPW;
+{% else %}
     nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR;
+{% end %}
 {%   local function fetch(var, pre) %}
         {
         {{ split_index(var, kept, pre) }}
@@ -111,9 +124,19 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         }
         }
 {%   end %}
+{% if GROUPS then %}
+    if (wrow < nrows) {
+        const nj_i64 gf = wrow + grp, frow = {{ row_of_group("gf") }};
+{%   fetch("frow", "q") %}
+    }
+    for (; wrow < nrows; wrow += rstep) {
+        const nj_i64 grow = wrow + grp, row = {{ row_of_group("grow") }};
+        const bool live = grow < nrows;
+{% else %}
     if (row < nrows)
 {%   fetch("row", "q") %}
     for (; row < nrows; row += rstep) {
+{% end %}
         unsigned xc_[CPT][nj_iox::W], dc_[CPT][nj_iody::W];
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
@@ -123,16 +146,33 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
             for (int k = 0; k < nj_iody::W; k++) dc_[c][k] = dw_[c][k];
         }
         const float mean = mean_n, rstd = rstd_n;
+{% if GROUPS then %}
+        if (wrow + rstep < nrows) {
+            const nj_i64 gn = wrow + rstep + grp, nrow = {{ row_of_group("gn") }};
+{%   fetch("nrow", "q") %}
+        }
+{% else %}
         const nj_i64 nrow = row + rstep;
         if (nrow < nrows)
 {%   fetch("nrow", "q") %}
+{% end %}
         {{ split_index("row", kept, "k") }}
         const nj_i64 odx = {{ offset("dx", kept, "k") }};
 {% else %}
-{% if PGRAD then %}
+{% if PGRAD and GROUPS then %}
+    /* the plan's NSLOT blocks stride over the rows, each summing its rows' dgamma/dbeta terms; wrow:
+     * the warp's first row */
+    for (nj_i64 wrow = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / 32 * NJ_GPW; wrow < nrows;
+         wrow += (nj_i64)gridDim.x * NJ_RPB) {
+        const nj_i64 grow = wrow + threadIdx.x % 32 / NJ_TPR, row = {{ row_of_group("grow") }};
+        const bool live = grow < nrows;
+{% elseif PGRAD then %}
     /* the plan's NSLOT blocks stride over the rows, each summing its rows' dgamma/dbeta terms */
     for (nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR; row < nrows;
          row += (nj_i64)gridDim.x * NJ_RPB) {
+{% elseif GROUPS then %}
+    {{ block_item("wrow", "(nrows + NJ_GPW - 1) / NJ_GPW", NW, "threadIdx.x / 32") }}
+        const nj_i64 grow = wrow * NJ_GPW + threadIdx.x % 32 / NJ_TPR, row = {{ row_of_group("grow") }};
 {% else %}
     {{ block_item("row", "nrows", "NJ_RPB", "threadIdx.x / NJ_TPR") }}
 {% end %}
@@ -167,7 +207,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                 }
             }
 {% if RPB > 1 then %}
-            dl = nj_warp_sum(c_) * (1.0f / (float)NJ_N);
+            dl = {{ WSUM }}(c_) * (1.0f / (float)NJ_N);
 {% else %}
             float z_ = 0.0f; /* inlined, not nj_block_sum's call: values live across a call spilled */
             nj_block_sum2<{{ NW }}>(c_, z_, scratch);
@@ -205,7 +245,12 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                     xs_[c][k] = xh;
                     gs_[c][k] = g;
 {% end %}
-{% if PGRAD then %}
+{% if PGRAD and GROUPS then %}
+                    if (live) {
+                        pg[c][k] += dz * xh;
+                        pb[c][k] += dz;
+                    }
+{% elseif PGRAD then %}
                     pg[c][k] += dz * xh;
                     pb[c][k] += dz;
 {% end %}
@@ -213,7 +258,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
             }
         }
 {% if RPB > 1 then %}
-        nj_warp_sum2(s1, s2);
+        {{ WSUM2 }}(s1, s2);
 {% else %}
         nj_block_sum2<{{ NW }}>(s1, s2, scratch);
 {% end %}
@@ -249,10 +294,23 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     if (!want_p) return; /* uniform: the same for every thread */
     float *WS = (float *)A.workspace{{ ws_plus("pgrad") }} + (nj_i64)blockIdx.x * NJ_N;
 {% if RPB > 1 then %}
+{% if GROUPS then %}
+    /* the groups of a warp add their columns (butterflies across the groups: a fixed order); the
+     * first group's lanes hold the warp's */
+#pragma unroll
+    for (int c = 0; c < CPT; c++)
+#pragma unroll
+        for (int k = 0; k < V; k++)
+#pragma unroll
+            for (int m = NJ_TPR; m < 32; m <<= 1) {
+                pg[c][k] += nj_shfl_xor(pg[c][k], m);
+                pb[c][k] += nj_shfl_xor(pb[c][k], m);
+            }
+{% end %}
     /* the warps of the block add their columns in warp order (fixed), then the block writes its slot */
 #pragma unroll 1
-    for (int w = 0; w < NJ_RPB; w++) {
-        if ((int)threadIdx.x / NJ_TPR == w) {
+    for (int w = 0; w < {{ GROUPS and NW or "NJ_RPB" }}; w++) {
+        if ({{ GROUPS and "(int)threadIdx.x / 32 == w && threadIdx.x % 32 < NJ_TPR" or "(int)threadIdx.x / NJ_TPR == w" }}) {
 #pragma unroll
             for (int c = 0; c < CPT; c++) {
                 const int ch = lane + c * NJ_TPR;
@@ -294,7 +352,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {% if RPB == 1 then %}
     NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
 {% else %}
-    float *const nj_scratch = 0; /* a warp per row: shuffles only */
+    float *const nj_scratch = 0; /* a warp or a group of lanes per row: shuffles only */
 {% end %}
 {% if PGRAD and RPB > 1 then %}
     NJ_SHARED(float, nj_pshared, {{ 2 * N }});

@@ -243,8 +243,16 @@ static void build_cases(void)
              NJ_ACT_GELU_TANH, 64);
     tc_axis(c, 512, true, true);
     tc_finish(c);
+    tc_row(add_case("row_group2_f32_10_stats"), NJ_F32, 10, ln | NJ_FLAG_SAVE_STATS); /* 2 lanes a row */
+    tc_row(add_case("row_group4_f32_100"), NJ_F32, 100, ln);                             /* 4 lanes a row */
+    c = add_case("row_group8_bf16_res_resout_gelu"); /* 64 bf16: 8 lanes a row, 16 rows a block */
+    tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT, NJ_ACT_GELU_TANH, 64);
+    tc_axis(c, 64, true, true);
+    tc_finish(c);
     tc_row(add_case("row_block_f32_cached"), NJ_F32, 8192, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_block_f16_cached_1024"), NJ_F16, 16384, ln);
+    /* 1024 threads of 8 elements: gamma and beta load before the reduction (24 floats a thread) */
+    tc_row(add_case("row_block_bf16_params_early_1024"), NJ_BF16, 8192, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_block_odd_cached"), NJ_F32, 4097, NJ_FLAG_CENTER);
     tc_row(add_case("row_stream_f32"), NJ_F32, 1 << 20, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_stream_rms_bf16"), NJ_BF16, 100003, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
