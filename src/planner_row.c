@@ -221,7 +221,8 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     pp->regs_cache = 0;
     if (n <= NJ_BWD_WARP_ROW) {
         /* a group of lanes a row when that keeps more lanes busy (plan_row_lanes), a share of at most 8
-         * elements (bwd_row.cu prefetches the next row's at that size) or the warp's when larger */
+         * elements or the warp's when larger: a lane keeps its share's column sums of dgamma and dbeta
+         * and the row's values between the passes in registers (4 x 8 at 8 elements) */
         int64_t nch = n / pp->vec, warp_elems = nj_ceil_div64(nch, 32) * pp->vec;
         pp->block = 256;
         pp->rows_per_block = pp->block / plan_row_lanes(nch, pp->vec, warp_elems > 8 ? warp_elems : 8);

@@ -40,8 +40,11 @@ local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
 -- PF: the row loop fetches the next row while it works on this one, where a thread's share of a row is
 -- at most 8 elements (16 registers of fetched words at most). Not in 1024-thread blocks (64 registers a
 -- thread: they spilled with it under GELU erf), nor at 16 elements a thread (f32 rows of 8192 spilled at
--- 128 registers with the saved-mean correction and GELU erf, sm_80 and sm_90).
-local PF = PGRAD and CACHE and B <= 512 and ceil_div(N // P.vec, TPR) * P.vec <= 8
+-- 128 registers with the saved-mean correction and GELU erf, sm_80 and sm_90). Nor for groups of lanes:
+-- f32 rows of 10 took 66 registers with it (51 without), so 3 of the plan's 4 blocks of 256 threads an SM
+-- were resident and its slots ran in a second, partial wave; the group's lanes keep their chunks of 16
+-- rows a warp in flight without it.
+local PF = not GROUPS and PGRAD and CACHE and B <= 512 and ceil_div(N // P.vec, TPR) * P.vec <= 8
 if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats offset for dl") end
 %}
 {{ bwd_typedefs() }}
@@ -97,13 +100,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     unsigned xw_[CPT][nj_iox::W], dw_[CPT][nj_iody::W];
     float mean_n = 0.0f, rstd_n = 0.0f;
     const nj_i64 rstep = (nj_i64)gridDim.x * NJ_RPB;
-{% if GROUPS then %}
-    /* wrow: the warp's first row, the same for its lanes (the loop's trip count is the warp's) */
-    const nj_i64 grp = threadIdx.x % 32 / NJ_TPR;
-    nj_i64 wrow = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / 32 * NJ_GPW;
-{% else %}
     nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR;
-{% end %}
 {%   local function fetch(var, pre) %}
         {
         {{ split_index(var, kept, pre) }}
@@ -124,19 +121,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         }
         }
 {%   end %}
-{% if GROUPS then %}
-    if (wrow < nrows) {
-        const nj_i64 gf = wrow + grp, frow = {{ row_of_group("gf") }};
-{%   fetch("frow", "q") %}
-    }
-    for (; wrow < nrows; wrow += rstep) {
-        const nj_i64 grow = wrow + grp, row = {{ row_of_group("grow") }};
-        const bool live = grow < nrows;
-{% else %}
     if (row < nrows)
 {%   fetch("row", "q") %}
     for (; row < nrows; row += rstep) {
-{% end %}
         unsigned xc_[CPT][nj_iox::W], dc_[CPT][nj_iody::W];
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
@@ -146,16 +133,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
             for (int k = 0; k < nj_iody::W; k++) dc_[c][k] = dw_[c][k];
         }
         const float mean = mean_n, rstd = rstd_n;
-{% if GROUPS then %}
-        if (wrow + rstep < nrows) {
-            const nj_i64 gn = wrow + rstep + grp, nrow = {{ row_of_group("gn") }};
-{%   fetch("nrow", "q") %}
-        }
-{% else %}
         const nj_i64 nrow = row + rstep;
         if (nrow < nrows)
 {%   fetch("nrow", "q") %}
-{% end %}
         {{ split_index("row", kept, "k") }}
         const nj_i64 odx = {{ offset("dx", kept, "k") }};
 {% else %}

@@ -61,12 +61,16 @@ local TPR = B // RPB
 local NW = B // 32
 -- GROUPS: a group of TPR < 32 lanes a row, several rows a warp (lib_index.cuh: row_group_fns)
 local GROUPS = TPR < 32
--- PEARLY: a row kept in registers loads its gamma/beta with x, before the reduction (they do not depend
--- on the statistics; loaded after it, their latency followed the reduction's on every short row), where
--- their registers fit beside the row's: 48 floats at most (24 in 1024-thread blocks: 64 registers).
+-- gamma/beta of a row kept in registers do not depend on its statistics: loaded after the reduction,
+-- their latency (DRAM when cold, as in a decode step) followed the reduction's. PEARLY: rows of a warp
+-- or a group load them with x, into registers, where they fit beside the row's (48 floats at most).
+-- PPREF: rows of a block (gamma/beta contiguous along the row) have their lines prefetched into L1, a
+-- line a thread, before x's loads, and load them after the reduction: registers held across it cost
+-- resident blocks (LayerNorm bf16 rows of 4096, 512 threads: 32 -> 39-40 registers, 4 -> 3 blocks an
+-- SM; so did a prefetch at each chunk's address, which stayed live).
 local n_pvec = (F.scale and not param_row and 1 or 0) + (F.bias and not param_row and 1 or 0)
-local PEARLY = P.regs_cache > 0 and P.split == 1 and n_pvec > 0 and
-               P.regs_cache * (1 + n_pvec) <= (B > 512 and 24 or 48)
+local PEARLY = P.regs_cache > 0 and P.split == 1 and n_pvec > 0 and RPB > 1 and P.regs_cache * (1 + n_pvec) <= 48
+local PPREF = P.regs_cache > 0 and P.split == 1 and param_vec and RPB == 1 and roff("param") == "j"
 local SPLIT = P.split
 if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or not P.role.part) then error("fwd_row: split rows are streamed, a block a piece") end
 -- the chunk range a thread streams: the whole row, or its piece of a split row
@@ -81,6 +85,17 @@ local HI = SPLIT > 1 and "ch_hi" or "NCH"
 #define NJ_N {{ P.reduce_size }}LL
 {% if GROUPS then %}
 {% row_group_fns() %}
+{% end %}
+{% if PPREF then %}
+/* The line holding p into L1 (and L2), no register held: the emulator has no caches. */
+NJ_DEVICE void nj_prefetch_l1(const void *p)
+{
+#ifndef NJ_EMU
+    asm volatile("prefetch.global.L1 [%0];" : : "l"(p));
+#else
+    (void)p;
+#endif
+}
 {% end %}
 {% if SPLIT > 1 then %}
 #define NJ_SPLIT {{ SPLIT }}
@@ -149,6 +164,16 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
         /* the row's statistics from its pieces' (nj_fwd_row_part) */
 {% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept) %}
 {% elseif cache then %}
+{% if PPREF then %}
+        if (threadIdx.x * 128 < NJ_N * sizeof(nj_tparam)) { /* a 128-byte line of gamma (beta) a thread */
+{%   if F.scale then %}
+            nj_prefetch_l1((const char *)(GAMMA + op) + threadIdx.x * 128);
+{%   end %}
+{%   if F.bias then %}
+            nj_prefetch_l1((const char *)(BETA + op) + threadIdx.x * 128);
+{%   end %}
+        }
+{% end %}
         constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
         float v[CPT][V];
 {% if PEARLY then %}

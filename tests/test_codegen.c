@@ -251,8 +251,8 @@ static void build_cases(void)
     tc_finish(c);
     tc_row(add_case("row_block_f32_cached"), NJ_F32, 8192, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_block_f16_cached_1024"), NJ_F16, 16384, ln);
-    /* 1024 threads of 8 elements: gamma and beta load before the reduction (24 floats a thread) */
-    tc_row(add_case("row_block_bf16_params_early_1024"), NJ_BF16, 8192, ln | NJ_FLAG_SAVE_STATS);
+    /* 1024 threads of 8 elements: gamma's and beta's lines prefetched before the reduction */
+    tc_row(add_case("row_block_bf16_params_prefetch_1024"), NJ_BF16, 8192, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_block_odd_cached"), NJ_F32, 4097, NJ_FLAG_CENTER);
     tc_row(add_case("row_stream_f32"), NJ_F32, 1 << 20, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_stream_rms_bf16"), NJ_BF16, 100003, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
