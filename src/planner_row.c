@@ -251,9 +251,13 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
      * threads own one vector chunk each was meant to fit twice (56-64 registers a thread); one that owns
      * several chunks holds up to 128 registers a thread: one block an SM. On the H200, two 512-thread
      * blocks an SM took the bf16 RMSNorm backward of 32768 x 4096 from 2.26 to 3.09 TB/s. The saved-mean
-     * correction (numerics) has since taken that kernel to 75-76 registers: one block an SM is resident
-     * and the slots run in two waves (LayerNorm bf16 32768 x 4096: 222 -> 263 us); __launch_bounds__
-     * (512, 2) spilled. Getting the 64 registers back is open work. */
+     * correction (numerics) took bf16 kernels to 75-77 registers (one block an SM resident, the slots
+     * in two waves: LayerNorm bf16 32768 x 4096, 222 -> 263 us; __launch_bounds__(512, 2) spilled):
+     * the compiler had unpacked the next row's prefetched bf16 words into floats. bwd_row.cu unpacks
+     * them in asm: 64 registers (NVRTC sm_90, bf16 rows of 2048 and 4096, as f16 rows), the blocks
+     * assumed here resident again (to be measured on an H200). Rows above 256 elements in blocks of
+     * fewer than 512 threads can still exceed 64: f32 rows of 1000 take 80 (6 of 8 blocks of 128
+     * threads resident), of 768 72 (9 of 10 blocks of 96). */
     int64_t one_chunk = (n / pp->vec + 31) / 32 * 32;
     int32_t per_sm = pp->block < 512 ? 1024 / pp->block : pp->block == 512 && one_chunk <= 512 ? 2 : 1;
     int32_t nslot = sms * per_sm;

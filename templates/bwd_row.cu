@@ -43,8 +43,13 @@ local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
 -- 128 registers with the saved-mean correction and GELU erf, sm_80 and sm_90). Nor for groups of lanes:
 -- f32 rows of 10 took 66 registers with it (51 without), so 3 of the plan's 4 blocks of 256 threads an SM
 -- were resident and its slots ran in a second, partial wave; the group's lanes keep their chunks of 16
--- rows a warp in flight without it.
-local PF = not GROUPS and PGRAD and CACHE and B <= 512 and ceil_div(N // P.vec, TPR) * P.vec <= 8
+-- rows a warp in flight without it. Nor in blocks of fewer than 512 threads (the plan counts on 1024
+-- threads an SM: 64 registers) whose fetched words exceed 8 (f32 rows, 8 elements a thread): f32 rows of
+-- 512 to 2048 took 72-80 registers with them, 48-64 without, and a thread still has its 8 elements of x
+-- and of dy in flight (64 KB an SM).
+local SHARE = ceil_div(N // P.vec, TPR) * P.vec
+local PF_WORDS = SHARE * ((P.dtype.x == "f32" and 4 or 2) + (P.dtype.dy == "f32" and 4 or 2)) // 4
+local PF = not GROUPS and PGRAD and CACHE and B <= 512 and SHARE <= 8 and (B == 512 or PF_WORDS <= 8)
 if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats offset for dl") end
 %}
 {{ bwd_typedefs() }}
@@ -59,6 +64,32 @@ if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats 
 #define NJ_NSLOT {{ NSLOT }}
 {% end %}
 
+{% if PF then %}
+/* Fetched words as floats (nj_vec_io::convert), bf16 with the shift and the mask in asm: written in C,
+ * the compiler unpacked the next row's words where they were fetched and carried 8 floats instead of 4
+ * words across the row, for x and for dy (bf16 rows of 2048 and 4096: 75-77 registers, with this 64, as
+ * f16 rows take; 256- and 512-thread blocks: 3 -> 4 and 1 -> 2 resident an SM, the plan's slots). */
+template <int V, typename T> NJ_DEVICE void nj_row_convert(const unsigned *w, float *out, const T *)
+{
+    nj_vec_io<V, T>::convert(w, out);
+}
+template <int V> NJ_DEVICE void nj_row_convert(const unsigned *w, float *out, const nj_bf16 *)
+{
+#ifndef NJ_EMU
+    if (V == 1) {
+        asm("shl.b32 %0, %1, 16;" : "=f"(out[0]) : "r"(w[0]));
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < V / 2; k++) {
+        asm("shl.b32 %0, %1, 16;" : "=f"(out[2 * k]) : "r"(w[k]));
+        asm("and.b32 %0, %1, 0xffff0000;" : "=f"(out[2 * k + 1]) : "r"(w[k]));
+    }
+#else
+    nj_vec_io<V, nj_bf16>::convert(w, out);
+#endif
+}
+{% end %}
 {% local BETA_USED = F.bias and P.act ~= "none" %}
 {% BWD_DL = "dl" %}
 {% local function element(c, k) %}
@@ -178,7 +209,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                 if (NCH % NJ_TPR == 0 || ch < NCH) {
                     float xv_[V];
 {% if PF then %}
-                    nj_iox::convert(xc_[c], xv_);
+                    nj_row_convert<V>(xc_[c], xv_, (const nj_tx *)0);
 {% else %}
                     nj_load_vec<V>(X, ox + ch * V, xv_);
 {% end %}
@@ -209,8 +240,8 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                 const int j = ch * V;
                 float xv_[V], dv_[V];
 {% if PF then %}
-                nj_iox::convert(xc_[c], xv_);
-                nj_iody::convert(dc_[c], dv_);
+                nj_row_convert<V>(xc_[c], xv_, (const nj_tx *)0);
+                nj_row_convert<V>(dc_[c], dv_, (const nj_tdy *)0);
 {% else %}
                 nj_load_vec<V>(X, ox + j, xv_);
                 nj_load_vec<V>(DY, ody + j, dv_);
