@@ -453,6 +453,8 @@ static void test_launch_grid(void **state)
     assert_int_equal(tiny.regs_cache, 6);
     assert_int_equal(tiny.grid_loop, 1);
     assert_true(tiny.launch[0].grid_x_cap >= 132 && tiny.launch[0].grid_x_cap <= 0x7fffffff);
+    /* the row kernel's cap: 8 waves of 16 blocks of 128 an SM, 12.8 of the 10 its 43 registers allow */
+    assert_int_equal(tiny.launch[0].grid_x_cap, 132 * 16 * 8);
     assert_int_equal(nj_launch_grid(&tiny.launch[0], 10000000, 0, g), NJ_OK);
     assert_int_equal(g[0], (uint32_t)tiny.launch[0].grid_x_cap);
     assert_int_equal(g[1], 1);
