@@ -25,10 +25,13 @@ local PGRAD = P.pgrad == "slots"
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
--- GROUPS: a group of TPR < 32 lanes a row, several rows a warp (lib_index.cuh: row_group_fns); a group
--- past the last row repeats it (row_of_group) and adds nothing to the column sums (live)
+-- GROUPS: a group of TPR < 32 lanes a row, several rows a warp (lib_index.cuh: row_group_fns,
+-- row_of_group)
 local GROUPS = TPR < 32
 local WSUM, WSUM2 = GROUPS and "nj_group_sum" or "nj_warp_sum", GROUPS and "nj_group_sum2" or "nj_warp_sum2"
+-- a chunk of the row the thread loads and stores; a group past the last row (live false) neither loads
+-- nor stores (dx may be dy) nor adds to the column sums, it only takes part in the shuffles
+local CHUNK_OK = GROUPS and "live && (NCH % NJ_TPR == 0 || ch < NCH)" or "NCH % NJ_TPR == 0 || ch < NCH"
 local N = P.reduce_size
 local NSLOT = PGRAD and P.pgrad_parts or 0
 -- full unrolling keeps the column sums in registers; without them a huge row must not unroll its chunks
@@ -184,6 +187,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% elseif GROUPS then %}
     {{ block_item("wrow", "(nrows + NJ_GPW - 1) / NJ_GPW", NW, "threadIdx.x / 32") }}
         const nj_i64 grow = wrow * NJ_GPW + threadIdx.x % 32 / NJ_TPR, row = {{ row_of_group("grow") }};
+        const bool live = grow < nrows;
 {% else %}
     {{ block_item("row", "nrows", "NJ_RPB", "threadIdx.x / NJ_TPR") }}
 {% end %}
@@ -206,7 +210,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
             for (int c = 0; c < CPT; c++) {
                 const int ch = lane + c * NJ_TPR;
-                if (NCH % NJ_TPR == 0 || ch < NCH) {
+                if ({{ CHUNK_OK }}) {
                     float xv_[V];
 {% if PF then %}
                     nj_row_convert<V>(xc_[c], xv_, (const nj_tx *)0);
@@ -225,7 +229,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
             dl = c_ * (1.0f / (float)NJ_N);
 {% end %}
 {% if bwd_dl_store() then %}
-            if (lane == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
+            if ({{ GROUPS and "lane == 0 && live" or "lane == 0" }}) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
 {% end %}
         }
 {% end %}
@@ -236,7 +240,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {{ CUNROLL }}
         for (int c = 0; c < CPT; c++) {
             const int ch = lane + c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
                 const int j = ch * V;
                 float xv_[V], dv_[V];
 {% if PF then %}
@@ -256,12 +260,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                     xs_[c][k] = xh;
                     gs_[c][k] = g;
 {% end %}
-{% if PGRAD and GROUPS then %}
-                    if (live) {
-                        pg[c][k] += dz * xh;
-                        pb[c][k] += dz;
-                    }
-{% elseif PGRAD then %}
+{% if PGRAD then %}
                     pg[c][k] += dz * xh;
                     pb[c][k] += dz;
 {% end %}
@@ -280,7 +279,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {{ CUNROLL }}
         for (int c = 0; c < CPT; c++) {
             const int ch = lane + c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
                 const int j = ch * V;
 {% if CACHE then %}
                 float o_[V];

@@ -75,7 +75,11 @@ local SPLIT = P.split
 if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or not P.role.part) then error("fwd_row: split rows are streamed, a block a piece") end
 -- the chunk range a thread streams: the whole row, or its piece of a split row
 local LO = SPLIT > 1 and "ch_lo + lane" or "lane"
-local HI = SPLIT > 1 and "ch_hi" or "NCH"
+local HI = SPLIT > 1 and "ch_hi" or GROUPS and "(live ? NCH : 0)" or "NCH"
+-- a chunk the thread loads and stores: within the row, and (GROUPS) of a row of the group's own; a
+-- group past the last row (live false) neither loads nor stores (y may be x), it only takes part in
+-- the shuffles
+local CHUNK_OK = GROUPS and "live && (NCH % NJ_TPR == 0 || ch < NCH)" or "NCH % NJ_TPR == 0 || ch < NCH"
 %}
 
 {% fwd_typedefs() %}
@@ -123,6 +127,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% elseif GROUPS then %}
     {{ block_item("wrow", "(nrows + NJ_GPW - 1) / NJ_GPW", NW, "threadIdx.x / 32") }}
         const nj_i64 grow = wrow * NJ_GPW + threadIdx.x % 32 / NJ_TPR, row = {{ row_of_group("grow") }};
+        const bool live = grow < nrows;
 {% else %}
     {{ block_item("row", "nrows", "NJ_RPB", "threadIdx.x / NJ_TPR") }}
 {% end %}
@@ -188,7 +193,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
                 const nj_i64 j = ch * V;
 {% load_x("v[c]") %}
 {% if PEARLY then %}
@@ -208,7 +213,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
 #pragma unroll
                 for (int k = 0; k < V; k++) s2 += nj_sq((v[c][k] - sh.k) * sh.inv - mean_s);
             }
@@ -297,7 +302,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% fwd_finish("mean_s", "var_s") %}
 {% end %}
 {% if mode ~= "norm" then %}
-{% fwd_save_stats("lane == 0", kept) %}
+{% fwd_save_stats(GROUPS and "lane == 0 && live" or "lane == 0", kept) %}
 {% end %}
 {#------------------------------------------------ second pass: normalize, affine, activation #}
 {% local function normalize(src, early) %}
@@ -333,7 +338,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
                 const nj_i64 j = ch * V;
 {% normalize("v[c]", PEARLY) %}
             }

@@ -108,8 +108,8 @@ function row_welford(w, scratch)
   return string.format("nj_block_welford<%d>(%s, %s)", P.block // 32, w, scratch)
 end
 -- The row a group of lanes works on, given its own row number g (a variable): a group past the last
--- row repeats the last row, so that every lane of the warp takes part in the group reductions' shuffles
--- (its stores write the same values to the same places; sums it must not add check g < nrows).
+-- row takes the last row's offsets, so that every lane of the warp reaches the group reductions'
+-- shuffles; the templates keep it from loading, storing and adding to sums (g < nrows: `live`).
 function row_of_group(g)
   return string.format("%s < nrows ? %s : nrows - 1", g, g)
 end
