@@ -1,7 +1,8 @@
 /* ROW family (fwd_row.cu, bwd_row.cu): a warp or a block per row.
  *
  * Forward: the ROW kind and other row-like problems (plan_rowlike). Rows of up to NJ_WARP_ROW_MAX
- * elements get a warp each (4 rows per 128-thread block), longer rows a block each; the row stays in
+ * elements get a warp each (4 rows per 128-thread block), or a group of 2 to 16 lanes when that keeps
+ * more lanes busy (plan_row_lanes: several rows a warp), longer rows a block each; the row stays in
  * registers when a thread's share fits (regs_cache), else the kernel streams x twice; rows of
  * NJ_SPLIT_MIN elements and more are split over several blocks (split), their statistics combined
  * through the workspace. The vector width is the widest of 8/4/2 that divides the row, keeps every
@@ -13,7 +14,7 @@
  * Backward: see nj_plan_bwd_row. */
 #include "planner_impl.h"
 
-#define NJ_WARP_ROW_MAX 1024     /* rows up to this length get a warp each */
+#define NJ_WARP_ROW_MAX 1024     /* rows up to this length get a warp (or a group of lanes) each */
 /* Elements per thread a block-per-row plan aims for: 8 (one 16-byte vector of a 16-bit row, 256 threads
  * for 2048, 1024 for 8192, as Triton-generated kernels run them). 16 halved the threads and doubled each
  * thread's unrolled code: NVRTC took 3 to 6 ms more a kernel (the LLM manifest's median, 8% of it). */
@@ -85,6 +86,28 @@ static int32_t plan_row_vec(const nj_canon *c)
 
 static int32_t plan_round32(int64_t n) { return (int32_t)(nj_ceil_div64(n, 32) * 32); }
 
+/* Lanes a short row gets (a warp, or a group of 16/8/4/2 lanes, several rows a warp): of nch chunks, a
+ * group of t lanes walks ceil(nch / t) chunk slots a lane, nch of t * ceil(nch / t) of them busy. A
+ * warp per row of 10 f32 (5 float2 chunks) kept 5 of 32 lanes busy; 2 lanes a row keep 5 of 6 chunk
+ * slots busy. Narrower groups only when they keep clearly more lanes busy (2 points: the accesses of
+ * a narrower group spread over more rows an instruction) and a lane's share stays within max_elems
+ * elements (its registers). */
+static int32_t plan_row_lanes(int64_t nch, int32_t vec, int64_t max_elems)
+{
+    int32_t best = 32;
+    double best_busy = (double)nch / (double)(32 * nj_ceil_div64(nch, 32));
+    for (int32_t t = 16; t >= 2; t /= 2) {
+        int64_t slots = nj_ceil_div64(nch, t);
+        double busy = (double)nch / (double)(t * slots);
+        if (slots * vec > max_elems) break;
+        if (busy > best_busy + 0.02) {
+            best = t;
+            best_busy = busy;
+        }
+    }
+    return best;
+}
+
 /* Operands fwd_row.cu reads or writes vec elements at a time: the activations, and gamma/beta when they
  * run along the row (not when constant along it: then one value is loaded per chunk). */
 static uint32_t plan_fwd_row_align(const nj_canon *c)
@@ -106,9 +129,12 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     pp->split = 1;
     int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
     if (n <= NJ_WARP_ROW_MAX) {
+        /* a share of at most 32 elements (a warp's of 1024 f32), or the warp's when larger */
+        int64_t warp_elems = nj_ceil_div64(nch, 32) * vec;
+        int32_t tpr = plan_row_lanes(nch, vec, warp_elems > 32 ? warp_elems : 32);
         pp->block = 128;
-        pp->rows_per_block = pp->block / 32;
-        pp->regs_cache = (int32_t)(nj_ceil_div64(nch, 32) * vec);
+        pp->rows_per_block = pp->block / tpr;
+        pp->regs_cache = (int32_t)(nj_ceil_div64(nch, tpr) * vec);
     } else {
         int32_t t = plan_round32(nj_ceil_div64(n, NJ_ROW_ELEMS_TARGET));
         if (t < 128) t = 128;
@@ -134,14 +160,19 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     nj_plan_grid_loop(pp, (int64_t)pp->rows_per_block * n, dev);
+    /* The loop's cap is two waves of 16 blocks of 128 threads an SM (32 registers a thread); the row
+     * kernels that loop take 40-56 (NVRTC sm_90: f32 rows of 10, 43; of 100, 56), 9-10 blocks an SM:
+     * 4224 blocks of equal work were 3.2 waves on an H200, the last round a fifth full (a fifth of the
+     * machine's time idle). Four times the blocks: 12.8 waves, the partial last round about 2%. */
+    if (pp->grid_loop) pp->launch[0].grid_x_cap *= 4;
     return NJ_OK;
 }
 
 
 /* ROW family (bwd_row.cu): the ROW kind whose only feature axis, if any, is the row (LayerNorm and
- * RMSNorm over the last axes). Rows up to NJ_BWD_WARP_ROW get a warp each; longer ones a block sized for
- * about NJ_BWD_ELEMS elements a thread, whose column sums stay in registers across rows up to
- * NJ_BWD_ROW_MAX (beyond, they would need more: see NJ_BWD_ROW_LONG). */
+ * RMSNorm over the last axes). Rows up to NJ_BWD_WARP_ROW get a warp (or a group of lanes) each;
+ * longer ones a block sized for about NJ_BWD_ELEMS elements a thread, whose column sums stay in
+ * registers across rows up to NJ_BWD_ROW_MAX (beyond, they would need more: see NJ_BWD_ROW_LONG). */
 #define NJ_BWD_WARP_ROW 256
 #define NJ_BWD_ELEMS 8
 #define NJ_BWD_ROW_MAX 16384
@@ -194,8 +225,12 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     pp->split = 1;
     pp->regs_cache = 0;
     if (n <= NJ_BWD_WARP_ROW) {
+        /* a group of lanes a row when that keeps more lanes busy (plan_row_lanes), a share of at most 8
+         * elements or the warp's when larger: a lane keeps its share's column sums of dgamma and dbeta
+         * and the row's values between the passes in registers (4 x 8 at 8 elements) */
+        int64_t nch = n / pp->vec, warp_elems = nj_ceil_div64(nch, 32) * pp->vec;
         pp->block = 256;
-        pp->rows_per_block = pp->block / 32;
+        pp->rows_per_block = pp->block / plan_row_lanes(nch, pp->vec, warp_elems > 8 ? warp_elems : 8);
     } else {
         int64_t t = (n / NJ_BWD_ELEMS + 31) / 32 * 32;
         /* Up to 1024 threads when each then owns one vector chunk (its column sums: 2 x vec registers,
@@ -221,9 +256,13 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
      * threads own one vector chunk each was meant to fit twice (56-64 registers a thread); one that owns
      * several chunks holds up to 128 registers a thread: one block an SM. On the H200, two 512-thread
      * blocks an SM took the bf16 RMSNorm backward of 32768 x 4096 from 2.26 to 3.09 TB/s. The saved-mean
-     * correction (numerics) has since taken that kernel to 75-76 registers: one block an SM is resident
-     * and the slots run in two waves (LayerNorm bf16 32768 x 4096: 222 -> 263 us); __launch_bounds__
-     * (512, 2) spilled. Getting the 64 registers back is open work. */
+     * correction (numerics) took bf16 kernels to 75-77 registers (one block an SM resident, the slots
+     * in two waves: LayerNorm bf16 32768 x 4096, 222 -> 263 us; __launch_bounds__(512, 2) spilled):
+     * the compiler had unpacked the next row's prefetched bf16 words into floats. bwd_row.cu unpacks
+     * them in asm: 64 registers (NVRTC sm_90, bf16 rows of 2048 and 4096, as f16 rows), the blocks
+     * assumed here resident again (to be measured on an H200). Rows above 256 elements in blocks of
+     * fewer than 512 threads can still exceed 64: f32 rows of 1000 take 80 (6 of 8 blocks of 128
+     * threads resident), of 768 72 (9 of 10 blocks of 96). */
     int64_t one_chunk = (n / pp->vec + 31) / 32 * 32;
     int32_t per_sm = pp->block < 512 ? 1024 / pp->block : pp->block == 512 && one_chunk <= 512 ? 2 : 1;
     int32_t nslot = sms * per_sm;

@@ -1,6 +1,6 @@
 {# Backward, ROW kind whose only feature axis (if any) is the row itself (LayerNorm, RMSNorm over the
-   last axes). Launch 1 (nj_bwd_row): a warp (rows_per_block > 1) or a block per row of the
-   A.rows * kept_inner rows, the plan's NSLOT blocks striding over them. A thread owns the same columns
+   last axes). Launch 1 (nj_bwd_row): a warp or a group of lanes (rows_per_block > 1), or a block, per
+   row of the A.rows * kept_inner rows, the plan's NSLOT blocks striding over them. A thread owns the same columns
    (chunks of V at lane, lane + TPR, ...) in every row it visits, so it keeps its columns' sums of
    dz*xhat and dz in registers across rows; the warps of a block then add theirs in warp order in shared
    memory, and the block writes one partial row per block to the workspace (slot = blockIdx.x; the grid
@@ -25,6 +25,13 @@ local PGRAD = P.pgrad == "slots"
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
+-- GROUPS: a group of TPR < 32 lanes a row, several rows a warp (lib_index.cuh: row_group_fns,
+-- row_of_group)
+local GROUPS = TPR < 32
+local WSUM, WSUM2 = GROUPS and "nj_group_sum" or "nj_warp_sum", GROUPS and "nj_group_sum2" or "nj_warp_sum2"
+-- a chunk of the row the thread loads and stores; a group past the last row (live false) neither loads
+-- nor stores (dx may be dy) nor adds to the column sums, it only takes part in the shuffles
+local CHUNK_OK = GROUPS and "live && (NCH % NJ_TPR == 0 || ch < NCH)" or "NCH % NJ_TPR == 0 || ch < NCH"
 local N = P.reduce_size
 local NSLOT = PGRAD and P.pgrad_parts or 0
 -- full unrolling keeps the column sums in registers; without them a huge row must not unroll its chunks
@@ -36,8 +43,16 @@ local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
 -- PF: the row loop fetches the next row while it works on this one, where a thread's share of a row is
 -- at most 8 elements (16 registers of fetched words at most). Not in 1024-thread blocks (64 registers a
 -- thread: they spilled with it under GELU erf), nor at 16 elements a thread (f32 rows of 8192 spilled at
--- 128 registers with the saved-mean correction and GELU erf, sm_80 and sm_90).
-local PF = PGRAD and CACHE and B <= 512 and ceil_div(N // P.vec, TPR) * P.vec <= 8
+-- 128 registers with the saved-mean correction and GELU erf, sm_80 and sm_90). Nor for groups of lanes:
+-- f32 rows of 10 took 66 registers with it (51 without), so 3 of the plan's 4 blocks of 256 threads an SM
+-- were resident and its slots ran in a second, partial wave; the group's lanes keep their chunks of 16
+-- rows a warp in flight without it. Nor in blocks of fewer than 512 threads (the plan counts on 1024
+-- threads an SM: 64 registers) whose fetched words exceed 8 (f32 rows, 8 elements a thread): f32 rows of
+-- 512 to 2048 took 72-80 registers with them, 48-64 without, and a thread still has its 8 elements of x
+-- and of dy in flight (64 KB an SM).
+local SHARE = ceil_div(N // P.vec, TPR) * P.vec
+local PF_WORDS = SHARE * ((P.dtype.x == "f32" and 4 or 2) + (P.dtype.dy == "f32" and 4 or 2)) // 4
+local PF = not GROUPS and PGRAD and CACHE and B <= 512 and SHARE <= 8 and (B == 512 or PF_WORDS <= 8)
 if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats offset for dl") end
 %}
 {{ bwd_typedefs() }}
@@ -45,10 +60,39 @@ if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats 
 #define NJ_TPR {{ TPR }}
 #define NJ_RPB {{ RPB }}
 #define NJ_N {{ N }}
+{% if GROUPS then %}
+{% row_group_fns() %}
+{% end %}
 {% if PGRAD then %}
 #define NJ_NSLOT {{ NSLOT }}
 {% end %}
 
+{% if PF then %}
+/* Fetched words as floats (nj_vec_io::convert), bf16 with the shift and the mask in asm: written in C,
+ * the compiler unpacked the next row's words where they were fetched and carried 8 floats instead of 4
+ * words across the row, for x and for dy (bf16 rows of 2048 and 4096: 75-77 registers, with this 64, as
+ * f16 rows take; 256- and 512-thread blocks: 3 -> 4 and 1 -> 2 resident an SM, the plan's slots). */
+template <int V, typename T> NJ_DEVICE void nj_row_convert(const unsigned *w, float *out, const T *)
+{
+    nj_vec_io<V, T>::convert(w, out);
+}
+template <int V> NJ_DEVICE void nj_row_convert(const unsigned *w, float *out, const nj_bf16 *)
+{
+#ifndef NJ_EMU
+    if (V == 1) {
+        asm("shl.b32 %0, %1, 16;" : "=f"(out[0]) : "r"(w[0]));
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < V / 2; k++) {
+        asm("shl.b32 %0, %1, 16;" : "=f"(out[2 * k]) : "r"(w[k]));
+        asm("and.b32 %0, %1, 0xffff0000;" : "=f"(out[2 * k + 1]) : "r"(w[k]));
+    }
+#else
+    nj_vec_io<V, nj_bf16>::convert(w, out);
+#endif
+}
+{% end %}
 {% local BETA_USED = F.bias and P.act ~= "none" %}
 {% BWD_DL = "dl" %}
 {% local function element(c, k) %}
@@ -129,10 +173,21 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         {{ split_index("row", kept, "k") }}
         const nj_i64 odx = {{ offset("dx", kept, "k") }};
 {% else %}
-{% if PGRAD then %}
+{% if PGRAD and GROUPS then %}
+    /* the plan's NSLOT blocks stride over the rows, each summing its rows' dgamma/dbeta terms; wrow:
+     * the warp's first row */
+    for (nj_i64 wrow = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / 32 * NJ_GPW; wrow < nrows;
+         wrow += (nj_i64)gridDim.x * NJ_RPB) {
+        const nj_i64 grow = wrow + threadIdx.x % 32 / NJ_TPR, row = {{ row_of_group("grow") }};
+        const bool live = grow < nrows;
+{% elseif PGRAD then %}
     /* the plan's NSLOT blocks stride over the rows, each summing its rows' dgamma/dbeta terms */
     for (nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR; row < nrows;
          row += (nj_i64)gridDim.x * NJ_RPB) {
+{% elseif GROUPS then %}
+    {{ block_item("wrow", "(nrows + NJ_GPW - 1) / NJ_GPW", NW, "threadIdx.x / 32") }}
+        const nj_i64 grow = wrow * NJ_GPW + threadIdx.x % 32 / NJ_TPR, row = {{ row_of_group("grow") }};
+        const bool live = grow < nrows;
 {% else %}
     {{ block_item("row", "nrows", "NJ_RPB", "threadIdx.x / NJ_TPR") }}
 {% end %}
@@ -155,10 +210,10 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
             for (int c = 0; c < CPT; c++) {
                 const int ch = lane + c * NJ_TPR;
-                if (NCH % NJ_TPR == 0 || ch < NCH) {
+                if ({{ CHUNK_OK }}) {
                     float xv_[V];
 {% if PF then %}
-                    nj_iox::convert(xc_[c], xv_);
+                    nj_row_convert<V>(xc_[c], xv_, (const nj_tx *)0);
 {% else %}
                     nj_load_vec<V>(X, ox + ch * V, xv_);
 {% end %}
@@ -167,14 +222,14 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                 }
             }
 {% if RPB > 1 then %}
-            dl = nj_warp_sum(c_) * (1.0f / (float)NJ_N);
+            dl = {{ WSUM }}(c_) * (1.0f / (float)NJ_N);
 {% else %}
             float z_ = 0.0f; /* inlined, not nj_block_sum's call: values live across a call spilled */
             nj_block_sum2<{{ NW }}>(c_, z_, scratch);
             dl = c_ * (1.0f / (float)NJ_N);
 {% end %}
 {% if bwd_dl_store() then %}
-            if (lane == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
+            if ({{ GROUPS and "lane == 0 && live" or "lane == 0" }}) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
 {% end %}
         }
 {% end %}
@@ -185,12 +240,12 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {{ CUNROLL }}
         for (int c = 0; c < CPT; c++) {
             const int ch = lane + c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
                 const int j = ch * V;
                 float xv_[V], dv_[V];
 {% if PF then %}
-                nj_iox::convert(xc_[c], xv_);
-                nj_iody::convert(dc_[c], dv_);
+                nj_row_convert<V>(xc_[c], xv_, (const nj_tx *)0);
+                nj_row_convert<V>(dc_[c], dv_, (const nj_tdy *)0);
 {% else %}
                 nj_load_vec<V>(X, ox + j, xv_);
                 nj_load_vec<V>(DY, ody + j, dv_);
@@ -213,7 +268,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
             }
         }
 {% if RPB > 1 then %}
-        nj_warp_sum2(s1, s2);
+        {{ WSUM2 }}(s1, s2);
 {% else %}
         nj_block_sum2<{{ NW }}>(s1, s2, scratch);
 {% end %}
@@ -224,7 +279,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {{ CUNROLL }}
         for (int c = 0; c < CPT; c++) {
             const int ch = lane + c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
                 const int j = ch * V;
 {% if CACHE then %}
                 float o_[V];
@@ -249,10 +304,23 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     if (!want_p) return; /* uniform: the same for every thread */
     float *WS = (float *)A.workspace{{ ws_plus("pgrad") }} + (nj_i64)blockIdx.x * NJ_N;
 {% if RPB > 1 then %}
+{% if GROUPS then %}
+    /* the groups of a warp add their columns (butterflies across the groups: a fixed order); the
+     * first group's lanes hold the warp's */
+#pragma unroll
+    for (int c = 0; c < CPT; c++)
+#pragma unroll
+        for (int k = 0; k < V; k++)
+#pragma unroll
+            for (int m = NJ_TPR; m < 32; m <<= 1) {
+                pg[c][k] += nj_shfl_xor(pg[c][k], m);
+                pb[c][k] += nj_shfl_xor(pb[c][k], m);
+            }
+{% end %}
     /* the warps of the block add their columns in warp order (fixed), then the block writes its slot */
 #pragma unroll 1
-    for (int w = 0; w < NJ_RPB; w++) {
-        if ((int)threadIdx.x / NJ_TPR == w) {
+    for (int w = 0; w < {{ GROUPS and NW or "NJ_RPB" }}; w++) {
+        if ({{ GROUPS and "(int)threadIdx.x / 32 == w && threadIdx.x % 32 < NJ_TPR" or "(int)threadIdx.x / NJ_TPR == w" }}) {
 #pragma unroll
             for (int c = 0; c < CPT; c++) {
                 const int ch = lane + c * NJ_TPR;
@@ -294,7 +362,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {% if RPB == 1 then %}
     NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
 {% else %}
-    float *const nj_scratch = 0; /* a warp per row: shuffles only */
+    float *const nj_scratch = 0; /* a warp or a group of lanes per row: shuffles only */
 {% end %}
 {% if PGRAD and RPB > 1 then %}
     NJ_SHARED(float, nj_pshared, {{ 2 * N }});

@@ -59,11 +59,27 @@ end
 local B, RPB = P.block, P.rows_per_block
 local TPR = B // RPB
 local NW = B // 32
+-- GROUPS: a group of TPR < 32 lanes a row, several rows a warp (lib_index.cuh: row_group_fns)
+local GROUPS = TPR < 32
+-- gamma/beta of a row kept in registers do not depend on its statistics: loaded after the reduction,
+-- their latency (DRAM when cold, as in a decode step) followed the reduction's. PEARLY: rows of a warp
+-- or a group load them with x, into registers, where they fit beside the row's (48 floats at most).
+-- PPREF: rows of a block (gamma/beta contiguous along the row) have their lines prefetched into L1, a
+-- line a thread, before x's loads, and load them after the reduction: registers held across it cost
+-- resident blocks (LayerNorm bf16 rows of 4096, 512 threads: 32 -> 39-40 registers, 4 -> 3 blocks an
+-- SM; so did a prefetch at each chunk's address, which stayed live).
+local n_pvec = (F.scale and not param_row and 1 or 0) + (F.bias and not param_row and 1 or 0)
+local PEARLY = P.regs_cache > 0 and P.split == 1 and n_pvec > 0 and RPB > 1 and P.regs_cache * (1 + n_pvec) <= 48
+local PPREF = P.regs_cache > 0 and P.split == 1 and param_vec and RPB == 1 and roff("param") == "j"
 local SPLIT = P.split
 if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or not P.role.part) then error("fwd_row: split rows are streamed, a block a piece") end
 -- the chunk range a thread streams: the whole row, or its piece of a split row
 local LO = SPLIT > 1 and "ch_lo + lane" or "lane"
-local HI = SPLIT > 1 and "ch_hi" or "NCH"
+local HI = SPLIT > 1 and "ch_hi" or GROUPS and "(live ? NCH : 0)" or "NCH"
+-- a chunk the thread loads and stores: within the row, and (GROUPS) of a row of the group's own; a
+-- group past the last row (live false) neither loads nor stores (y may be x), it only takes part in
+-- the shuffles
+local CHUNK_OK = GROUPS and "live && (NCH % NJ_TPR == 0 || ch < NCH)" or "NCH % NJ_TPR == 0 || ch < NCH"
 %}
 
 {% fwd_typedefs() %}
@@ -71,6 +87,20 @@ local HI = SPLIT > 1 and "ch_hi" or "NCH"
 #define NJ_TPR {{ TPR }}
 #define NJ_RPB {{ RPB }}
 #define NJ_N {{ P.reduce_size }}LL
+{% if GROUPS then %}
+{% row_group_fns() %}
+{% end %}
+{% if PPREF then %}
+/* The line holding p into L1 (and L2), no register held: the emulator has no caches. */
+NJ_DEVICE void nj_prefetch_l1(const void *p)
+{
+#ifndef NJ_EMU
+    asm volatile("prefetch.global.L1 [%0];" : : "l"(p));
+#else
+    (void)p;
+#endif
+}
+{% end %}
 {% if SPLIT > 1 then %}
 #define NJ_SPLIT {{ SPLIT }}
 {% end %}
@@ -94,6 +124,10 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
     {{ block_item("wi", "nrows * NJ_SPLIT") }}
         const nj_i64 row = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 ch_lo = piece * CPS, ch_hi = ch_lo + CPS < NCH ? ch_lo + CPS : NCH;
+{% elseif GROUPS then %}
+    {{ block_item("wrow", "(nrows + NJ_GPW - 1) / NJ_GPW", NW, "threadIdx.x / 32") }}
+        const nj_i64 grow = wrow * NJ_GPW + threadIdx.x % 32 / NJ_TPR, row = {{ row_of_group("grow") }};
+        const bool live = grow < nrows;
 {% else %}
     {{ block_item("row", "nrows", "NJ_RPB", "threadIdx.x / NJ_TPR") }}
 {% end %}
@@ -107,6 +141,19 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
         const float b_row = nj_load_f32(BETA, op);
 {% end %}
 {#------------------------------------------------ first pass: x (+ residual), statistics #}
+{# gamma/beta of chunk c (PEARLY) into gp_[c], bp_[c] (vectors, or one value a chunk) #}
+{% local function param_loads(ind) %}
+{% if F.scale and param_vec then %}
+{{ ind }}nj_load_vec<V>(GAMMA, op + {{ roff("param") }}, gp_[c]);
+{% elseif F.scale and not param_row then %}
+{{ ind }}gp_[c] = nj_load_f32(GAMMA, op + {{ roff("param") }});
+{% end %}
+{% if F.bias and param_vec then %}
+{{ ind }}nj_load_vec<V>(BETA, op + {{ roff("param") }}, bp_[c]);
+{% elseif F.bias and not param_row then %}
+{{ ind }}bp_[c] = nj_load_f32(BETA, op + {{ roff("param") }});
+{% end %}
+{% end %}
 {% local function load_x(dst) %}
             nj_load_vec<V>(X, ox + {{ roff("x") }}, {{ dst }});
 {% if F.residual then %}
@@ -122,15 +169,36 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
         /* the row's statistics from its pieces' (nj_fwd_row_part) */
 {% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept) %}
 {% elseif cache then %}
+{% if PPREF then %}
+        if (threadIdx.x * 128 < NJ_N * sizeof(nj_tparam)) { /* a 128-byte line of gamma (beta) a thread */
+{%   if F.scale then %}
+            nj_prefetch_l1((const char *)(GAMMA + op) + threadIdx.x * 128);
+{%   end %}
+{%   if F.bias then %}
+            nj_prefetch_l1((const char *)(BETA + op) + threadIdx.x * 128);
+{%   end %}
+        }
+{% end %}
         constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
         float v[CPT][V];
+{% if PEARLY then %}
+{% if F.scale then %}
+        float gp_[CPT]{{ param_vec and "[V]" or "" }};
+{% end %}
+{% if F.bias then %}
+        float bp_[CPT]{{ param_vec and "[V]" or "" }};
+{% end %}
+{% end %}
         float s = 0.0f;
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
                 const nj_i64 j = ch * V;
 {% load_x("v[c]") %}
+{% if PEARLY then %}
+{% param_loads("                ") %}
+{% end %}
 {% fwd_resout("                ", roff("resout"), "v[c]", "V") %}
 #pragma unroll
                 for (int k = 0; k < V; k++) s += {{ F.center and "(v[c][k] - sh.k) * sh.inv" or "nj_sq(v[c][k] * sh.inv)" }};
@@ -145,7 +213,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
 #pragma unroll
                 for (int k = 0; k < V; k++) s2 += nj_sq((v[c][k] - sh.k) * sh.inv - mean_s);
             }
@@ -234,18 +302,20 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% fwd_finish("mean_s", "var_s") %}
 {% end %}
 {% if mode ~= "norm" then %}
-{% fwd_save_stats("lane == 0", kept) %}
+{% fwd_save_stats(GROUPS and "lane == 0 && live" or "lane == 0", kept) %}
 {% end %}
 {#------------------------------------------------ second pass: normalize, affine, activation #}
-{% local function normalize(src) %}
+{% local function normalize(src, early) %}
             float o_[V];
-{% if F.scale and param_vec then %}
+{% if early then %}
+{% elseif F.scale and param_vec then %}
             float g_[V];
             nj_load_vec<V>(GAMMA, op + {{ roff("param") }}, g_);
 {% elseif F.scale and not param_row then %}
             const float g_chunk = nj_load_f32(GAMMA, op + {{ roff("param") }});
 {% end %}
-{% if F.bias and param_vec then %}
+{% if early then %}
+{% elseif F.bias and param_vec then %}
             float b_[V];
             nj_load_vec<V>(BETA, op + {{ roff("param") }}, b_);
 {% elseif F.bias and not param_row then %}
@@ -254,8 +324,13 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 float u = {{ fwd_centered(src .. "[k]") }} * rstd;
+{% if early then %}
+{% fwd_epilogue("                ", F.scale and (param_vec and "gp_[c][k]" or param_row and "g_row" or "gp_[c]"),
+                F.bias and (param_vec and "bp_[c][k]" or param_row and "b_row" or "bp_[c]"), {to = "o_[k]"}) %}
+{% else %}
 {% fwd_epilogue("                ", F.scale and (param_vec and "g_[k]" or param_row and "g_row" or "g_chunk"),
                 F.bias and (param_vec and "b_[k]" or param_row and "b_row" or "b_chunk"), {to = "o_[k]"}) %}
+{% end %}
             }
             {{ fwd_out(roff("y"), "o_", "V") }}
 {% end %}
@@ -263,9 +338,9 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
-            if (NCH % NJ_TPR == 0 || ch < NCH) {
+            if ({{ CHUNK_OK }}) {
                 const nj_i64 j = ch * V;
-{% normalize("v[c]") %}
+{% normalize("v[c]", PEARLY) %}
             }
         }
 {% else %}
@@ -304,7 +379,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
     NJ_SHARED(float, nj_scratch, {{ NW }});
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
 {% else %}
-    /* a warp per row: warp shuffles only, no shared scratch */
+    /* a warp or a group of lanes per row: shuffles only, no shared scratch */
     float *const nj_scratch = 0;
     nj_welford *const nj_wscratch = 0;
 {% end %}

@@ -92,13 +92,52 @@ function walk_unroll(streams)
   return "#pragma unroll 2"
 end
 
--- Reductions over the threads that share one row: a warp when rows_per_block > 1, else the block.
+-- Lanes a row of the row templates gets: the block, a warp, or a group of fewer lanes (several rows a
+-- warp; then row_group_fns() must be rendered after NJ_TPR is defined).
+function row_lanes() return P.block // P.rows_per_block end
+-- Reductions over the threads that share one row: a group of lanes or a warp when rows_per_block > 1,
+-- else the block.
 function row_sum(v, scratch)
+  if row_lanes() < 32 then return string.format("nj_group_sum(%s)", v) end
   if P.rows_per_block > 1 then return string.format("nj_warp_sum(%s)", v) end
   return string.format("nj_block_sum<%d>(%s, %s)", P.block // 32, v, scratch)
 end
 function row_welford(w, scratch)
+  if row_lanes() < 32 then return string.format("nj_group_welford(%s)", w) end
   if P.rows_per_block > 1 then return string.format("nj_warp_welford(%s)", w) end
   return string.format("nj_block_welford<%d>(%s, %s)", P.block // 32, w, scratch)
 end
+-- The row a group of lanes works on, given its own row number g (a variable): a group past the last
+-- row takes the last row's offsets, so that every lane of the warp reaches the group reductions'
+-- shuffles; the templates keep it from loading, storing and adding to sums (g < nrows: `live`).
+function row_of_group(g)
+  return string.format("%s < nrows ? %s : nrows - 1", g, g)
+end
 %}
+{# Reductions within a row's group of NJ_TPR consecutive lanes (rows_per_block > block / 32): butterflies
+   over the group's lanes, the whole warp taking part (row_of_group: no lane leaves early). #}
+{% function row_group_fns() %}
+#define NJ_GPW (32 / NJ_TPR) /* rows (groups) a warp */
+NJ_DEVICE float nj_group_sum(float v)
+{
+#pragma unroll
+    for (int m = NJ_TPR / 2; m > 0; m >>= 1) v += nj_shfl_xor(v, m);
+    return v;
+}
+NJ_DEVICE void nj_group_sum2(float &a, float &b)
+{
+#pragma unroll
+    for (int m = NJ_TPR / 2; m > 0; m >>= 1) {
+        a += nj_shfl_xor(a, m);
+        b += nj_shfl_xor(b, m);
+    }
+}
+NJ_DEVICE nj_welford nj_group_welford(nj_welford w)
+{
+    float n = w.n, s = w.n * w.mean;
+    nj_group_sum2(n, s);
+    nj_welford r = nj_welford_from_sums(n, s);
+    r.m2 = nj_group_sum(nj_welford_dev(w, r.mean));
+    return r;
+}
+{% end %}

@@ -243,8 +243,16 @@ static void build_cases(void)
              NJ_ACT_GELU_TANH, 64);
     tc_axis(c, 512, true, true);
     tc_finish(c);
+    tc_row(add_case("row_group2_f32_10_stats"), NJ_F32, 10, ln | NJ_FLAG_SAVE_STATS); /* 2 lanes a row */
+    tc_row(add_case("row_group4_f32_100"), NJ_F32, 100, ln);                             /* 4 lanes a row */
+    c = add_case("row_group8_bf16_res_resout_gelu"); /* 64 bf16: 8 lanes a row, 16 rows a block */
+    tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT, NJ_ACT_GELU_TANH, 64);
+    tc_axis(c, 64, true, true);
+    tc_finish(c);
     tc_row(add_case("row_block_f32_cached"), NJ_F32, 8192, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_block_f16_cached_1024"), NJ_F16, 16384, ln);
+    /* 1024 threads of 8 elements: gamma's and beta's lines prefetched before the reduction */
+    tc_row(add_case("row_block_bf16_params_prefetch_1024"), NJ_BF16, 8192, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_block_odd_cached"), NJ_F32, 4097, NJ_FLAG_CENTER);
     tc_row(add_case("row_stream_f32"), NJ_F32, 1 << 20, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_stream_rms_bf16"), NJ_BF16, 100003, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
@@ -584,6 +592,53 @@ static void test_forward_compile_nvrtc(void **state)
     }
 }
 
+/* The row backward's slots (one partial dgamma/dbeta row a block) are as many as the plan counts
+ * resident blocks on the device; a kernel whose registers hold fewer runs them in a second, partial
+ * wave. NVRTC's register count (allocated 8 at a time) must let the plan's blocks an SM fit. */
+static void test_row_backward_occupancy(void **state)
+{
+    (void)state;
+    const char *v;
+    if (nj_nvrtc_version_string(&v) != NJ_OK) skip();
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    static const struct {
+        const char *name;
+        nj_dtype dt;
+        int64_t n;
+        uint32_t flags;
+    } cases[] = {
+        {"bwd_bf16_2048_rms", NJ_BF16, 2048, NJ_FLAG_SCALE},         /* 256 threads, 4 an SM */
+        {"bwd_bf16_4096_ln", NJ_BF16, 4096, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS}, /* 512, 2 */
+        {"bwd_f32_1000_ln", NJ_F32, 1000, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS},   /* 128, 8 */
+        {"bwd_f32_2048_ln", NJ_F32, 2048, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS},   /* 256, 4 */
+        {"bwd_f32_10_groups", NJ_F32, 10, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS},   /* 2 lanes a row */
+    };
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nj_canon c;
+        nj_plan_params pp;
+        char *src = NULL;
+        tc_row(&c, cases[i].dt, cases[i].n, cases[i].flags);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev, &pp), NJ_OK);
+        assert_int_equal(pp.pgrad, NJ_PGRAD_SLOTS);
+        assert_int_equal(pp.launch[0].grid_x % dev.sm_count, 0);
+        int64_t per_sm = pp.launch[0].grid_x / dev.sm_count;
+        if (nj_codegen(&c, &pp, &src) != NJ_OK) fail_msg("%s: %s", cases[i].name, nj_last_error());
+        nj_compile_result r;
+        memset(&r, 0, sizeof r);
+        if (nj_nvrtc_compile(src, cases[i].name, 90, nj_plan_kernel_count(&pp), &r) != NJ_OK)
+            fail_msg("%s: %s", cases[i].name, nj_last_error());
+        assert_int_equal(r.nkernels, 1);
+        int64_t regs = (r.kernels[0].registers + 7) / 8 * 8;
+        if (regs * pp.block * per_sm > 65536)
+            fail_msg("%s: %d registers, %d threads: fewer than the plan's %lld blocks an SM fit", cases[i].name,
+                     r.kernels[0].registers, pp.block, (long long)per_sm);
+        nj_binary_free(&r.bin);
+        free(src);
+    }
+}
+
 /* Random valid problems (every shape class, strided, padded, broadcast inputs, mixed dtypes): each one
  * plans and renders, and a sample compiles with NVRTC without spills. */
 static void test_random_problems(void **state)
@@ -723,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_library_render),
         cmocka_unit_test(test_template_contract),
         cmocka_unit_test(test_forward_compile_nvrtc),
+        cmocka_unit_test(test_row_backward_occupancy),
         cmocka_unit_test(test_random_problems),
         cmocka_unit_test(test_render_threads),
     };

@@ -359,7 +359,8 @@ static void test_alignment_bits(void **state)
         const char *line;
         size_t esize, n;
     } cases[] = {{"layernorm bf16 *x4096 flags=scale", 2, 3 * 4096}, {"layernorm f32 *x1000 flags=scale", 4, 3 * 1000},
-                 {"rmsnorm f16 *x12289 flags=scale", 2, 3 * 12289}};
+                 {"rmsnorm f16 *x12289 flags=scale", 2, 3 * 12289},
+                 {"layernorm f32 *x100 flags=scale", 4, 3 * 100}}; /* 4 lanes a row, 3 of a warp's 8 rows */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t bytes = cases[c].esize * cases[c].n;
         unsigned char *xh = malloc(bytes), *y[4];

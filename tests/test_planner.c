@@ -76,6 +76,20 @@ static void test_row_short(void **state)
     assert_int_equal(pp.split, 1);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_row");
     assert_int_equal(pp.launch[0].row_div, 4);
+    /* Rows of few chunks: a group of lanes a row, several rows a warp. 100 f32 (25 float4 chunks): a
+     * warp keeps 25 of 32 lanes busy, 4 lanes a row 25 of 28 chunk slots (7 chunks a lane). */
+    tc_row(&c, NJ_F32, 100, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.block, 128);
+    assert_int_equal(pp.rows_per_block, 32);
+    assert_int_equal(pp.regs_cache, 28);
+    assert_int_equal(pp.launch[0].row_div, 32);
+    tc_row(&c, NJ_BF16, 64, NJ_FLAG_CENTER); /* 8 chunks of 8: 8 lanes, every lane busy */
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.vec, 8);
+    assert_int_equal(pp.rows_per_block, 16);
+    assert_int_equal(pp.regs_cache, 8);
     /* f16 without param: 8 halves make 16 bytes; an f32 gamma limits it to 4 */
     tc_row(&c, NJ_F16, 1024, NJ_FLAG_CENTER);
     assert_int_equal(plan_fwd(&c).vec, 8);
@@ -194,6 +208,19 @@ static void test_row_backward_slots(void **state)
         assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], want[i].slots);
         assert_int_equal(pp.workspace_fixed, (uint64_t)want[i].slots * want[i].n * 2 * sizeof(float));
     }
+    /* short rows: 10 f32 (5 float2 chunks) take 2 lanes a row, 128 rows a 256-thread block; 100 f32
+     * (25 float4 chunks) keep a warp (narrower groups would give a lane more than 8 elements) */
+    nj_canon c;
+    nj_plan_params pp;
+    tc_row(&c, NJ_F32, 10, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.vec, 2);
+    assert_int_equal(pp.block, 256);
+    assert_int_equal(pp.rows_per_block, 128);
+    assert_int_equal(pp.launch[0].grid_x, 528);
+    tc_row(&c, NJ_F32, 100, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.rows_per_block, 8);
 }
 
 /* Column problems with enough columns get coalesced column tiles; the rest the general family. */
@@ -418,16 +445,21 @@ static void test_launch_grid(void **state)
     assert_int_equal(nj_launch_grid(&big, 1LL << 30, 0, g), NJ_ERR_OVERFLOW);
     assert_int_equal(nj_launch_grid(&pp.launch[0], 0, 0, g), NJ_OK);
     assert_int_equal(g[0], 1);
-    /* tiny rows (10 elements, 4 a block): two waves of blocks loop over the rows */
+    /* tiny rows (10 elements: 5 float2 chunks, 2 lanes a row, 64 rows a block): two waves of blocks
+     * loop over the rows */
     tc_row(&c, NJ_F32, 10, NJ_FLAG_CENTER);
     nj_plan_params tiny = plan_fwd(&c);
+    assert_int_equal(tiny.rows_per_block, 64);
+    assert_int_equal(tiny.regs_cache, 6);
     assert_int_equal(tiny.grid_loop, 1);
     assert_true(tiny.launch[0].grid_x_cap >= 132 && tiny.launch[0].grid_x_cap <= 0x7fffffff);
+    /* the row kernel's cap: 8 waves of 16 blocks of 128 an SM, 12.8 of the 10 its 43 registers allow */
+    assert_int_equal(tiny.launch[0].grid_x_cap, 132 * 16 * 8);
     assert_int_equal(nj_launch_grid(&tiny.launch[0], 10000000, 0, g), NJ_OK);
     assert_int_equal(g[0], (uint32_t)tiny.launch[0].grid_x_cap);
     assert_int_equal(g[1], 1);
-    assert_int_equal(nj_launch_grid(&tiny.launch[0], 10, 0, g), NJ_OK);
-    assert_int_equal(g[0], 3); /* fewer rows than the cap: a block per 4 rows */
+    assert_int_equal(nj_launch_grid(&tiny.launch[0], 130, 0, g), NJ_OK);
+    assert_int_equal(g[0], 3); /* fewer rows than the cap: a block per 64 rows */
     char *text = nj_plan_text(&tiny); /* in the signature: the kernel's loop depends on it */
     assert_non_null(text);
     assert_non_null(strstr(text, " loop=1 "));
@@ -584,7 +616,10 @@ static void test_presets(void **state)
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_ROW);
     assert_int_equal(pp.vec, 4); /* gamma is per row (channel): it does not limit the width */
-    assert_int_equal(pp.regs_cache, 8); /* 49 float4 chunks over 32 lanes: 2 chunks of 4 */
+    /* 49 float4 chunks: a warp would keep 49 of 64 chunk slots busy, 8 lanes a row 49 of 56 (4 lanes
+     * would keep 49 of 52, but 13 chunks a lane exceed the 32 registers of a share) */
+    assert_int_equal(pp.rows_per_block, 16);
+    assert_int_equal(pp.regs_cache, 28);
 }
 
 /* GroupNorm over channels-last images: tiles of whole rounds of the block's pixel rows, a vector of
