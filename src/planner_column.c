@@ -12,16 +12,16 @@
  * idle at a block per tile: 2 x 128^3 x 64 ran on 4 blocks. From NJ_COL_SPLIT_MIN walk rows on, each
  * walk is cut into pieces, a block each, aiming at NJ_COL_BLOCKS_SM blocks an SM for one batch row (the
  * batch is a run-time extent), with pieces of at least NJ_COL_PIECE_MIN walk rows (16 steps of each
- * warp) and none empty. */
+ * warp) and none empty. tile: the columns of a block's tile. */
 #define NJ_COL_SPLIT_MIN 4096
 #define NJ_COL_BLOCKS_SM 8
 #define NJ_COL_PIECE_MIN 128
 #define NJ_COL_SPLIT_MAX 256
-int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev)
+int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev, int32_t tile)
 {
     int64_t n = c->reduce_size, ec = c->axes[c->rank - 1].extent;
     if (n < NJ_COL_SPLIT_MIN) return 1;
-    int64_t tiles = c->kept_inner / ec * nj_ceil_div64(ec, 32);
+    int64_t tiles = c->kept_inner / ec * nj_ceil_div64(ec, tile);
     int64_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
     int64_t s = nj_ceil_div64(sms * NJ_COL_BLOCKS_SM, tiles);
     if (s > n / NJ_COL_PIECE_MIN) s = n / NJ_COL_PIECE_MIN;
@@ -36,13 +36,73 @@ bool nj_column_applies(const nj_canon *c, nj_pass pass)
     return c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_COLUMN_MIN;
 }
 
+/* Operands the forward column kernels access vec columns at a time: the activations (gamma and beta
+ * are loaded a column at a time: constant down a BatchNorm column, cached). */
+static bool col_fwd_vector_opd(const nj_canon *c, int o)
+{
+    switch (o) {
+    case NJ_OPD_X:
+    case NJ_OPD_Y: return true;
+    case NJ_OPD_RES: return (c->flags & NJ_FLAG_RESIDUAL) != 0;
+    case NJ_OPD_RESOUT: return (c->flags & NJ_FLAG_RESIDUAL_OUT) != 0;
+    default: return false;
+    }
+}
+
+/* Vector width v is valid when a lane's v columns are one aligned access of at most 16 bytes in every
+ * vector operand: v divides the columns, the columns have unit stride and every other kept or reduced
+ * stride is a multiple of v (base pointers and batch strides are checked at launch: align_opds). */
+static bool col_fwd_vec_fits(const nj_canon *c, int32_t v)
+{
+    int cax = c->rank - 1;
+    if (c->axes[cax].extent % v != 0) return false;
+    for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++) {
+        if (!col_fwd_vector_opd(c, o)) continue;
+        if ((int64_t)v * (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]) > 16) return false;
+        if (c->axes[cax].stride[o] != 1) return false;
+        for (int a = 1; a < cax; a++)
+            if (c->axes[a].stride[o] % v != 0) return false;
+    }
+    return true;
+}
+
+/* Columns a lane owns (one vector access each walk step): of the widths that fit, the one that makes
+ * the fewest tiles, i.e. the most useful bytes an access instruction moves (a warp moves 32 x v columns
+ * minus its tile's idle tail); on a tie the narrower (more lanes busy, fewer registers). With 1-element
+ * accesses a warp moved 64 (f16) or 128 (f32) bytes a load: BatchNorm NHWC f16 ran at 20-60% of copy. */
+static int32_t col_fwd_vec(const nj_canon *c)
+{
+    int64_t ec = c->axes[c->rank - 1].extent;
+    int32_t best = 1;
+    for (int32_t v = 2; v <= 8; v *= 2)
+        if (col_fwd_vec_fits(c, v) && nj_ceil_div64(ec, 32 * v) < nj_ceil_div64(ec, 32 * best)) best = v;
+    return best;
+}
+
+/* Independent loads a thread has in flight down its columns (the walk unrolled that far): about 32
+ * bytes of x a thread, 2 to 8 loads. A full SM (2048 threads) then has ~64 KB of x in flight, what
+ * Little's law asks on an H200 (~4.1 TB/s over 132 SMs at ~600-700 ns latency: 40-64 KB an SM); with 2
+ * single-element loads it had 8 (f16) to 16 KB. */
+#define NJ_COL_FLIGHT_BYTES 32
+static int32_t col_unroll(const nj_canon *c, int32_t vec)
+{
+    int64_t b = (int64_t)vec * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    int64_t u = NJ_COL_FLIGHT_BYTES / b;
+    return (int32_t)(u < 2 ? 2 : u > 4 ? 4 : u);
+}
+
 nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
-    int64_t tiles = c->kept_inner / ec * nj_ceil_div64(ec, 32);
-    pp->vec = 1;
+    pp->vec = col_fwd_vec(c);
+    pp->tile = 32 * pp->vec;
+    pp->unroll = col_unroll(c, pp->vec);
+    if (pp->vec > 1)
+        for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
+            if (col_fwd_vector_opd(c, o)) pp->align_opds |= 1u << o;
+    int64_t tc = pp->tile, tiles = c->kept_inner / ec * nj_ceil_div64(ec, tc);
     pp->rows_per_block = 1;
-    pp->split = nj_plan_column_split(c, dev);
+    pp->split = nj_plan_column_split(c, dev, pp->tile);
     pp->block = 256;
     if (pp->split == 1) {
         nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles, 1, 0);
@@ -50,23 +110,23 @@ nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
         return NJ_OK;
     }
     /* partials per (tile, piece), statistics per tile, then the pieces normalized (fwd_column.cu); the
-     * workspace holds [tile][piece][sum, m2][32] partials, then [tile][mean, rstd][32], over the batch */
-    int64_t s = pp->split, n = c->reduce_size;
+     * workspace holds [tile][piece][sum, m2][tc] partials, then [tile][mean, rstd][tc], over the batch */
+    int64_t s = pp->split, n = c->reduce_size, q = 2 * tc;
     nj_plan_add_launch(pp, "nj_fwd_column_part", pp->block, tiles * pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_PART);
     const int64_t arg[NJ_LIB_NARGS][2] = {
-        [NJ_MERGE_NITEMS] = {0, tiles * 32},    [NJ_MERGE_NPARTS] = {s, 0},      [NJ_MERGE_RADIX] = {32, 0},
-        [NJ_MERGE_S_HI] = {s * 64, 0},          [NJ_MERGE_S_LO] = {1, 0},        [NJ_MERGE_S_PART] = {64, 0},
-        [NJ_MERGE_OFF_B] = {32, 0},             [NJ_MERGE_OUT_BASE] = {0, tiles * s * 64},
-        [NJ_MERGE_O_HI] = {64, 0},              [NJ_MERGE_O_LO] = {1, 0},        [NJ_MERGE_O_B] = {32, 0},
+        [NJ_MERGE_NITEMS] = {0, tiles * tc},    [NJ_MERGE_NPARTS] = {s, 0},      [NJ_MERGE_RADIX] = {tc, 0},
+        [NJ_MERGE_S_HI] = {s * q, 0},           [NJ_MERGE_S_LO] = {1, 0},        [NJ_MERGE_S_PART] = {q, 0},
+        [NJ_MERGE_OFF_B] = {tc, 0},             [NJ_MERGE_OUT_BASE] = {0, tiles * s * q},
+        [NJ_MERGE_O_HI] = {q, 0},               [NJ_MERGE_O_LO] = {1, 0},        [NJ_MERGE_O_B] = {tc, 0},
         [NJ_MERGE_MODE] = {(c->flags & NJ_FLAG_CENTER) ? NJ_MERGE_STATS : NJ_MERGE_RMS, 0},
         [NJ_MERGE_N] = {n, 0},                  [NJ_MERGE_PLEN] = {nj_ceil_div64(n, s), 0}, [NJ_MERGE_CMUL] = {1, 0}};
     nj_plan_add_merge(pp, arg);
     nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles * pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
-    nj_plan_ws(pp, NJ_WS_MEANS, 0, tiles * s * 64);
-    pp->workspace_per_row = (uint64_t)tiles * (uint64_t)(pp->split + 1) * 64u * sizeof(float);
+    nj_plan_ws(pp, NJ_WS_MEANS, 0, tiles * s * q);
+    pp->workspace_per_row = (uint64_t)tiles * (uint64_t)(pp->split + 1) * (uint64_t)q * sizeof(float);
     return NJ_OK;
 }
 
@@ -90,7 +150,7 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     int64_t tiles = c->kept_inner / ec * ((ec + 31) / 32);
     pp->vec = 1;
     pp->rows_per_block = 1;
-    pp->split = nj_plan_column_split(c, dev);
+    pp->split = nj_plan_column_split(c, dev, 32);
     pp->block = 256;
     uint64_t s = (uint64_t)pp->split;
     bool fused = bwd_column_fused(c);

@@ -359,7 +359,10 @@ static void test_alignment_bits(void **state)
         const char *line;
         size_t esize, n;
     } cases[] = {{"layernorm bf16 *x4096 flags=scale", 2, 3 * 4096}, {"layernorm f32 *x1000 flags=scale", 4, 3 * 1000},
-                 {"rmsnorm f16 *x12289 flags=scale", 2, 3 * 12289}};
+                 {"rmsnorm f16 *x12289 flags=scale", 2, 3 * 12289},
+                 /* column tiles: 8-element vectors of 256 channels, 4 of 128 pixels (gamma down the walk) */
+                 {"instancenorm f16 nhwc *x3x3x256 flags=scale", 2, 3 * 9 * 256},
+                 {"rmsnorm f32 nchw *x5x4x32 axes=1 flags=scale", 4, 3 * 5 * 128}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t bytes = cases[c].esize * cases[c].n;
         unsigned char *xh = malloc(bytes), *y[4];

@@ -257,33 +257,52 @@ static void test_column_general(void **state)
     nj_plan_params pp = plan_fwd_any(&c);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
     assert_string_equal(pp.template_name, "fwd_column.cu");
-    assert_int_equal(pp.vec, 1);
+    /* 80 columns of f16: 4-element (8-byte) accesses make 1 tile of 128 columns, as many busy lanes as 2
+     * tiles of 64 would have (80 of 128 columns) on half the blocks; 8-element ones would make 1 tile
+     * too, with fewer lanes busy. A load 4 down the walk: 32 bytes of x a thread in flight */
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.tile, 128);
+    assert_int_equal(pp.unroll, 4);
+    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
     assert_int_equal(pp.block, 256);
-    /* a walk of 100352 rows: 3 tiles of 32 columns would be 3 blocks; 256 pieces of 392 rows instead
-     * (8 blocks an SM wanted; at most 256 pieces), partials, then statistics per tile, then the pieces */
+    /* a walk of 100352 rows: 1 tile would be 1 block; 256 pieces of 392 rows instead (8 blocks an SM
+     * wanted; at most 256 pieces), partials, then statistics per tile, then the pieces */
     assert_int_equal(pp.split, 256);
     assert_int_equal(pp.nlaunch, 3);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_column_part");
     assert_string_equal(pp.launch[1].kernel, "nj_lib_merge");
     assert_string_equal(pp.launch[2].kernel, "nj_fwd_column");
-    assert_int_equal(pp.launch[0].row_mult, 3 * 256);
-    assert_int_equal(pp.launch[2].row_mult, 3 * 256);
-    assert_int_equal(pp.workspace_per_row, 3 * 257 * 64 * 4);
-    /* the library's merge: a tile column an item (32 a block), its 256 pieces' (sum, m2) in, (mean, rstd)
+    assert_int_equal(pp.launch[0].row_mult, 256);
+    assert_int_equal(pp.launch[2].row_mult, 256);
+    assert_int_equal(pp.workspace_per_row, 257 * 256 * 4);
+    /* the library's merge: a tile column an item (128 a tile), its 256 pieces' (sum, m2) in, (mean, rstd)
      * out after every piece of the batch's tiles, pieces of ceil(100352 / 256) = 392 rows */
     assert_int_equal(pp.launch[1].lib, NJ_LIB_MERGE);
-    assert_int_equal(pp.launch[1].row_mult, 3 * 32);
+    assert_int_equal(pp.launch[1].row_mult, 128);
     assert_int_equal(pp.launch[1].row_div, 32);
     int64_t la[NJ_LIB_NARGS];
     nj_launch_lib_args(&pp.launch[1], 2, la);
-    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 3 * 32);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 128);
     assert_int_equal(la[NJ_MERGE_NPARTS], 256);
-    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 64);
-    assert_int_equal(la[NJ_MERGE_OUT_BASE], 2 * 3 * 256 * 64);
+    assert_int_equal(la[NJ_MERGE_RADIX], 128);
+    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 256);
+    assert_int_equal(la[NJ_MERGE_S_PART], 256);
+    assert_int_equal(la[NJ_MERGE_OFF_B], 128);
+    assert_int_equal(la[NJ_MERGE_OUT_BASE], 2 * 256 * 256);
+    assert_int_equal(la[NJ_MERGE_O_HI], 256);
+    assert_int_equal(la[NJ_MERGE_O_B], 128);
     assert_int_equal(la[NJ_MERGE_MODE], NJ_MERGE_STATS);
     assert_int_equal(la[NJ_MERGE_N], 100352);
     assert_int_equal(la[NJ_MERGE_PLEN], 392);
     assert_int_equal(la[NJ_MERGE_CMUL], 1);
+    /* the unaligned variant keeps the tiles and launches, a column at a time, its walk rolled */
+    nj_plan_params un;
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.vec, 1);
+    assert_int_equal(un.tile, 128);
+    assert_int_equal(un.unroll, 1);
+    assert_int_equal(un.nlaunch, 3);
+    assert_int_equal(un.launch[0].row_mult, 256);
     /* 10000 rows: pieces of at least 128 rows bound the split (not the 352 a tile that 8 blocks an SM want) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 1);
     tc_axis(&c, 10000, true, false);
@@ -300,7 +319,7 @@ static void test_column_general(void **state)
     assert_int_equal(pp.split, 1);
     assert_int_equal(pp.nlaunch, 1);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_column");
-    assert_int_equal(pp.launch[0].row_mult, 3); /* 80 columns: 3 tiles of 32 */
+    assert_int_equal(pp.launch[0].row_mult, 1); /* 80 columns: 1 tile of 128 */
     assert_int_equal(pp.workspace_per_row, 0);
     /* 8 columns: mostly idle lanes in a tile, the general family */
     tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
@@ -579,7 +598,10 @@ static void test_presets(void **state)
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_COLUMN);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
-    assert_int_equal(pp.launch[0].row_mult, 2); /* 64 channels: 2 tiles a batch row */
+    /* 64 float channels: 2-element accesses make one tile a batch row, every lane busy (4 or 8 elements
+     * would make one too, with lanes idle) */
+    assert_int_equal(pp.vec, 2);
+    assert_int_equal(pp.launch[0].row_mult, 1);
     assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, bn, 0, aff), NJ_OK);
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_ROW);
