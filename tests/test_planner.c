@@ -257,33 +257,56 @@ static void test_column_general(void **state)
     nj_plan_params pp = plan_fwd_any(&c);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
     assert_string_equal(pp.template_name, "fwd_column.cu");
-    /* 80 columns of f16: 4-element (8-byte) accesses make 1 tile of 128 columns, as many busy lanes as 2
-     * tiles of 64 would have (80 of 128 columns) on half the blocks; 8-element ones would make 1 tile
-     * too, with fewer lanes busy. A load 4 down the walk: 32 bytes of x a thread in flight */
-    assert_int_equal(pp.vec, 4);
-    assert_int_equal(pp.tile, 128);
-    assert_int_equal(pp.unroll, 4);
-    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
+    /* 80 columns of f16: 1-element accesses keep 80 of 96 lanes busy (3 tiles of 32); 2, 4 or 8 elements
+     * would keep 80 of 128 or 256. Loads 8 deep down the walk (the most col_unroll takes: 16 bytes) */
+    assert_int_equal(pp.vec, 1);
+    assert_int_equal(pp.tile, 32);
+    assert_int_equal(pp.unroll, 8);
+    assert_int_equal(pp.align_opds, 0);
     assert_int_equal(pp.block, 256);
-    /* a walk of 100352 rows: 1 tile would be 1 block; 256 pieces of 392 rows instead (8 blocks an SM
-     * wanted; at most 256 pieces), partials, then statistics per tile, then the pieces */
+    /* a walk of 100352 rows: 3 tiles of 32 columns would be 3 blocks; 256 pieces of 392 rows instead
+     * (8 blocks an SM wanted; at most 256 pieces), partials, then statistics per tile, then the pieces */
     assert_int_equal(pp.split, 256);
     assert_int_equal(pp.nlaunch, 3);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_column_part");
     assert_string_equal(pp.launch[1].kernel, "nj_lib_merge");
     assert_string_equal(pp.launch[2].kernel, "nj_fwd_column");
-    assert_int_equal(pp.launch[0].row_mult, 256);
-    assert_int_equal(pp.launch[2].row_mult, 256);
-    assert_int_equal(pp.workspace_per_row, 257 * 256 * 4);
-    /* the library's merge: a tile column an item (128 a tile), its 256 pieces' (sum, m2) in, (mean, rstd)
+    assert_int_equal(pp.launch[0].row_mult, 3 * 256);
+    assert_int_equal(pp.launch[2].row_mult, 3 * 256);
+    assert_int_equal(pp.workspace_per_row, 3 * 257 * 64 * 4);
+    /* the library's merge: a tile column an item (32 a block), its 256 pieces' (sum, m2) in, (mean, rstd)
      * out after every piece of the batch's tiles, pieces of ceil(100352 / 256) = 392 rows */
     assert_int_equal(pp.launch[1].lib, NJ_LIB_MERGE);
-    assert_int_equal(pp.launch[1].row_mult, 128);
+    assert_int_equal(pp.launch[1].row_mult, 3 * 32);
     assert_int_equal(pp.launch[1].row_div, 32);
     int64_t la[NJ_LIB_NARGS];
     nj_launch_lib_args(&pp.launch[1], 2, la);
-    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 128);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 3 * 32);
     assert_int_equal(la[NJ_MERGE_NPARTS], 256);
+    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 64);
+    assert_int_equal(la[NJ_MERGE_OUT_BASE], 2 * 3 * 256 * 64);
+    assert_int_equal(la[NJ_MERGE_MODE], NJ_MERGE_STATS);
+    assert_int_equal(la[NJ_MERGE_N], 100352);
+    assert_int_equal(la[NJ_MERGE_PLEN], 392);
+    assert_int_equal(la[NJ_MERGE_CMUL], 1);
+    /* 128 columns: 4-element (8-byte) accesses, one tile, every lane busy (8 elements would idle half);
+     * the merge takes a tile's 128 columns as items, [tile][piece][sum, m2][128] in */
+    tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_RELU, 1);
+    tc_axis(&c, 32, true, false);
+    tc_axis(&c, 3136, true, false);
+    tc_axis(&c, 128, false, true);
+    tc_finish(&c);
+    pp = plan_fwd_any(&c);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.tile, 128);
+    assert_int_equal(pp.unroll, 4); /* 8 bytes a load: 4 deep, 32 bytes of x a thread in flight */
+    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
+    assert_int_equal(pp.split, 256);
+    assert_int_equal(pp.launch[0].row_mult, 256);
+    assert_int_equal(pp.workspace_per_row, 257 * 256 * 4);
+    assert_int_equal(pp.launch[1].row_mult, 128);
+    nj_launch_lib_args(&pp.launch[1], 2, la);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 128);
     assert_int_equal(la[NJ_MERGE_RADIX], 128);
     assert_int_equal(la[NJ_MERGE_S_HI], 256 * 256);
     assert_int_equal(la[NJ_MERGE_S_PART], 256);
@@ -291,10 +314,6 @@ static void test_column_general(void **state)
     assert_int_equal(la[NJ_MERGE_OUT_BASE], 2 * 256 * 256);
     assert_int_equal(la[NJ_MERGE_O_HI], 256);
     assert_int_equal(la[NJ_MERGE_O_B], 128);
-    assert_int_equal(la[NJ_MERGE_MODE], NJ_MERGE_STATS);
-    assert_int_equal(la[NJ_MERGE_N], 100352);
-    assert_int_equal(la[NJ_MERGE_PLEN], 392);
-    assert_int_equal(la[NJ_MERGE_CMUL], 1);
     /* the unaligned variant keeps the tiles and launches, a column at a time, its walk rolled */
     nj_plan_params un;
     assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
@@ -303,6 +322,36 @@ static void test_column_general(void **state)
     assert_int_equal(un.unroll, 1);
     assert_int_equal(un.nlaunch, 3);
     assert_int_equal(un.launch[0].row_mult, 256);
+    /* the backward: the same vectors over x, dy and dx (at most 4 columns a lane); the merge takes a
+     * tile's 2 x 128 items (centered: sum g, sum xhat | sum g * xhat), [tile][piece][512] in */
+    nj_plan_params bp;
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.family, NJ_FAMILY_COLUMN);
+    assert_int_equal(bp.vec, 4);
+    assert_int_equal(bp.tile, 128);
+    assert_int_equal(bp.unroll, 4);
+    assert_int_equal(bp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX);
+    assert_int_equal(bp.split, 256);
+    assert_string_equal(bp.launch[0].kernel, "nj_bwd_column_part");
+    assert_int_equal(bp.launch[0].row_mult, 256);
+    assert_int_equal(bp.launch[1].lib, NJ_LIB_MERGE);
+    nj_launch_lib_args(&bp.launch[1], 2, la);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 256);
+    assert_int_equal(la[NJ_MERGE_RADIX], 256);
+    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 512);
+    assert_int_equal(la[NJ_MERGE_S_PART], 512);
+    assert_int_equal(la[NJ_MERGE_OFF_B], 256);
+    assert_int_equal(la[NJ_MERGE_O_HI], 512);
+    assert_int_equal(la[NJ_MERGE_O_B], 256);
+    assert_int_equal(la[NJ_MERGE_MODE], NJ_MERGE_SUMS);
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.vec, 1);
+    assert_int_equal(un.tile, 128);
+    /* a padded column stride (x rows of 130 elements) allows 2-element accesses only */
+    c.axes[2].stride[NJ_OPD_X] = 130, c.axes[1].stride[NJ_OPD_X] = 3136 * 130;
+    c.axes[0].stride[NJ_OPD_X] = 32 * 3136 * 130;
+    pp = plan_fwd_any(&c);
+    assert_int_equal(pp.vec, 2);
     /* 10000 rows: pieces of at least 128 rows bound the split (not the 352 a tile that 8 blocks an SM want) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 1);
     tc_axis(&c, 10000, true, false);
@@ -319,7 +368,7 @@ static void test_column_general(void **state)
     assert_int_equal(pp.split, 1);
     assert_int_equal(pp.nlaunch, 1);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_column");
-    assert_int_equal(pp.launch[0].row_mult, 1); /* 80 columns: 1 tile of 128 */
+    assert_int_equal(pp.launch[0].row_mult, 3); /* 80 columns: 3 tiles of 32 */
     assert_int_equal(pp.workspace_per_row, 0);
     /* 8 columns: mostly idle lanes in a tile, the general family */
     tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
