@@ -75,6 +75,7 @@ void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out)
     if (main->align_opds == 0) return;
     out->vec = 1;
     out->regs_cache = 0;
+    if (out->unroll > 1) out->unroll = 1; /* a rare path that only has to be right: walks rolled */
     out->unaligned = 1;
     out->align_opds = 0;
 }

@@ -111,7 +111,10 @@ typedef struct nj_plan_params {
     int32_t split;       /* blocks cooperating on one row (1 = none) */
     int32_t regs_cache;  /* elements per thread kept in registers (0 = re-read x) */
     int32_t chans;       /* channels-last family: channels a thread owns (loaded vec at a time); else 0 */
-    int32_t tile;        /* channels-last family: pixels of an image tile (a block's work item); else 0 */
+    int32_t tile;        /* channels-last family: pixels of an image tile (a block's work item); column
+                            family: columns of a block's tile (32 x the columns a lane owns); else 0 */
+    int32_t unroll;      /* column family: independent loads a thread issues per walk step group (its walks
+                            unrolled that far); else 0 */
     int32_t unaligned;   /* 1: the variant for arguments the main plan's vector width does not fit */
     int32_t grid_loop;   /* 1: a block's work item is tiny (a few hundred elements): the launches that scale
                             with the batch get at most two waves of blocks, each looping over items, where

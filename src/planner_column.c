@@ -1,5 +1,6 @@
 /* COLUMN family (fwd_column.cu, bwd_column.cu): the COLUMN kind with at least NJ_COLUMN_MIN
- * contiguous kept columns: a block per tile of 32 columns, 8 warps walking the reduction (coalesced).
+ * contiguous kept columns: a block per tile of 32 x vec columns (a lane owns vec adjacent columns, one
+ * vector access a walk step), 8 warps walking the reduction (coalesced), unroll loads deep.
  * Long walks are cut into pieces, a block each (nj_plan_column_split), forward and backward alike. */
 #include "planner_impl.h"
 
@@ -12,16 +13,16 @@
  * idle at a block per tile: 2 x 128^3 x 64 ran on 4 blocks. From NJ_COL_SPLIT_MIN walk rows on, each
  * walk is cut into pieces, a block each, aiming at NJ_COL_BLOCKS_SM blocks an SM for one batch row (the
  * batch is a run-time extent), with pieces of at least NJ_COL_PIECE_MIN walk rows (16 steps of each
- * warp) and none empty. */
+ * warp) and none empty. tile: the columns of a block's tile. */
 #define NJ_COL_SPLIT_MIN 4096
 #define NJ_COL_BLOCKS_SM 8
 #define NJ_COL_PIECE_MIN 128
 #define NJ_COL_SPLIT_MAX 256
-int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev)
+int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev, int32_t tile)
 {
     int64_t n = c->reduce_size, ec = c->axes[c->rank - 1].extent;
     if (n < NJ_COL_SPLIT_MIN) return 1;
-    int64_t tiles = c->kept_inner / ec * nj_ceil_div64(ec, 32);
+    int64_t tiles = c->kept_inner / ec * nj_ceil_div64(ec, tile);
     int64_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
     int64_t s = nj_ceil_div64(sms * NJ_COL_BLOCKS_SM, tiles);
     if (s > n / NJ_COL_PIECE_MIN) s = n / NJ_COL_PIECE_MIN;
@@ -36,13 +37,93 @@ bool nj_column_applies(const nj_canon *c, nj_pass pass)
     return c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_COLUMN_MIN;
 }
 
+/* Operands the column kernels access vec columns at a time: the activations (gamma and beta are loaded
+ * a column at a time: constant down a BatchNorm column, cached). */
+static bool col_vector_opd(const nj_canon *c, nj_pass pass, int o)
+{
+    switch (o) {
+    case NJ_OPD_X: return true;
+    case NJ_OPD_Y: return pass == NJ_PASS_FORWARD;
+    case NJ_OPD_RES: return pass == NJ_PASS_FORWARD && (c->flags & NJ_FLAG_RESIDUAL) != 0;
+    case NJ_OPD_RESOUT: return pass == NJ_PASS_FORWARD && (c->flags & NJ_FLAG_RESIDUAL_OUT) != 0;
+    case NJ_OPD_DY:
+    case NJ_OPD_DX: return pass == NJ_PASS_BACKWARD;
+    default: return false;
+    }
+}
+
+/* Vector width v is valid when a lane's v columns are one aligned access of at most 16 bytes in every
+ * vector operand: v divides the columns, the columns have unit stride and every other kept or reduced
+ * stride is a multiple of v (base pointers and batch strides are checked at launch: align_opds). */
+static bool col_vec_fits(const nj_canon *c, nj_pass pass, int32_t v)
+{
+    int cax = c->rank - 1;
+    if (c->axes[cax].extent % v != 0) return false;
+    for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++) {
+        if (!col_vector_opd(c, pass, o)) continue;
+        if ((int64_t)v * (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]) > 16) return false;
+        if (c->axes[cax].stride[o] != 1) return false;
+        for (int a = 1; a < cax; a++)
+            if (c->axes[a].stride[o] % v != 0) return false;
+    }
+    return true;
+}
+
+static uint32_t col_align_opds(const nj_canon *c, nj_pass pass)
+{
+    uint32_t m = 0;
+    for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
+        if (col_vector_opd(c, pass, o)) m |= 1u << o;
+    return m;
+}
+
+/* Columns a lane owns (one vector access each walk step): the widest width that fits and keeps at least
+ * NJ_COL_LANES_PCT% of the tiles' lanes on columns (a tile's tail past the last column idles); where
+ * none does, the width with the most lanes busy (the narrower on a tie). A wider vector makes fewer,
+ * larger accesses but fewer tiles, so fewer blocks: ConvNeXt's LayerNorm over C of 14 x 14 pixels
+ * keeps 7 tiles of 32 (88% busy) rather than 2 of 128 (77%), and with 32 bytes of x in flight a thread
+ * either way (col_unroll) the blocks are what moves more bytes. With 1-element accesses a warp moved
+ * 64 (f16) or 128 (f32) bytes a load: BatchNorm NHWC f16 ran at 20-60% of copy. */
+#define NJ_COL_LANES_PCT 90
+static int32_t col_vec(const nj_canon *c, nj_pass pass, int32_t vmax)
+{
+    int64_t ec = c->axes[c->rank - 1].extent;
+    int32_t best = 1;
+    int64_t best_busy = 0; /* per mille of lanes on columns */
+    for (int32_t v = 1; v <= vmax; v *= 2) {
+        if (v > 1 && !col_vec_fits(c, pass, v)) continue;
+        int64_t busy = 1000 * ec / (nj_ceil_div64(ec, 32 * v) * 32 * v);
+        if (busy >= 10 * NJ_COL_LANES_PCT || busy > best_busy) {
+            if (busy < 10 * NJ_COL_LANES_PCT && best_busy >= 10 * NJ_COL_LANES_PCT) continue;
+            best = v;
+            best_busy = busy;
+        }
+    }
+    return best;
+}
+
+/* Independent loads a thread has in flight down its columns (the walk unrolled that far): about 32
+ * bytes of x a thread, 2 to 8 loads. A full SM (2048 threads) then has ~64 KB of x in flight, what
+ * Little's law asks on an H200 (~4.1 TB/s over 132 SMs at ~600-700 ns latency: 40-64 KB an SM); with 2
+ * single-element loads it had 8 (f16) to 16 KB. */
+#define NJ_COL_FLIGHT_BYTES 32
+static int32_t col_unroll(const nj_canon *c, int32_t vec)
+{
+    int64_t b = (int64_t)vec * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    int64_t u = NJ_COL_FLIGHT_BYTES / b;
+    return (int32_t)(u < 2 ? 2 : u > 8 ? 8 : u);
+}
+
 nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
-    int64_t tiles = c->kept_inner / ec * nj_ceil_div64(ec, 32);
-    pp->vec = 1;
+    pp->vec = col_vec(c, NJ_PASS_FORWARD, 8);
+    pp->tile = 32 * pp->vec;
+    pp->unroll = col_unroll(c, pp->vec);
+    if (pp->vec > 1) pp->align_opds = col_align_opds(c, NJ_PASS_FORWARD);
+    int64_t tc = pp->tile, tiles = c->kept_inner / ec * nj_ceil_div64(ec, tc);
     pp->rows_per_block = 1;
-    pp->split = nj_plan_column_split(c, dev);
+    pp->split = nj_plan_column_split(c, dev, pp->tile);
     pp->block = 256;
     if (pp->split == 1) {
         nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles, 1, 0);
@@ -50,23 +131,23 @@ nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
         return NJ_OK;
     }
     /* partials per (tile, piece), statistics per tile, then the pieces normalized (fwd_column.cu); the
-     * workspace holds [tile][piece][sum, m2][32] partials, then [tile][mean, rstd][32], over the batch */
-    int64_t s = pp->split, n = c->reduce_size;
+     * workspace holds [tile][piece][sum, m2][tc] partials, then [tile][mean, rstd][tc], over the batch */
+    int64_t s = pp->split, n = c->reduce_size, q = 2 * tc;
     nj_plan_add_launch(pp, "nj_fwd_column_part", pp->block, tiles * pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_PART);
     const int64_t arg[NJ_LIB_NARGS][2] = {
-        [NJ_MERGE_NITEMS] = {0, tiles * 32},    [NJ_MERGE_NPARTS] = {s, 0},      [NJ_MERGE_RADIX] = {32, 0},
-        [NJ_MERGE_S_HI] = {s * 64, 0},          [NJ_MERGE_S_LO] = {1, 0},        [NJ_MERGE_S_PART] = {64, 0},
-        [NJ_MERGE_OFF_B] = {32, 0},             [NJ_MERGE_OUT_BASE] = {0, tiles * s * 64},
-        [NJ_MERGE_O_HI] = {64, 0},              [NJ_MERGE_O_LO] = {1, 0},        [NJ_MERGE_O_B] = {32, 0},
+        [NJ_MERGE_NITEMS] = {0, tiles * tc},    [NJ_MERGE_NPARTS] = {s, 0},      [NJ_MERGE_RADIX] = {tc, 0},
+        [NJ_MERGE_S_HI] = {s * q, 0},           [NJ_MERGE_S_LO] = {1, 0},        [NJ_MERGE_S_PART] = {q, 0},
+        [NJ_MERGE_OFF_B] = {tc, 0},             [NJ_MERGE_OUT_BASE] = {0, tiles * s * q},
+        [NJ_MERGE_O_HI] = {q, 0},               [NJ_MERGE_O_LO] = {1, 0},        [NJ_MERGE_O_B] = {tc, 0},
         [NJ_MERGE_MODE] = {(c->flags & NJ_FLAG_CENTER) ? NJ_MERGE_STATS : NJ_MERGE_RMS, 0},
         [NJ_MERGE_N] = {n, 0},                  [NJ_MERGE_PLEN] = {nj_ceil_div64(n, s), 0}, [NJ_MERGE_CMUL] = {1, 0}};
     nj_plan_add_merge(pp, arg);
     nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles * pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
-    nj_plan_ws(pp, NJ_WS_MEANS, 0, tiles * s * 64);
-    pp->workspace_per_row = (uint64_t)tiles * (uint64_t)(pp->split + 1) * 64u * sizeof(float);
+    nj_plan_ws(pp, NJ_WS_MEANS, 0, tiles * s * q);
+    pp->workspace_per_row = (uint64_t)tiles * (uint64_t)(pp->split + 1) * (uint64_t)q * sizeof(float);
     return NJ_OK;
 }
 
@@ -81,16 +162,21 @@ static bool bwd_column_fused(const nj_canon *c)
     return c->param_size > 0 && in->feature && in->stride[NJ_OPD_PARAM] == 1 && c->param_size == in->extent;
 }
 
-/* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_BWD_COL_MIN neighbouring kept columns:
- * a block per tile of 32 columns, 8 warps walking the reduction (coalesced). Long walks are split as the
+/* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_COLUMN_MIN neighbouring kept columns:
+ * a block per tile of 32 x vec columns, 8 warps walking the reduction (coalesced), unroll loads deep. Long walks are split as the
  * forward's are (nj_plan_column_split): a piece's sums, a tile's means, a piece's dx. */
 nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
-    int64_t tiles = c->kept_inner / ec * ((ec + 31) / 32);
-    pp->vec = 1;
+    /* at most 4 columns a lane: each carries mean, rstd, two sums, two means (and dgamma/dbeta terms) in
+     * registers, and 8 would spill */
+    pp->vec = col_vec(c, NJ_PASS_BACKWARD, 4);
+    pp->tile = 32 * pp->vec;
+    pp->unroll = col_unroll(c, pp->vec);
+    if (pp->vec > 1) pp->align_opds = col_align_opds(c, NJ_PASS_BACKWARD);
+    int64_t tc = pp->tile, tiles = c->kept_inner / ec * nj_ceil_div64(ec, tc);
     pp->rows_per_block = 1;
-    pp->split = nj_plan_column_split(c, dev);
+    pp->split = nj_plan_column_split(c, dev, pp->tile);
     pp->block = 256;
     uint64_t s = (uint64_t)pp->split;
     bool fused = bwd_column_fused(c);
@@ -98,12 +184,12 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
         nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles, 1, 0);
         nj_plan_role(pp, NJ_ROLE_MAIN);
     } else {
-        /* a piece's two sums per column, then a tile's two means: [tile][piece][2][32], [tile][2][32] over
+        /* a piece's two sums per column, then a tile's two means: [tile][piece][2][tc], [tile][2][tc] over
          * the batch, after the fused partial rows (2 x ec a row, outer index and piece) when fused, and
          * after the fixed region of the dgamma/dbeta launches (added below, once those are planned).
          * Centered, a piece also sums (x - mean) * rstd (the saved mean's correction, bwd_lib.cuh): the
-         * merge then takes 64 items a tile, [a: sum g | sum xhat][b: sum g * xhat | unused] a piece. */
-        int64_t ipt = (c->flags & NJ_FLAG_CENTER) ? 64 : 32, q = 2 * ipt; /* items a tile, floats a piece */
+         * merge then takes 2 tc items a tile, [a: sum g | sum xhat][b: sum g * xhat | unused] a piece. */
+        int64_t ipt = (c->flags & NJ_FLAG_CENTER) ? 2 * tc : tc, q = 2 * ipt; /* items a tile, floats a piece */
         int64_t si = (int64_t)s, n = c->reduce_size, sums = fused ? 2 * (c->kept_inner / ec) * si * ec : 0;
         nj_plan_add_launch(pp, "nj_bwd_column_part", pp->block, tiles * pp->split, 1, 0);
         nj_plan_role(pp, NJ_ROLE_PART);

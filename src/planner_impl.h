@@ -31,7 +31,7 @@ NJ_HIDDEN void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_dev
 NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
 
 /* Pieces of each walk of the column family (1: none), forward and backward alike. */
-NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev);
+NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev, int32_t tile);
 
 /* The separate dgamma/dbeta launches (bwd_pgrad.cuh, bwd_pgrad_col.cuh) of the backward families that
  * do not fuse them into their own walk: none without scale/bias. Appended after pp's launches, their

@@ -1,18 +1,21 @@
 {# Backward, COLUMN kind (the innermost axis is kept with stride 1 in x: channels-last InstanceNorm and
-   BatchNorm, LayerNorm over C of NCHW). Launch 1 (nj_bwd_column): a block per tile of 32 neighbouring
-   statistics (columns) of one outer kept index; lane tx owns column tile * 32 + tx and warp ty walks the
-   reduction at ty, ty + BY, ... so every warp reads 32 neighbouring elements (coalesced). The BY warp sums
-   of g and g*xhat meet in shared memory and warp 0 adds them in warp order (deterministic); a second walk
-   writes dx. dgamma/dbeta: when the columns are the only feature axis (FUSED: the plan's P.pgrad is "fused",
-   its column sum the library's, lib_colsum.cu), the first walk also sums dz*xhat and dz, warp 0
+   BatchNorm, LayerNorm over C of NCHW). Launch 1 (nj_bwd_column): a block per tile of P.tile neighbouring
+   statistics (columns) of one outer kept index; lane tx owns the CPL = P.tile / 32 columns from
+   tile * P.tile + tx * CPL on, loaded as one vector of P.vec = CPL elements of x, dy and dx (the unaligned
+   variant: P.vec = 1, a column at a time), and warp ty walks the reduction at ty, ty + BY, ... so every
+   warp reads P.tile neighbouring elements (coalesced). Each walk issues P.unroll independent loads of x
+   and dy a thread before it uses them (sums still added per column in walk order). The BY warp sums of g
+   and g*xhat meet in shared memory and warp 0 adds them in warp order (deterministic); a second walk
+   writes dx. dgamma/dbeta: when the columns are the only feature axis (FUSED: the plan's P.pgrad is
+   "fused", its column sum the library's, lib_colsum.cu), the first walk also sums dz*xhat and dz, warp 0
    writes the tile's partial for its outer index o (workspace: [2][rows * KO][EC]) and the column sum adds
    the partials of each column in order; else bwd_pgrad_col.cuh or bwd_pgrad.cuh, as P.pgrad says ("tiles",
    "walk"). Long walks (P.split > 1, as in fwd_column.cu) take three launches before the dgamma/dbeta
    ones: nj_bwd_column_part sums a piece's g and g*xhat per column (and with FUSED its dz*xhat and dz, a
    partial row per (outer index, piece)), the library's merge (lib_merge.cu) adds a tile's pieces in order
    into the two means, nj_bwd_column writes a piece's dx. Workspace, after the dgamma/dbeta launches' fixed
-   region: with FUSED [2][rows * KO * NJ_SPLIT][EC] partial rows, then [tile][piece][2][32] sums, then
-   [tile][2][32] means, tiles over the whole batch (the planner gives the merge the same layout). #}
+   region: with FUSED [2][rows * KO * NJ_SPLIT][EC] partial rows, then [tile][piece][Q] sums, then
+   [tile][Q] means, tiles over the whole batch (the planner gives the merge the same layout; Q below). #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -27,7 +30,12 @@ for _, a in ipairs(kept) do if a ~= cax then outer[#outer + 1] = a end end
 local F = P.flags
 local B = P.block
 local BY = B // 32
-local NT = ceil_div(EC, 32)
+local TC = P.tile
+local CPL = TC // 32
+local VW = P.vec
+if TC % 32 ~= 0 or (VW ~= CPL and VW ~= 1) or EC % CPL ~= 0 then error("bwd_column: tile " .. TC .. ", vec " .. VW) end
+local U = P.unroll
+local NT = ceil_div(EC, TC)
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 local FUSED = P.pgrad == "fused"
@@ -36,23 +44,39 @@ local NTASK = KO * NT -- tiles per batch row
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 -- split walks, centered: a piece also sums (x - mean) * rstd for the saved mean's correction (bwd_lib.cuh),
--- so a (tile, piece) holds Q floats, [a: sum g | sum xhat][b: sum g * xhat | unused], and the merge
--- takes IPT items a tile (planner_column.c)
-local Q = F.center and 128 or 64
-local IPT = Q // 2
+-- so a (tile, piece) holds Q floats, [a: sum g | sum xhat][b: sum g * xhat | unused] (TC columns each),
+-- and the merge takes IPT items a tile (planner_column.c); a column's place in its tile is tx * CPL + c
+local IPT = F.center and 2 * TC or TC
+local Q = 2 * IPT
 -- the workspace regions (the planner's P.ws): with FUSED the partial rows (pgrad: [2][PROWS][EC]), and
 -- for split walks the pieces' sums (parts) and the tiles' means (means)
 local PROWS = "A.rows * " .. (KO * SPLIT) .. "LL" -- fused partial rows
--- The block's BY warp values of each of vars meet in nj_part and warp 0 adds them in warp order into
--- its own; leaves warp 0's block open (the caller writes the totals and closes it).
+-- column c's offset from a lane's first column in operand opd
+local function colx(opd)
+  if CPL == 1 then return "" end
+  local st = P.axes[cax].stride[opd]
+  if st == 0 then return "" end
+  return " + c" .. (st == 1 and "" or (" * " .. st))
+end
+-- a lane's CPL columns of operand opd (pointer ptr) at base offset off into float array dst
+local function load_cols(ptr, opd, off, dst)
+  if VW > 1 then return string.format("nj_load_vec<%d>(%s, %s, %s);", VW, ptr, off, dst) end
+  if CPL == 1 then return string.format("%s[0] = nj_load_f32(%s, %s);", dst, ptr, off) end
+  return string.format("for (int c = 0; c < NJ_CPL; c++) %s[c] = nj_load_f32(%s, %s%s);", dst, ptr, off, colx(opd))
+end
+-- The block's BY warp values of each of vars (arrays of the lane's CPL columns) meet in nj_part
+-- ([var][warp][column][lane]) and warp 0 adds them in warp order into its own; leaves warp 0's block
+-- open (the caller writes the totals and closes it).
 local function combine(vars)
-  local t = {}
-  for q, v in ipairs(vars) do t[#t + 1] = string.format("        nj_part[%d + threadIdx.x] = %s;", (q - 1) * B, v) end
-  t[#t + 1] = "        __syncthreads();\n        if (ty == 0) {\n#pragma unroll 1\n            for (int k = 1; k < NJ_BY; k++) {"
+  local t = {"#pragma unroll", "        for (int c = 0; c < NJ_CPL; c++) {"}
   for q, v in ipairs(vars) do
-    t[#t + 1] = string.format("                %s += nj_part[%d + k * 32 + tx];", v, (q - 1) * B)
+    t[#t + 1] = string.format("            nj_part[%d + (ty * NJ_CPL + c) * 32 + tx] = %s[c];", (q - 1) * B * CPL, v)
   end
-  t[#t + 1] = "            }"
+  t[#t + 1] = "        }\n        __syncthreads();\n        if (ty == 0) {\n#pragma unroll\n            for (int c = 0; c < NJ_CPL; c++) {\n#pragma unroll 1\n                for (int k = 1; k < NJ_BY; k++) {"
+  for q, v in ipairs(vars) do
+    t[#t + 1] = string.format("                    %s[c] += nj_part[%d + (k * NJ_CPL + c) * 32 + tx];", v, (q - 1) * B * CPL)
+  end
+  t[#t + 1] = "                }\n            }"
   return table.concat(t, "\n")
 end
 %}
@@ -61,11 +85,56 @@ end
 #define NJ_N {{ P.reduce_size }}LL
 #define NJ_NT {{ NT }}LL
 #define NJ_BY {{ BY }}
+#define NJ_CPL {{ CPL }}
+#define NJ_TC {{ TC }}
 {% if SPLIT > 1 then %}
 #define NJ_SPLIT {{ SPLIT }}
 #define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
 {% end %}
 
+{# A walk down the lane's columns over [LO, HI) with step NJ_BY, n walk steps a group: the group's
+   offsets and loads of x and dy first (xv[q][c], dv[q][c]), then use(q) on each in walk order. #}
+{% local function walk_group(n, ind, offs, use) %}
+{{ ind }}float xv[{{ n }}][NJ_CPL], dv[{{ n }}][NJ_CPL];
+{% for _, e in ipairs(offs) do %}
+{{ ind }}nj_i64 e{{ e }}[{{ n }}];
+{% end %}
+#pragma unroll
+{{ ind }}for (int q = 0; q < {{ n }}; q++) {
+{{ ind }}    const {{ IT }} iq = i + ({{ IT }})q * NJ_BY;
+{{ ind }}    {{ split_index("iq", red, "r", IT) }}
+{% for _, e in ipairs(offs) do %}
+{{ ind }}    e{{ e }}[q] = {{ e == "p" and offset("param", red, "r") or offset(e, red, "r") }};
+{% end %}
+{{ ind }}    {{ load_cols("X", "x", "ox + " .. offset("x", red, "r"), "xv[q]") }}
+{{ ind }}    {{ load_cols("DY", "dy", "ody + " .. offset("dy", red, "r"), "dv[q]") }}
+{{ ind }}}
+#pragma unroll
+{{ ind }}for (int q = 0; q < {{ n }}; q++) {
+{% use(ind .. "    ") %}
+{{ ind }}}
+{% end %}
+{% local function walk(offs, use) %}
+            {{ IT }} i = {{ LO }};
+{% if U > 1 then %}
+#pragma unroll 1
+            for (; i + ({{ U - 1 }}u * NJ_BY) < {{ HI }}; i += {{ U }}u * NJ_BY) {
+{% walk_group(U, "                ", offs, use) %}
+            }
+{% end %}
+#pragma unroll 1
+            for (; i < {{ HI }}; i += NJ_BY) {
+{% walk_group(1, "                ", offs, use) %}
+            }
+{% end %}
+{# the per-column scope of a use: the column's mean, rstd (and dl) under the names bwd_element reads #}
+{% local function col_scope(ind) %}
+{{ ind }}    const float mean = meanc[c], rstd = rstdc[c];
+{{ ind }}    (void)mean;
+{% if BWD_DL and F.center then %}
+{{ ind }}    const float dl = dlc[c];
+{% end %}
+{% end %}
 {# mode: "full" (sums and dx), "part" (a piece's sums per column) or "dx" (a piece's dx with its tile's
    means, which the library's merge added from the pieces') #}
 {% local function col_kernel(name, mode) %}
@@ -81,10 +150,10 @@ end
 NJ_KERNEL({{ name }}, {{ B }})
 {
 {% if mode ~= "dx" then %}
-    NJ_SHARED(float, nj_part, {{ ((FUSED and 4 or 2) + (S3 and 1 or 0)) * B }});
+    NJ_SHARED(float, nj_part, {{ ((FUSED and 4 or 2) + (S3 and 1 or 0)) * B * CPL }});
 {% end %}
 {% if mode == "full" or PRE then %}
-    NJ_SHARED(float, nj_m, 64); /* the tile's means of g and g*xhat; first, its columns' dl */
+    NJ_SHARED(float, nj_m, {{ 2 * TC }}); /* the tile's means of g and g*xhat ([column][lane]); first, its columns' dl */
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
@@ -97,8 +166,9 @@ NJ_KERNEL({{ name }}, {{ B }})
     {{ block_item("task", "ntask") }}
 {% end %}
         const nj_i64 o = task / NJ_NT;
-        const nj_i64 k{{ cax }} = (task % NJ_NT) * 32 + tx;
-        const bool col_ok = k{{ cax }} < {{ EC }};
+        const nj_i64 kb = (task % NJ_NT) * NJ_TC + tx * NJ_CPL; /* the lane's first column */
+        const nj_i64 k{{ cax }} = kb;
+        const bool col_ok = kb < {{ EC }}; /* all of the lane's columns, or none (NJ_CPL divides EC) */
         {{ split_index("o", outer, "k") }}
         const nj_i64 ox = {{ offset("x", kept, "k") }};
         const nj_i64 ody = {{ offset("dy", kept, "k") }};
@@ -108,125 +178,194 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if F.scale or F.bias then %}
         const nj_i64 op = {{ offset("param", kept, "k") }};
 {% end %}
-        const nj_i64 os = {{ offset("stats", kept, "k") }};
-        const float mean = col_ok ? {{ F.center and "A.mean[os]" or "0.0f" }} : 0.0f;
-        const float rstd = col_ok ? A.rstd[os] : 0.0f;
+        const nj_i64 os0 = {{ offset("stats", kept, "k") }};
+        float meanc[NJ_CPL], rstdc[NJ_CPL];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) {
+            const nj_i64 os = os0{{ colx("stats") }};
+            meanc[c] = col_ok ? {{ F.center and "A.mean[os]" or "0.0f" }} : 0.0f;
+            rstdc[c] = col_ok ? A.rstd[os] : 0.0f;
+            (void)os;
+        }
 {% if mode == "dx" then %}
         const float *M = (const float *)A.workspace{{ ws_plus("means") }} + task * {{ Q }};
+        float m1c[NJ_CPL], m2c[NJ_CPL]{{ F.center and ", dlc[NJ_CPL]" or "" }};
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) {
+            const int pc = tx * NJ_CPL + c; /* the column's place in its tile */
 {% if F.center then %}
-        /* the pieces' mean of (x - mean) * rstd corrects xhat, and the mean of g * xhat by dl * mean(g)
-           (exact without an activation, to first order in dl with one) */
-        const float m1 = M[tx], dl = M[32 + tx];
-        const float m2 = M[{{ IPT }} + tx] - dl * m1;
-        if (ty == 0 && col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {
+            /* the pieces' mean of (x - mean) * rstd corrects xhat, and the mean of g * xhat by dl * mean(g)
+               (exact without an activation, to first order in dl with one) */
+            const float m1 = M[pc], dl = M[NJ_TC + pc];
+            const float m2 = M[{{ IPT }} + pc] - dl * m1;
+            m1c[c] = m1;
+            m2c[c] = m2;
+            dlc[c] = dl;
+            const float mean = meanc[c], rstd = rstdc[c];
+            if (ty == 0 && col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {
+                const nj_i64 k{{ cax }} = kb + c;
+                const nj_i64 os = os0{{ colx("stats") }};
+                (void)k{{ cax }};
+                (void)os;
 {% if FUSED then %}
-            /* this piece's partial row of dgamma: sum dz * (xhat - dl) (its dbeta row holds sum dz) */
-            float *PR = (float *)A.workspace{{ ws_plus("pgrad") }};
-            PR[(o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] -= dl * PR[({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}];
+                /* this piece's partial row of dgamma: sum dz * (xhat - dl) (its dbeta row holds sum dz) */
+                float *PR = (float *)A.workspace{{ ws_plus("pgrad") }};
+                PR[(o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] -= dl * PR[({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}];
 {% end %}
 {% if bwd_dl_store() then %}
-            if (piece == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma walks */
+                if (piece == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma walks */
+{% end %}
+            }
+{% else %}
+            m1c[c] = 0.0f;
+            m2c[c] = M[{{ IPT }} + pc];
 {% end %}
         }
-{% else %}
-        const float m2 = M[{{ IPT }} + tx];
-{% end %}
 {% else %}
 {% if PRE then %}
         /* each column's correction where it needs one (over the whole column); the tile's warps add
            theirs in order */
-        float dl = 0.0f;
-        if (col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {
+        float dlc[NJ_CPL];
+        bool fix = false;
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) {
+            dlc[c] = 0.0f;
+            fix = fix || (col_ok && fabsf(meanc[c]) * rstdc[c] > NJ_FIX_RATIO);
+        }
+        if (fix) {
 #pragma unroll 1
             for ({{ IT }} i = ty; i < ({{ IT }})NJ_N; i += NJ_BY) {
                 {{ split_index("i", red, "r", IT) }}
-                dl += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}]) - mean) * rstd;
+#pragma unroll
+                for (int c = 0; c < NJ_CPL; c++)
+                    if (fabsf(meanc[c]) * rstdc[c] > NJ_FIX_RATIO)
+                        dlc[c] += (nj_to_f32(X[ox + {{ offset("x", red, "r") }}{{ colx("x") }}]) - meanc[c]) * rstdc[c];
             }
         }
-        nj_part[threadIdx.x] = dl;
-        __syncthreads();
-        if (ty == 0) {
-#pragma unroll 1
-            for (int k = 1; k < NJ_BY; k++) dl += nj_part[k * 32 + tx];
-            nj_m[tx] = dl * (1.0f / (float)NJ_N); /* rewritten only after the combine's barrier below */
+{{ combine({"dlc"}) }}
+#pragma unroll
+            for (int c = 0; c < NJ_CPL; c++) {
+                nj_m[c * 32 + tx] = dlc[c] * (1.0f / (float)NJ_N); /* rewritten only after the combine's barrier below */
 {% if mode == "full" and bwd_dl_store() then %}
-            if (col_ok && fabsf(mean) * rstd > NJ_FIX_RATIO) {{ bwd_dl_base() }}[os] = nj_m[tx];
-{% end %}
-        }
-        __syncthreads();
-        dl = nj_m[tx];
-{% end %}
-        float s1 = 0.0f, s2 = 0.0f;
-{% if S3 then %}
-        float s3 = 0.0f; /* sum of (x - mean) * rstd: the saved mean's correction */
-{% end %}
-{% if FUSED then %}
-        float p1 = 0.0f, p2 = 0.0f; /* dgamma, dbeta terms down this column */
-{% end %}
-        if (col_ok) {
-{{ walk_unroll(2) }}
-            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
-                {{ split_index("i", red, "r", IT) }}
-{{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
-               "op + " .. offset("param", red, "r"), "                ") }}
-                s1 += g;
-                s2 += g * {{ XU }};
-{% if S3 then %}
-                s3 += {{ XU }};
-{% end %}
-{% if FUSED then %}
-                p1 += dz * {{ XU }};
-                p2 += dz;
+                const nj_i64 os = os0{{ colx("stats") }};
+                if (col_ok && fabsf(meanc[c]) * rstdc[c] > NJ_FIX_RATIO) {{ bwd_dl_base() }}[os] = nj_m[c * 32 + tx];
 {% end %}
             }
         }
-{% local cv = FUSED and {"s1", "s2", "p1", "p2"} or {"s1", "s2"} %}
-{% if S3 then cv[#cv + 1] = "s3" end %}
+        __syncthreads();
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) dlc[c] = nj_m[c * 32 + tx];
+{% end %}
+        float s1c[NJ_CPL], s2c[NJ_CPL];
+{% if S3 then %}
+        float s3c[NJ_CPL]; /* sums of (x - mean) * rstd: the saved mean's correction */
+{% end %}
+{% if FUSED then %}
+        float p1c[NJ_CPL], p2c[NJ_CPL]; /* dgamma, dbeta terms down each column */
+{% end %}
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) {
+            s1c[c] = 0.0f;
+            s2c[c] = 0.0f;
+{% if S3 then %}
+            s3c[c] = 0.0f;
+{% end %}
+{% if FUSED then %}
+            p1c[c] = 0.0f;
+            p2c[c] = 0.0f;
+{% end %}
+        }
+        if (col_ok) {
+{% local offs = {} %}
+{% if F.scale or F.bias then offs[#offs + 1] = "p" end %}
+{% walk(offs, function(ind) %}
+#pragma unroll
+{{ ind }}for (int c = 0; c < NJ_CPL; c++) {
+{% col_scope(ind) %}
+{{ bwd_element("xv[q][c]", "dv[q][c]", "op + ep[q]" .. colx("param"), ind .. "    ") }}
+{{ ind }}    s1c[c] += g;
+{{ ind }}    s2c[c] += g * {{ XU }};
+{% if S3 then %}
+{{ ind }}    s3c[c] += {{ XU }};
+{% end %}
+{% if FUSED then %}
+{{ ind }}    p1c[c] += dz * {{ XU }};
+{{ ind }}    p2c[c] += dz;
+{% end %}
+{{ ind }}}
+{% end) %}
+        }
+{% local cv = FUSED and {"s1c", "s2c", "p1c", "p2c"} or {"s1c", "s2c"} %}
+{% if S3 then cv[#cv + 1] = "s3c" end %}
 {{ combine(cv) }}
 {% if mode == "part" then %}
             float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * {{ Q }};
-            WS[tx] = s1;
-            WS[{{ IPT }} + tx] = s2;
+#pragma unroll
+            for (int c = 0; c < NJ_CPL; c++) {
+                const int pc = tx * NJ_CPL + c;
+                WS[pc] = s1c[c];
+                WS[{{ IPT }} + pc] = s2c[c];
 {% if S3 then %}
-            WS[32 + tx] = s3;
-            WS[{{ IPT }} + 32 + tx] = 0.0f; /* merged, unused */
+                WS[NJ_TC + pc] = s3c[c];
+                WS[{{ IPT }} + NJ_TC + pc] = 0.0f; /* merged, unused */
 {% end %}
 {% if FUSED then %}
-            if (col_ok) { /* this piece's partial row of outer index o */
-                float *PR = (float *)A.workspace{{ ws_plus("pgrad") }};
-                PR[(o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] = p1;
-                PR[({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] = p2;
-            }
+                if (col_ok) { /* this piece's partial row of outer index o */
+                    float *PR = (float *)A.workspace{{ ws_plus("pgrad") }};
+                    PR[(o * NJ_SPLIT + piece) * {{ EC }} + kb + c] = p1c[c];
+                    PR[({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + kb + c] = p2c[c];
+                }
 {% end %}
+            }
         }
     }
 }
 {% do return end %}
 {% end %}
-            nj_m[tx] = s1 * (1.0f / (float)NJ_N);
-            nj_m[32 + tx] = s2 * (1.0f / (float)NJ_N);
+#pragma unroll
+            for (int c = 0; c < NJ_CPL; c++) {
+                nj_m[c * 32 + tx] = s1c[c] * (1.0f / (float)NJ_N);
+                nj_m[NJ_TC + c * 32 + tx] = s2c[c] * (1.0f / (float)NJ_N);
 {% if FUSED then %}
-            if (col_ok) { /* this tile's partial of outer index o */
-                float *WS = (float *)A.workspace{{ ws_plus("pgrad") }};
-                WS[o * {{ EC }} + k{{ cax }}] = p1;
-                WS[(A.rows * {{ KO }}LL + o) * {{ EC }} + k{{ cax }}] = p2;
-            }
+                if (col_ok) { /* this tile's partial of outer index o */
+                    float *WS = (float *)A.workspace{{ ws_plus("pgrad") }};
+                    WS[o * {{ EC }} + kb + c] = p1c[c];
+                    WS[(A.rows * {{ KO }}LL + o) * {{ EC }} + kb + c] = p2c[c];
+                }
 {% end %}
+            }
         }
         __syncthreads();
-{% if F.center then %}
-        const float m1 = nj_m[tx];
-{% end %}
-        const float m2 = nj_m[32 + tx];
+        float m1c[NJ_CPL], m2c[NJ_CPL];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) {
+            m1c[c] = {{ F.center and "nj_m[c * 32 + tx]" or "0.0f" }};
+            m2c[c] = nj_m[NJ_TC + c * 32 + tx];
+        }
 {% end %}
         if (col_ok) {
-{{ walk_unroll(2) }}
-            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
-                {{ split_index("i", red, "r", IT) }}
-{{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
-               "op + " .. offset("param", red, "r"), "                ") }}
-                nj_store_f32(DX, odx + {{ offset("dx", red, "r") }}, {{ bwd_dx_expr("g", "xh", "m1", "m2") }});
-            }
+{% local offs = {"dx"} %}
+{% if F.scale or F.bias then offs[#offs + 1] = "p" end %}
+{% walk(offs, function(ind) %}
+{% if VW > 1 then %}
+{{ ind }}float dxv[NJ_CPL];
+{% end %}
+#pragma unroll
+{{ ind }}for (int c = 0; c < NJ_CPL; c++) {
+{% col_scope(ind) %}
+{{ ind }}    const float m1 = m1c[c], m2 = m2c[c];
+{{ ind }}    (void)m1;
+{{ bwd_element("xv[q][c]", "dv[q][c]", "op + ep[q]" .. colx("param"), ind .. "    ") }}
+{% if VW > 1 then %}
+{{ ind }}    dxv[c] = {{ bwd_dx_expr("g", "xh", "m1", "m2") }};
+{% else %}
+{{ ind }}    nj_store_f32(DX, odx + edx[q]{{ colx("dx") }}, {{ bwd_dx_expr("g", "xh", "m1", "m2") }});
+{% end %}
+{{ ind }}}
+{% if VW > 1 then %}
+{{ ind }}nj_store_vec<{{ VW }}>(DX, odx + edx[q], dxv);
+{% end %}
+{% end) %}
         }
     }
 }

@@ -1,14 +1,17 @@
 {# Forward, COLUMN kind: the innermost axis is kept and contiguous in x (channels-last InstanceNorm,
-   BatchNorm NHWC, ...). A block takes a tile of 32 neighbouring columns of one outer kept index: lane
-   tx owns column tile*32 + tx, and warp ty walks the reduction index space with stride block/32, so
-   every warp reads 32 consecutive elements (coalesced) where a block per statistic would read one
-   element per row. Partial statistics meet in shared memory; warp 0 merges them per column.
-   Long walks (P.split > 1: BatchNorm NHWC over N x H x W, volumes) are cut into NJ_SPLIT pieces of
-   contiguous walk indices, a block per (tile, piece), in three launches: nj_fwd_column_part writes each
-   piece's (sum, squared deviations from the piece mean) per column, the library's merge (lib_merge.cu)
-   combines a tile's pieces in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels)
-   into its (mean, rstd), and nj_fwd_column normalizes each piece (piece 0 writes the saved statistics). Workspace: [tile][piece][2][32] partials, then
-   [tile][2][32] statistics, tiles over the whole batch. #}
+   BatchNorm NHWC, ...). A block takes a tile of P.tile neighbouring columns of one outer kept index:
+   lane tx owns the CPL = P.tile / 32 columns from tile * P.tile + tx * CPL on, loaded as one vector of
+   P.vec = CPL elements (the unaligned variant: P.vec = 1, a column at a time), and warp ty walks the
+   reduction index space with stride block/32, so every warp reads P.tile consecutive elements
+   (coalesced). Each walk issues P.unroll independent loads a thread before it uses them (the statistics
+   still add in walk order, a column at a time). Partial statistics meet in shared memory; warp 0 merges
+   them per column. Long walks (P.split > 1: BatchNorm NHWC over N x H x W, volumes) are cut into NJ_SPLIT
+   pieces of contiguous walk indices, a block per (tile, piece), in three launches: nj_fwd_column_part
+   writes each piece's (sum, squared deviations from the piece mean) per column, the library's merge
+   (lib_merge.cu) combines a tile's pieces in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2):
+   nothing cancels) into its (mean, rstd), and nj_fwd_column normalizes each piece (piece 0 writes the
+   saved statistics). Workspace: [tile][piece][2][P.tile] partials, then [tile][2][P.tile] statistics,
+   tiles over the whole batch, a tile's columns in order. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -24,13 +27,37 @@ local F = P.flags
 local has_param = F.scale or F.bias
 local B = P.block
 local BY = B // 32
-local NT = ceil_div(EC, 32)
+local TC = P.tile
+local CPL = TC // 32
+local VW = P.vec
+if TC % 32 ~= 0 or (VW ~= CPL and VW ~= 1) or EC % CPL ~= 0 then error("fwd_column: tile " .. TC .. ", vec " .. VW) end
+local U = P.unroll
+local NT = ceil_div(EC, TC)
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 -- the walk indices a block covers: the whole reduction, or its piece
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 local NTASK = P.kept_inner // EC * NT -- tiles per batch row
+-- column c's offset from a lane's first column in operand opd
+local function colx(opd)
+  if CPL == 1 then return "" end
+  local s = P.axes[cax].stride[opd]
+  if s == 0 then return "" end
+  return " + c" .. (s == 1 and "" or (" * " .. s))
+end
+-- column c's shift: its first element (a lane past the tile's end shifts by 0)
+local function shift_of()
+  return "nj_shift_of(col_ok ? nj_load_f32(X, ox" .. colx("x") .. ")" ..
+    (F.residual and (" + nj_load_f32(RES, ores" .. colx("res") .. ")") or "") .. " : 0.0f, " ..
+    (F.center and "true" or "false") .. ")"
+end
+-- a lane's CPL columns of operand opd (pointer ptr) at base offset off into float array dst
+local function load_cols(ptr, opd, off, dst)
+  if VW > 1 then return string.format("nj_load_vec<%d>(%s, %s, %s);", VW, ptr, off, dst) end
+  if CPL == 1 then return string.format("%s[0] = nj_load_f32(%s, %s);", dst, ptr, off) end
+  return string.format("for (int c = 0; c < NJ_CPL; c++) %s[c] = nj_load_f32(%s, %s%s);", dst, ptr, off, colx(opd))
+end
 %}
 
 {% fwd_typedefs() %}
@@ -39,16 +66,97 @@ local NTASK = P.kept_inner // EC * NT -- tiles per batch row
 #define NJ_EC {{ EC }}LL
 #define NJ_NT {{ NT }}LL
 #define NJ_BY {{ BY }}
+#define NJ_CPL {{ CPL }}
+#define NJ_TC {{ TC }}
 {% if SPLIT > 1 then %}
 #define NJ_SPLIT {{ SPLIT }}
 #define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
 {% end %}
 
-{% local function load_x(dst) %}
-            {{ split_index("i", red, "r", IT) }}
-            float {{ dst }} = nj_load_f32(X, ox + {{ offset("x", red, "r") }});
+{# A walk down the lane's columns over [LO, HI) with step NJ_BY, n walk steps a group: the group's
+   offsets and loads first (v[q][c]: x, plus the residual), then use(q) on each in walk order. #}
+{% local function walk_group(n, ind, offs, use) %}
+{{ ind }}float v[{{ n }}][NJ_CPL];
+{% for _, e in ipairs(offs) do %}
+{{ ind }}nj_i64 e{{ e }}[{{ n }}];
+{% end %}
+#pragma unroll
+{{ ind }}for (int q = 0; q < {{ n }}; q++) {
+{{ ind }}    const {{ IT }} iq = i + ({{ IT }})q * NJ_BY;
+{{ ind }}    {{ split_index("iq", red, "r", IT) }}
+{% for _, e in ipairs(offs) do %}
+{{ ind }}    e{{ e }}[q] = {{ e == "p" and offset("param", red, "r") or offset(e, red, "r") }};
+{% end %}
+{{ ind }}    {{ load_cols("X", "x", "ox + " .. offset("x", red, "r"), "v[q]") }}
 {% if F.residual then %}
-            {{ dst }} += nj_load_f32(RES, ores + {{ offset("res", red, "r") }});
+{{ ind }}    float rv[NJ_CPL];
+{{ ind }}    {{ load_cols("RES", "res", "ores + " .. offset("res", red, "r"), "rv") }}
+#pragma unroll
+{{ ind }}    for (int c = 0; c < NJ_CPL; c++) v[q][c] += rv[c];
+{% end %}
+{{ ind }}}
+#pragma unroll
+{{ ind }}for (int q = 0; q < {{ n }}; q++) {
+{% use(ind .. "    ") %}
+{{ ind }}}
+{% end %}
+{% local function walk(offs, use) %}
+            {{ IT }} i = {{ LO }};
+{% if U > 1 then %}
+#pragma unroll 1
+            for (; i + ({{ U - 1 }}u * NJ_BY) < {{ HI }}; i += {{ U }}u * NJ_BY) {
+{% walk_group(U, "                ", offs, use) %}
+            }
+{% end %}
+#pragma unroll 1
+            for (; i < {{ HI }}; i += NJ_BY) {
+{% walk_group(1, "                ", offs, use) %}
+            }
+{% end %}
+{# the statistics walk's use of a group's step q: the residual sum's store, then each column's sums #}
+{% local function use_stats(ind) %}
+{% if F.resout then %}
+{% if VW > 1 then %}
+{% fwd_resout(ind, "eresout[q]", "v[q]", VW) %}
+{% else %}
+#pragma unroll
+{{ ind }}for (int c = 0; c < NJ_CPL; c++) {
+{% fwd_resout(ind .. "    ", "eresout[q]" .. colx("resout"), "v[q][c]") %}
+{{ ind }}}
+{% end %}
+{% end %}
+#pragma unroll
+{{ ind }}for (int c = 0; c < NJ_CPL; c++) {
+{{ ind }}    const nj_shift sh = shc[c];
+{% if F.center then %}
+{{ ind }}    nj_welford_add(wc[c], (v[q][c] - sh.k) * sh.inv);
+{% else %}
+{{ ind }}    sc[c] += nj_sq(v[q][c] * sh.inv);
+{% end %}
+{{ ind }}}
+{% end %}
+{# the normalizing walk's use of step q: each column's y, stored as one vector where P.vec allows #}
+{% local function use_norm(ind) %}
+{% if VW > 1 then %}
+{{ ind }}float yv[NJ_CPL];
+{% end %}
+#pragma unroll
+{{ ind }}for (int c = 0; c < NJ_CPL; c++) {
+{{ ind }}    const nj_shift sh = shc[c];
+{{ ind }}    const float md = mdc[c], rstd = rstdc[c];
+{{ ind }}    (void)md;
+{{ ind }}    float u = {{ fwd_centered("v[q][c]") }} * rstd;
+{% if has_param then %}
+{{ ind }}    const nj_i64 opi = op + ep[q]{{ colx("param") }};
+{% end %}
+{% if VW > 1 then %}
+{% fwd_epilogue(ind .. "    ", F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)", {to = "yv[c]"}) %}
+{% else %}
+{% fwd_epilogue(ind .. "    ", F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)", {y = "ey[q]" .. colx("y")}) %}
+{% end %}
+{{ ind }}}
+{% if VW > 1 then %}
+{{ ind }}{{ fwd_out("ey[q]", "yv", VW) }}
 {% end %}
 {% end %}
 {# mode: "full" (statistics and normalization), "part" (a piece's partials per column) or "norm" (a piece
@@ -58,12 +166,12 @@ NJ_KERNEL({{ name }}, {{ B }})
 {
 {% if mode == "norm" then %}
 {% elseif F.center then %}
-    NJ_SHARED(nj_welford, nj_part, {{ B }});
+    NJ_SHARED(nj_welford, nj_part, {{ B * CPL }}); /* [warp][column][lane] */
 {% else %}
-    NJ_SHARED(float, nj_part, {{ B }});
+    NJ_SHARED(float, nj_part, {{ B * CPL }});
 {% end %}
 {% if mode == "full" then %}
-    NJ_SHARED(float, nj_stat, 64); /* mean[32], rstd[32] of the tile's columns */
+    NJ_SHARED(float, nj_stat, {{ 2 * TC }}); /* md[column][lane], rstd[column][lane] of the tile's columns */
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
@@ -76,87 +184,103 @@ NJ_KERNEL({{ name }}, {{ B }})
     {{ block_item("task", "ntask") }}
 {% end %}
         const nj_i64 o = task / NJ_NT;
-        const nj_i64 k{{ cax }} = (task % NJ_NT) * 32 + tx;
-        const bool col_ok = k{{ cax }} < NJ_EC;
+        const nj_i64 kb = (task % NJ_NT) * NJ_TC + tx * NJ_CPL; /* the lane's first column */
+        const nj_i64 k{{ cax }} = kb;
+        const bool col_ok = kb < NJ_EC; /* all of the lane's columns, or none (NJ_CPL divides NJ_EC) */
         {{ split_index("o", outer, "k") }}
 {% fwd_offsets(kept, "k") %}
-        /* the column's first element (a column past the tile's end reads its tile's first) */
-        const nj_shift sh = nj_shift_of(col_ok ? nj_load_f32(X, ox){{ F.residual and " + nj_load_f32(RES, ores)" or "" }} : 0.0f, {{ F.center and "true" or "false" }});
+        /* each column's first element (a lane past the tile's end shifts by 0) */
+        nj_shift shc[NJ_CPL];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) shc[c] = {{ shift_of() }};
+        float mdc[NJ_CPL], rstdc[NJ_CPL];
 {% if mode == "norm" then %}
         /* the tile's merged moments of the scaled values (lib_merge.cu) */
-        const float *ST = (const float *)A.workspace{{ ws_plus("means") }} + task * 64;
-{% fwd_finish("ST[tx]", "ST[32 + tx]") %}
+        const float *ST = (const float *)A.workspace{{ ws_plus("means") }} + task * {{ 2 * TC }};
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) {
+            const nj_shift sh = shc[c];
+            const nj_i64 k{{ cax }} = kb + c;
+            (void)k{{ cax }};
+{% fwd_finish("ST[tx * NJ_CPL + c]", "ST[NJ_TC + tx * NJ_CPL + c]") %}
+            mdc[c] = md;
+            rstdc[c] = rstd;
 {% fwd_save_stats("col_ok && piece == 0 && ty == 0", kept) %}
+        }
 {% else %}
 {% if F.center then %}
-        nj_welford w = nj_welford_init();
+        nj_welford wc[NJ_CPL];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) wc[c] = nj_welford_init();
 {% else %}
-        float s = 0.0f;
+        float sc[NJ_CPL];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) sc[c] = 0.0f;
 {% end %}
         if (col_ok) {
-{{ walk_unroll(F.residual and 2 or 1) }}
-            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
-{% load_x("v") %}
-{% fwd_resout("                ", offset("resout", red, "r"), "v") %}
-{% if F.center then %}
-                nj_welford_add(w, (v - sh.k) * sh.inv);
-{% else %}
-                s += nj_sq(v * sh.inv);
-{% end %}
-            }
+{% walk(F.resout and {"resout"} or {}, use_stats) %}
         }
-        nj_part[threadIdx.x] = {{ F.center and "w" or "s" }};
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) nj_part[(ty * NJ_CPL + c) * 32 + tx] = {{ F.center and "wc[c]" or "sc[c]" }};
         __syncthreads();
+        /* warp 0 merges a column at a time (a rolled loop: the column's shift is loaded again, where an
+           unrolled one would cost NVRTC time for nothing) */
         if (ty == 0) {
+#pragma unroll 1
+            for (int c = 0; c < NJ_CPL; c++) {
 {% if F.center then %}
-            /* count and sum give the mean, then the deviations the m2 (nj_block_welford's identity):
-               cheaper to compile than NJ_BY - 1 unrolled pairwise merges */
-            float n = 0.0f, sum = 0.0f, m2 = 0.0f;
+                /* count and sum give the mean, then the deviations the m2 (nj_block_welford's identity):
+                   cheaper to compile than NJ_BY - 1 unrolled pairwise merges */
+                float n = 0.0f, sum = 0.0f, m2 = 0.0f;
 #pragma unroll 1
-            for (int k = 0; k < NJ_BY; k++) {
-                const nj_welford p = nj_part[k * 32 + tx];
-                n += p.n;
-                sum += p.n * p.mean;
-            }
-            const float mean_s = nj_welford_from_sums(n, sum).mean;
+                for (int k = 0; k < NJ_BY; k++) {
+                    const nj_welford p = nj_part[(k * NJ_CPL + c) * 32 + tx];
+                    n += p.n;
+                    sum += p.n * p.mean;
+                }
+                const float mean_s = nj_welford_from_sums(n, sum).mean;
 #pragma unroll 1
-            for (int k = 0; k < NJ_BY; k++) m2 += nj_welford_dev(nj_part[k * 32 + tx], mean_s);
+                for (int k = 0; k < NJ_BY; k++) m2 += nj_welford_dev(nj_part[(k * NJ_CPL + c) * 32 + tx], mean_s);
 {% else %}
+                float s = nj_part[c * 32 + tx]; /* warp 0's own */
 #pragma unroll 1
-            for (int k = 1; k < NJ_BY; k++) s += nj_part[k * 32 + tx];
+                for (int k = 1; k < NJ_BY; k++) s += nj_part[(k * NJ_CPL + c) * 32 + tx];
 {% end %}
 {% if mode == "part" then %}
-            float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * 64;
-            WS[tx] = {{ F.center and "sum" or "s" }};
-            WS[32 + tx] = {{ F.center and "m2" or "0.0f" }};
+                float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * {{ 2 * TC }};
+                WS[tx * NJ_CPL + c] = {{ F.center and "sum" or "s" }};
+                WS[NJ_TC + tx * NJ_CPL + c] = {{ F.center and "m2" or "0.0f" }};
+            }
         }
     }
 }
 {% do return end %}
 {% end %}
 {% if F.center then %}
-            const float var_s = m2 * (1.0f / (float)NJ_N);
+                const float var_s = m2 * (1.0f / (float)NJ_N);
 {% else %}
-            const float mean_s = 0.0f, var_s = s * (1.0f / (float)NJ_N);
+                const float mean_s = 0.0f, var_s = s * (1.0f / (float)NJ_N);
 {% end %}
+                const nj_i64 k{{ cax }} = kb + c;
+                (void)k{{ cax }};
+                const nj_shift sh = {{ shift_of() }};
 {% fwd_finish("mean_s", "var_s") %}
-            nj_stat[tx] = md;
-            nj_stat[32 + tx] = rstd;
+                nj_stat[c * 32 + tx] = md;
+                nj_stat[NJ_TC + c * 32 + tx] = rstd;
 {% fwd_save_stats("col_ok", kept) %}
+            }
         }
         __syncthreads();
-        const float md = nj_stat[tx], rstd = nj_stat[32 + tx];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) {
+            mdc[c] = nj_stat[c * 32 + tx];
+            rstdc[c] = nj_stat[NJ_TC + c * 32 + tx];
+        }
 {% end %}
         if (col_ok) {
-{{ walk_unroll(F.residual and 2 or 1) }}
-            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += NJ_BY) {
-{% load_x("v") %}
-                float u = {{ fwd_centered("v") }} * rstd;
-{% if has_param then %}
-                const nj_i64 opi = op + {{ offset("param", red, "r") }};
-{% end %}
-{% fwd_epilogue("                ", F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)", {y = offset("y", red, "r")}) %}
-            }
+{% local offs = {"y"} %}
+{% if has_param then offs[#offs + 1] = "p" end %}
+{% walk(offs, use_norm) %}
         }
     }
 }

@@ -484,6 +484,14 @@ static void test_row_grid_stride_and_misaligned(void **state)
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, sb), NJ_OK);
     p.activation = NJ_ACT_SILU;
     check_problem(s, "groupnorm nhwc 2x64x12x12 silu misaligned", p, 66, true, true);
+    /* column tiles (BatchNorm NHWC): 4 f16 columns a lane (one walk), 2 a lane (split walks), a column
+     * at a time when shifted */
+    static const int64_t bn[] = {2, 128, 8, 8}, bns[] = {4, 64, 40, 40};
+    assert_int_equal(nj_preset_batchnorm(&p, NJ_F16, 4, bn, 1, sb), NJ_OK);
+    check_problem(s, "batchnorm nhwc 2x128x8x8 misaligned", p, 68, true, true);
+    assert_int_equal(nj_preset_batchnorm(&p, NJ_F16, 4, bns, 1, sb), NJ_OK);
+    p.activation = NJ_ACT_RELU;
+    check_problem(s, "batchnorm nhwc 4x64x40x40 relu misaligned", p, 69, true, true);
     s->shift = 0;
     check_problem(s, "groupnorm nhwc 2x64x12x12 silu", p, 67, true, true);
 }

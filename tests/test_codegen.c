@@ -294,6 +294,12 @@ static void build_cases(void)
     tc_axis(c, 70, true, false);
     tc_axis(c, 48, false, true);
     tc_finish(c);
+    c = add_case("column_vec8_split_res"); /* 256 f16 channels: 8-element vectors, split walks, residual */
+    tc_begin(c, NJ_F16, NJ_F32, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT | NJ_FLAG_SAVE_STATS, NJ_ACT_SILU, 3);
+    tc_axis(c, 64, true, false);
+    tc_axis(c, 80, true, false);
+    tc_axis(c, 256, false, true);
+    tc_finish(c);
     c = add_case("column_small_general"); /* 6 columns: the general family */
     tc_begin(c, NJ_F16, NJ_F16, ln, NJ_ACT_NONE, 5);
     tc_axis(c, 300, true, false);
@@ -410,6 +416,24 @@ static void test_forward_variants(void **state)
             assert_int_equal(nj_codegen(&fwd[i].c, &up, &usrc), NJ_OK);
             assert_non_null(strstr(usrc, "nj_load_vec<1>(X"));
             assert_null(strstr(usrc, "nj_load_vec<8>") || strstr(usrc, "nj_load_vec<4>") ? usrc : NULL);
+            free(usrc);
+        } else if (pp.family == NJ_FAMILY_COLUMN && pp.vec > 1) {
+            /* vectors across a lane's columns; the unaligned variant keeps the tiles, a column at a time,
+               its walks rolled */
+            snprintf(want, sizeof want, "nj_load_vec<%d>(X", pp.vec);
+            assert_non_null(strstr(src, want));
+            assert_int_equal(pp.tile, 32 * pp.vec);
+            assert_true(pp.align_opds & (1u << NJ_OPD_X));
+            nj_plan_params up;
+            assert_int_equal(nj_plan_variant(&fwd[i].c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev, &up), NJ_OK);
+            assert_int_equal(up.vec, 1);
+            assert_int_equal(up.tile, pp.tile);
+            assert_int_equal(up.unroll, 1);
+            assert_int_equal(up.nlaunch, pp.nlaunch);
+            char *usrc = NULL;
+            assert_int_equal(nj_codegen(&fwd[i].c, &up, &usrc), NJ_OK);
+            assert_null(strstr(usrc, "nj_load_vec<"));
+            assert_non_null(strstr(usrc, "[c] = nj_load_f32(X, "));
             free(usrc);
         } else if (pp.vec > 1) {
             /* vec-wide accesses only; misaligned arguments get the unaligned variant: one element at a

@@ -139,6 +139,7 @@ static void test_layernorm(void **state)
         "layernorm %s 0x256",       /* zero-size batch */
         "layernorm %s 2x3x5x6 last=2",
         "layernorm %s nchw 2x24x7x5 axes=1", /* ConvNeXt: the channel of NCHW */
+        "layernorm %s nchw 2x24x16x16 axes=1", /* 256 pixels: 16-byte column vectors */
         "layernorm %s 2x6x5x4 axes=0,2",     /* Keras: non-adjacent axes */
     };
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
@@ -165,7 +166,8 @@ static void test_instancenorm(void **state)
                                         "instancenorm %s ncl 2x5x33", "instancenorm %s ndhwc 1x4x5x3x8",
                                         "instancenorm %s nchw 3x2x1x1",
                                         "instancenorm %s nhwc 3x5x7x40", /* column family, dgamma fused */
-                                        "instancenorm %s ndhwc 2x40x16x16x18" /* 10240-row walks: split */};
+                                        "instancenorm %s ndhwc 2x40x16x16x18", /* 10240-row walks: split */
+                                        "instancenorm %s ndhwc 2x16x16x16x128" /* 4-element vectors, split */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
     matrix_state *m = *state;
     int before = m->failed;
@@ -174,6 +176,9 @@ static void test_instancenorm(void **state)
     /* split column walks with saved statistics: the library's merge, piece 0 writing them */
     check_line(m, "instancenorm bf16 ndhwc 2x40x16x16x18 flags=scale,bias,stats act=silu", 0.0, 25);
     check_line(m, "rmsnorm f32 nchw 1x4500x2x17 axes=1 flags=scale,stats", 0.0, 26); /* the merge's RMS mode */
+    /* column vectors with the residual fused: split (8-element) and whole walks (4-element) */
+    check_line(m, "instancenorm f16 ndhwc 2x16x16x16x256 flags=scale,bias,residual,resout,stats act=silu", 0.0, 28);
+    check_line(m, "rmsnorm bf16 nchw 3x40x8x16 axes=1 flags=scale,residual,resout,stats", 0.0, 29);
     assert_int_equal(m->failed - before, 0);
 }
 
@@ -192,7 +197,8 @@ static void test_batchnorm(void **state)
     static const char *const bases[] = {"batchnorm %s nchw 3x5x4x4", "batchnorm %s nhwc 3x5x4x4",
                                         "batchnorm %s ncl 2x3x17",
                                         "batchnorm %s nchw 4x2x256x256", /* 2^18 a channel: split walks */
-                                        "batchnorm %s nhwc 2x48x48x48" /* 48 columns, 4608-row walks: split */};
+                                        "batchnorm %s nhwc 2x48x48x48", /* 48 columns, 4608-row walks: split */
+                                        "batchnorm %s nhwc 2x64x48x48" /* 64 columns: 2-element vectors, split */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
     /* more channels than two waves of dgamma/dbeta blocks: those blocks loop over the channels, and the
      * dx blocks (18 elements a statistic) loop over theirs */
@@ -360,7 +366,10 @@ static void test_alignment_bits(void **state)
         size_t esize, n;
     } cases[] = {{"layernorm bf16 *x4096 flags=scale", 2, 3 * 4096}, {"layernorm f32 *x1000 flags=scale", 4, 3 * 1000},
                  {"rmsnorm f16 *x12289 flags=scale", 2, 3 * 12289},
-                 {"layernorm f32 *x100 flags=scale", 4, 3 * 100}}; /* 4 lanes a row, 3 of a warp's 8 rows */
+                 {"layernorm f32 *x100 flags=scale", 4, 3 * 100}, /* 4 lanes a row, 3 of a warp's 8 rows */
+                 /* column tiles: 8-element vectors of 256 channels, 4 of 128 pixels (gamma down the walk) */
+                 {"instancenorm f16 nhwc *x3x3x256 flags=scale", 2, 3 * 9 * 256},
+                 {"rmsnorm f32 nchw *x5x4x32 axes=1 flags=scale", 4, 3 * 5 * 128}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t bytes = cases[c].esize * cases[c].n;
         unsigned char *xh = malloc(bytes), *y[4];

@@ -284,7 +284,12 @@ static void test_column_general(void **state)
     nj_plan_params pp = plan_fwd_any(&c);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
     assert_string_equal(pp.template_name, "fwd_column.cu");
+    /* 80 columns of f16: 1-element accesses keep 80 of 96 lanes busy (3 tiles of 32); 2, 4 or 8 elements
+     * would keep 80 of 128 or 256. Loads 8 deep down the walk (the most col_unroll takes: 16 bytes) */
     assert_int_equal(pp.vec, 1);
+    assert_int_equal(pp.tile, 32);
+    assert_int_equal(pp.unroll, 8);
+    assert_int_equal(pp.align_opds, 0);
     assert_int_equal(pp.block, 256);
     /* a walk of 100352 rows: 3 tiles of 32 columns would be 3 blocks; 256 pieces of 392 rows instead
      * (8 blocks an SM wanted; at most 256 pieces), partials, then statistics per tile, then the pieces */
@@ -311,6 +316,69 @@ static void test_column_general(void **state)
     assert_int_equal(la[NJ_MERGE_N], 100352);
     assert_int_equal(la[NJ_MERGE_PLEN], 392);
     assert_int_equal(la[NJ_MERGE_CMUL], 1);
+    /* 128 columns: 4-element (8-byte) accesses, one tile, every lane busy (8 elements would idle half);
+     * the merge takes a tile's 128 columns as items, [tile][piece][sum, m2][128] in */
+    tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_RELU, 1);
+    tc_axis(&c, 32, true, false);
+    tc_axis(&c, 3136, true, false);
+    tc_axis(&c, 128, false, true);
+    tc_finish(&c);
+    pp = plan_fwd_any(&c);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.tile, 128);
+    assert_int_equal(pp.unroll, 4); /* 8 bytes a load: 4 deep, 32 bytes of x a thread in flight */
+    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
+    assert_int_equal(pp.split, 256);
+    assert_int_equal(pp.launch[0].row_mult, 256);
+    assert_int_equal(pp.workspace_per_row, 257 * 256 * 4);
+    assert_int_equal(pp.launch[1].row_mult, 128);
+    nj_launch_lib_args(&pp.launch[1], 2, la);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 128);
+    assert_int_equal(la[NJ_MERGE_RADIX], 128);
+    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 256);
+    assert_int_equal(la[NJ_MERGE_S_PART], 256);
+    assert_int_equal(la[NJ_MERGE_OFF_B], 128);
+    assert_int_equal(la[NJ_MERGE_OUT_BASE], 2 * 256 * 256);
+    assert_int_equal(la[NJ_MERGE_O_HI], 256);
+    assert_int_equal(la[NJ_MERGE_O_B], 128);
+    /* the unaligned variant keeps the tiles and launches, a column at a time, its walk rolled */
+    nj_plan_params un;
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.vec, 1);
+    assert_int_equal(un.tile, 128);
+    assert_int_equal(un.unroll, 1);
+    assert_int_equal(un.nlaunch, 3);
+    assert_int_equal(un.launch[0].row_mult, 256);
+    /* the backward: the same vectors over x, dy and dx (at most 4 columns a lane); the merge takes a
+     * tile's 2 x 128 items (centered: sum g, sum xhat | sum g * xhat), [tile][piece][512] in */
+    nj_plan_params bp;
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.family, NJ_FAMILY_COLUMN);
+    assert_int_equal(bp.vec, 4);
+    assert_int_equal(bp.tile, 128);
+    assert_int_equal(bp.unroll, 4);
+    assert_int_equal(bp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX);
+    assert_int_equal(bp.split, 256);
+    assert_string_equal(bp.launch[0].kernel, "nj_bwd_column_part");
+    assert_int_equal(bp.launch[0].row_mult, 256);
+    assert_int_equal(bp.launch[1].lib, NJ_LIB_MERGE);
+    nj_launch_lib_args(&bp.launch[1], 2, la);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 256);
+    assert_int_equal(la[NJ_MERGE_RADIX], 256);
+    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 512);
+    assert_int_equal(la[NJ_MERGE_S_PART], 512);
+    assert_int_equal(la[NJ_MERGE_OFF_B], 256);
+    assert_int_equal(la[NJ_MERGE_O_HI], 512);
+    assert_int_equal(la[NJ_MERGE_O_B], 256);
+    assert_int_equal(la[NJ_MERGE_MODE], NJ_MERGE_SUMS);
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.vec, 1);
+    assert_int_equal(un.tile, 128);
+    /* a padded column stride (x rows of 130 elements) allows 2-element accesses only */
+    c.axes[2].stride[NJ_OPD_X] = 130, c.axes[1].stride[NJ_OPD_X] = 3136 * 130;
+    c.axes[0].stride[NJ_OPD_X] = 32 * 3136 * 130;
+    pp = plan_fwd_any(&c);
+    assert_int_equal(pp.vec, 2);
     /* 10000 rows: pieces of at least 128 rows bound the split (not the 352 a tile that 8 blocks an SM want) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 1);
     tc_axis(&c, 10000, true, false);
@@ -611,7 +679,10 @@ static void test_presets(void **state)
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_COLUMN);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
-    assert_int_equal(pp.launch[0].row_mult, 2); /* 64 channels: 2 tiles a batch row */
+    /* 64 float channels: 2-element accesses make one tile a batch row, every lane busy (4 or 8 elements
+     * would make one too, with lanes idle) */
+    assert_int_equal(pp.vec, 2);
+    assert_int_equal(pp.launch[0].row_mult, 1);
     assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, bn, 0, aff), NJ_OK);
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_ROW);
