@@ -409,8 +409,9 @@ nj_status nj_model_problem(nj_context *ctx, const nj_problem_desc *p, const nj_m
 {
     nj_error_clear();
     NJ_RETURN_IF(!ctx || !p || !o || !o->dev || !out, NJ_ERR_NULL_POINTER, "nj_model_problem: NULL argument");
-    NJ_RETURN_IF(nj_context_backend(ctx) != NJ_BACKEND_EMULATOR, NJ_ERR_BAD_ARGUMENT,
-                 "the model runs the kernels on the emulator (nj_model_context)");
+    NJ_RETURN_IF(nj_context_backend(ctx) != NJ_BACKEND_EMULATOR ||
+                     !strstr(ctx->backend->ops->target(ctx->backend), "-count"),
+                 NJ_ERR_BAD_ARGUMENT, "the model needs an emulator context whose kernels count (nj_model_context)");
     memset(out, 0, sizeof *out);
     uint32_t passes = o->passes ? o->passes : NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
     nj_plan *plan;

@@ -398,10 +398,8 @@ static void tr_cluster_done(void *u, uint64_t cluster)
     for (size_t k = 0; k < nreq; k++) {
         const tr_entry *e = &t->e[q[k].first];
         int store = e->store;
-        uint32_t lanes = 0;
         int32_t ns = 0;
         for (uint32_t j = 0; j < q[k].n; j++) {
-            lanes |= 1u << e[j].lane;
             r->width[store][tr_width_index(e[j].bytes)] += 1;
             for (uint64_t a = e[j].addr / 32; a <= (e[j].addr + e[j].bytes - 1) / 32 && ns < 128; a++) s[ns++] = a;
         }
@@ -418,7 +416,6 @@ static void tr_cluster_done(void *u, uint64_t cluster)
         r->req[store] += 1;
         r->lanes[store] += q[k].n;
         r->sectors[store] += nu;
-        (void)lanes;
         tr_sectors(t, r, cluster, s, nu, store);
     }
     free(q);

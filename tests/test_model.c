@@ -131,6 +131,10 @@ static void test_counting_off(void **state)
     assert_true(l[0].run > 0);
     assert_true(l[0].req[0] == 0 && l[0].req[1] == 0);
     nj_trace_destroy(t);
+    /* the model refuses a context whose kernels do not count (its figures would be zeros) */
+    nj_model_opts mo = {nj_model_device_find("H200"), 0, 8, NJ_PASS_FORWARD};
+    nj_model_result mr;
+    assert_int_equal(nj_model_problem(ctx, &p, &mo, &mr), NJ_ERR_BAD_ARGUMENT);
     free(x);
     free(y);
     free(rstd);
