@@ -49,10 +49,12 @@ local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
 -- rows a warp in flight without it. Nor in blocks of fewer than 512 threads (the plan counts on 1024
 -- threads an SM: 64 registers) whose fetched words exceed 8 (f32 rows, 8 elements a thread): f32 rows of
 -- 512 to 2048 took 72-80 registers with them, 48-64 without, and a thread still has its 8 elements of x
--- and of dy in flight (64 KB an SM).
+-- and of dy in flight (64 KB an SM); nor there under GELU erf (bf16 rows of 2048: 80 registers with
+-- it, 64 without).
 local SHARE = ceil_div(N // P.vec, TPR) * P.vec
 local PF_WORDS = SHARE * ((P.dtype.x == "f32" and 4 or 2) + (P.dtype.dy == "f32" and 4 or 2)) // 4
-local PF = not GROUPS and PGRAD and CACHE and B <= 512 and SHARE <= 8 and (B == 512 or PF_WORDS <= 8)
+local PF = not GROUPS and PGRAD and CACHE and B <= 512 and SHARE <= 8 and
+           (B == 512 or PF_WORDS <= 8 and P.act ~= "gelu_erf")
 if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats offset for dl") end
 %}
 {{ bwd_typedefs() }}

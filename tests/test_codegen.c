@@ -625,17 +625,20 @@ static void test_row_backward_occupancy(void **state)
     const char *v;
     if (nj_nvrtc_version_string(&v) != NJ_OK) skip();
     unsetenv("NORMJIT_TEMPLATE_DIR");
+    enum { LN = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS };
     static const struct {
         const char *name;
         nj_dtype dt;
         int64_t n;
         uint32_t flags;
+        nj_activation act;
     } cases[] = {
-        {"bwd_bf16_2048_rms", NJ_BF16, 2048, NJ_FLAG_SCALE},         /* 256 threads, 4 an SM */
-        {"bwd_bf16_4096_ln", NJ_BF16, 4096, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS}, /* 512, 2 */
-        {"bwd_f32_1000_ln", NJ_F32, 1000, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS},   /* 128, 8 */
-        {"bwd_f32_2048_ln", NJ_F32, 2048, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS},   /* 256, 4 */
-        {"bwd_f32_10_groups", NJ_F32, 10, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS},   /* 2 lanes a row */
+        {"bwd_bf16_2048_rms", NJ_BF16, 2048, NJ_FLAG_SCALE, NJ_ACT_NONE}, /* 256 threads, 4 an SM */
+        {"bwd_bf16_4096_ln", NJ_BF16, 4096, LN, NJ_ACT_NONE},              /* 512, 2 */
+        {"bwd_f32_1000_ln", NJ_F32, 1000, LN, NJ_ACT_NONE},                /* 128, 8 */
+        {"bwd_f32_2048_ln", NJ_F32, 2048, LN, NJ_ACT_NONE},                /* 256, 4 */
+        {"bwd_f32_10_groups", NJ_F32, 10, LN, NJ_ACT_NONE},                /* 2 lanes a row */
+        {"bwd_bf16_2048_gelu_erf", NJ_BF16, 2048, LN, NJ_ACT_GELU_ERF},    /* 256, 4 */
     };
     nj_device_props dev;
     nj_device_props_default(90, &dev);
@@ -643,7 +646,9 @@ static void test_row_backward_occupancy(void **state)
         nj_canon c;
         nj_plan_params pp;
         char *src = NULL;
-        tc_row(&c, cases[i].dt, cases[i].n, cases[i].flags);
+        tc_begin(&c, cases[i].dt, NJ_F32, cases[i].flags, cases[i].act, 64);
+        tc_axis(&c, cases[i].n, true, true);
+        tc_finish(&c);
         assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev, &pp), NJ_OK);
         assert_int_equal(pp.pgrad, NJ_PGRAD_SLOTS);
         assert_int_equal(pp.launch[0].grid_x % dev.sm_count, 0);
