@@ -83,9 +83,6 @@ end
 #pragma unroll
 {{ ind }}for (int q = 0; q < {{ n }}; q++) {
 {{ ind }}    const {{ IT }} iq = i + ({{ IT }})q * NJ_BY;
-{% if n > 1 then %}
-{{ ind }}    if (iq >= {{ HI }}) break; /* the walk's last group: steps past its end */
-{% end %}
 {{ ind }}    {{ split_index("iq", red, "r", IT) }}
 {% for _, e in ipairs(offs) do %}
 {{ ind }}    e{{ e }}[q] = {{ e == "p" and offset("param", red, "r") or offset(e, red, "r") }};
@@ -100,16 +97,20 @@ end
 {{ ind }}}
 #pragma unroll
 {{ ind }}for (int q = 0; q < {{ n }}; q++) {
-{% if n > 1 then %}
-{{ ind }}    if (i + ({{ IT }})q * NJ_BY >= {{ HI }}) break;
-{% end %}
 {% use(ind .. "    ") %}
 {{ ind }}}
 {% end %}
 {% local function walk(offs, use) %}
+            {{ IT }} i = {{ LO }};
+{% if U > 1 then %}
 #pragma unroll 1
-            for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ U > 1 and (U .. "u * ") or "" }}NJ_BY) {
+            for (; i + ({{ U - 1 }}u * NJ_BY) < {{ HI }}; i += {{ U }}u * NJ_BY) {
 {% walk_group(U, "                ", offs, use) %}
+            }
+{% end %}
+#pragma unroll 1
+            for (; i < {{ HI }}; i += NJ_BY) {
+{% walk_group(1, "                ", offs, use) %}
             }
 {% end %}
 {# the statistics walk's use of a group's step q: the residual sum's store, then each column's sums #}
