@@ -77,31 +77,6 @@ static uint32_t col_align_opds(const nj_canon *c, nj_pass pass)
     return m;
 }
 
-/* Columns a lane owns (one vector access each walk step): the widest width that fits and keeps at least
- * NJ_COL_LANES_PCT% of the tiles' lanes on columns (a tile's tail past the last column idles); where
- * none does, the width with the most lanes busy (the narrower on a tie). A wider vector makes fewer,
- * larger accesses but fewer tiles, so fewer blocks: ConvNeXt's LayerNorm over C of 14 x 14 pixels
- * keeps 7 tiles of 32 (88% busy) rather than 2 of 128 (77%), and with 32 bytes of x in flight a thread
- * either way (col_unroll) the blocks are what moves more bytes. With 1-element accesses a warp moved
- * 64 (f16) or 128 (f32) bytes a load: BatchNorm NHWC f16 ran at 20-60% of copy. */
-#define NJ_COL_LANES_PCT 90
-static int32_t col_vec(const nj_canon *c, nj_pass pass, int32_t vmax)
-{
-    int64_t ec = c->axes[c->rank - 1].extent;
-    int32_t best = 1;
-    int64_t best_busy = 0; /* per mille of lanes on columns */
-    for (int32_t v = 1; v <= vmax; v *= 2) {
-        if (v > 1 && !col_vec_fits(c, pass, v)) continue;
-        int64_t busy = 1000 * ec / (nj_ceil_div64(ec, 32 * v) * 32 * v);
-        if (busy >= 10 * NJ_COL_LANES_PCT || busy > best_busy) {
-            if (busy < 10 * NJ_COL_LANES_PCT && best_busy >= 10 * NJ_COL_LANES_PCT) continue;
-            best = v;
-            best_busy = busy;
-        }
-    }
-    return best;
-}
-
 /* Independent loads a thread has in flight down its columns (the walk unrolled that far): about 32
  * bytes of x a thread, 2 to 8 loads. A full SM (2048 threads) then has ~64 KB of x in flight, what
  * Little's law asks on an H200 (~4.1 TB/s over 132 SMs at ~600-700 ns latency: 40-64 KB an SM); with 2
@@ -114,10 +89,49 @@ static int32_t col_unroll(const nj_canon *c, int32_t vec)
     return (int32_t)(u < 2 ? 2 : u > 8 ? 8 : u);
 }
 
+/* Bytes of x in flight for one batch row of a split walk at width v: its blocks (tiles x pieces, as many
+ * as the GPU holds at NJ_COL_BLOCKS_SM an SM) x 256 threads x a thread's loads in flight. */
+static int64_t col_split_flight(const nj_canon *c, const nj_device_props *dev, int32_t v)
+{
+    int64_t ec = c->axes[c->rank - 1].extent, sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    int64_t blocks = c->kept_inner / ec * nj_ceil_div64(ec, 32 * v) * nj_plan_column_split(c, dev, 32 * v);
+    if (blocks > sms * NJ_COL_BLOCKS_SM) blocks = sms * NJ_COL_BLOCKS_SM;
+    return blocks * 256 * col_unroll(c, v) * v * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+}
+
+/* Columns a lane owns (one vector access each walk step), among the widths that fit: those keeping at
+ * least NJ_COL_LANES_PCT% of the tiles' lanes on columns (a tile's tail past the last column idles), or
+ * where none does, the one with the most lanes busy (the narrower on a tie). A wider vector makes fewer,
+ * larger accesses but fewer tiles, so fewer blocks: ConvNeXt's LayerNorm over C of 14 x 14 pixels
+ * keeps 7 tiles of 32 (88% busy) rather than 2 of 128 (77%). Of those kept, the widest; for split walks
+ * (whose pieces stop at NJ_COL_SPLIT_MAX) the widest within 1/8 of the most bytes in flight
+ * (col_split_flight): BatchNorm NHWC f16 over 256 channels takes 2 columns a lane on 1024 blocks rather
+ * than 8 on 256 (the batch of channels-last InstanceNorm, a run-time extent, is taken as 1). With 1-element accesses a warp moved 64 (f16) or 128 (f32) bytes a load: BatchNorm NHWC f16
+ * ran at 20-60% of copy. */
+#define NJ_COL_LANES_PCT 90
+static int32_t col_vec(const nj_canon *c, const nj_device_props *dev, nj_pass pass, int32_t vmax)
+{
+    int64_t ec = c->axes[c->rank - 1].extent;
+    int32_t best = 1;
+    int64_t best_busy = 0; /* per mille of lanes on columns */
+    bool split = c->reduce_size >= NJ_COL_SPLIT_MIN;
+    for (int32_t v = 1; v <= vmax; v *= 2) {
+        if (v > 1 && !col_vec_fits(c, pass, v)) continue;
+        int64_t busy = 1000 * ec / (nj_ceil_div64(ec, 32 * v) * 32 * v);
+        bool full = busy >= 10 * NJ_COL_LANES_PCT, best_full = best_busy >= 10 * NJ_COL_LANES_PCT;
+        if (full && best_full && split && col_split_flight(c, dev, v) * 9 < col_split_flight(c, dev, best) * 8) continue;
+        if (full || (!best_full && busy > best_busy)) {
+            best = v;
+            best_busy = busy;
+        }
+    }
+    return best;
+}
+
 nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
-    pp->vec = col_vec(c, NJ_PASS_FORWARD, 8);
+    pp->vec = col_vec(c, dev, NJ_PASS_FORWARD, 8);
     pp->tile = 32 * pp->vec;
     pp->unroll = col_unroll(c, pp->vec);
     if (pp->vec > 1) pp->align_opds = col_align_opds(c, NJ_PASS_FORWARD);
@@ -170,7 +184,7 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     int64_t ec = c->axes[c->rank - 1].extent;
     /* at most 4 columns a lane: each carries mean, rstd, two sums, two means (and dgamma/dbeta terms) in
      * registers, and 8 would spill */
-    pp->vec = col_vec(c, NJ_PASS_BACKWARD, 4);
+    pp->vec = col_vec(c, dev, NJ_PASS_BACKWARD, 4);
     pp->tile = 32 * pp->vec;
     pp->unroll = col_unroll(c, pp->vec);
     if (pp->vec > 1) pp->align_opds = col_align_opds(c, NJ_PASS_BACKWARD);

@@ -167,7 +167,7 @@ static void test_instancenorm(void **state)
                                         "instancenorm %s nchw 3x2x1x1",
                                         "instancenorm %s nhwc 3x5x7x40", /* column family, dgamma fused */
                                         "instancenorm %s ndhwc 2x40x16x16x18", /* 10240-row walks: split */
-                                        "instancenorm %s ndhwc 2x16x16x16x128" /* 4-element vectors, split */};
+                                        "instancenorm %s ndhwc 2x16x16x16x128" /* split, 16-bit columns 2 a lane */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
     matrix_state *m = *state;
     int before = m->failed;
@@ -176,7 +176,7 @@ static void test_instancenorm(void **state)
     /* split column walks with saved statistics: the library's merge, piece 0 writing them */
     check_line(m, "instancenorm bf16 ndhwc 2x40x16x16x18 flags=scale,bias,stats act=silu", 0.0, 25);
     check_line(m, "rmsnorm f32 nchw 1x4500x2x17 axes=1 flags=scale,stats", 0.0, 26); /* the merge's RMS mode */
-    /* column vectors with the residual fused: split (8-element) and whole walks (4-element) */
+    /* column vectors with the residual fused: split (2 f16 columns a lane) and whole walks (4 bf16) */
     check_line(m, "instancenorm f16 ndhwc 2x16x16x16x256 flags=scale,bias,residual,resout,stats act=silu", 0.0, 28);
     check_line(m, "rmsnorm bf16 nchw 3x40x8x16 axes=1 flags=scale,residual,resout,stats", 0.0, 29);
     assert_int_equal(m->failed - before, 0);
@@ -198,7 +198,7 @@ static void test_batchnorm(void **state)
                                         "batchnorm %s ncl 2x3x17",
                                         "batchnorm %s nchw 4x2x256x256", /* 2^18 a channel: split walks */
                                         "batchnorm %s nhwc 2x48x48x48", /* 48 columns, 4608-row walks: split */
-                                        "batchnorm %s nhwc 2x64x48x48" /* 64 columns: 2-element vectors, split */};
+                                        "batchnorm %s nhwc 2x64x48x48" /* 64 columns, split: 16-bit ones 2 a lane */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
     /* more channels than two waves of dgamma/dbeta blocks: those blocks loop over the channels, and the
      * dx blocks (18 elements a statistic) loop over theirs */

@@ -316,68 +316,80 @@ static void test_column_general(void **state)
     assert_int_equal(la[NJ_MERGE_N], 100352);
     assert_int_equal(la[NJ_MERGE_PLEN], 392);
     assert_int_equal(la[NJ_MERGE_CMUL], 1);
-    /* 128 columns: 4-element (8-byte) accesses, one tile, every lane busy (8 elements would idle half);
-     * the merge takes a tile's 128 columns as items, [tile][piece][sum, m2][128] in */
+    /* 128 columns over a split walk: the pieces stop at 256, so the width is the one with the most bytes
+     * in flight (col_split_flight): 2 columns a lane, 2 tiles x 256 pieces of 256 threads with 8 loads
+     * of 4 bytes, ties 1 column (4 tiles, 8 loads of 2 bytes) and beats 4 (1 tile) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_RELU, 1);
     tc_axis(&c, 32, true, false);
     tc_axis(&c, 3136, true, false);
     tc_axis(&c, 128, false, true);
     tc_finish(&c);
     pp = plan_fwd_any(&c);
-    assert_int_equal(pp.vec, 4);
-    assert_int_equal(pp.tile, 128);
-    assert_int_equal(pp.unroll, 4); /* 8 bytes a load: 4 deep, 32 bytes of x a thread in flight */
+    assert_int_equal(pp.vec, 2);
+    assert_int_equal(pp.tile, 64);
+    assert_int_equal(pp.unroll, 8);
     assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
     assert_int_equal(pp.split, 256);
-    assert_int_equal(pp.launch[0].row_mult, 256);
-    assert_int_equal(pp.workspace_per_row, 257 * 256 * 4);
-    assert_int_equal(pp.launch[1].row_mult, 128);
+    assert_int_equal(pp.launch[0].row_mult, 2 * 256);
+    assert_int_equal(pp.workspace_per_row, 2 * 257 * 128 * 4);
+    assert_int_equal(pp.launch[1].row_mult, 2 * 64);
     nj_launch_lib_args(&pp.launch[1], 2, la);
-    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 128);
-    assert_int_equal(la[NJ_MERGE_RADIX], 128);
-    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 256);
-    assert_int_equal(la[NJ_MERGE_S_PART], 256);
-    assert_int_equal(la[NJ_MERGE_OFF_B], 128);
-    assert_int_equal(la[NJ_MERGE_OUT_BASE], 2 * 256 * 256);
-    assert_int_equal(la[NJ_MERGE_O_HI], 256);
-    assert_int_equal(la[NJ_MERGE_O_B], 128);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 2 * 64);
+    assert_int_equal(la[NJ_MERGE_RADIX], 64);
+    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 128);
+    assert_int_equal(la[NJ_MERGE_S_PART], 128);
+    assert_int_equal(la[NJ_MERGE_OFF_B], 64);
+    assert_int_equal(la[NJ_MERGE_OUT_BASE], 2 * 2 * 256 * 128);
+    assert_int_equal(la[NJ_MERGE_O_HI], 128);
+    assert_int_equal(la[NJ_MERGE_O_B], 64);
     /* the unaligned variant keeps the tiles and launches, a column at a time, its walk rolled */
     nj_plan_params un;
     assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
     assert_int_equal(un.vec, 1);
-    assert_int_equal(un.tile, 128);
+    assert_int_equal(un.tile, 64);
     assert_int_equal(un.unroll, 1);
     assert_int_equal(un.nlaunch, 3);
-    assert_int_equal(un.launch[0].row_mult, 256);
+    assert_int_equal(un.launch[0].row_mult, 2 * 256);
     /* the backward: the same vectors over x, dy and dx (at most 4 columns a lane); the merge takes a
-     * tile's 2 x 128 items (centered: sum g, sum xhat | sum g * xhat), [tile][piece][512] in */
+     * tile's 2 x 64 items (centered: sum g, sum xhat | sum g * xhat), [tile][piece][256] in */
     nj_plan_params bp;
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
     assert_int_equal(bp.family, NJ_FAMILY_COLUMN);
-    assert_int_equal(bp.vec, 4);
-    assert_int_equal(bp.tile, 128);
-    assert_int_equal(bp.unroll, 4);
+    assert_int_equal(bp.vec, 2);
+    assert_int_equal(bp.tile, 64);
+    assert_int_equal(bp.unroll, 8);
     assert_int_equal(bp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX);
     assert_int_equal(bp.split, 256);
     assert_string_equal(bp.launch[0].kernel, "nj_bwd_column_part");
-    assert_int_equal(bp.launch[0].row_mult, 256);
+    assert_int_equal(bp.launch[0].row_mult, 2 * 256);
     assert_int_equal(bp.launch[1].lib, NJ_LIB_MERGE);
     nj_launch_lib_args(&bp.launch[1], 2, la);
-    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 256);
-    assert_int_equal(la[NJ_MERGE_RADIX], 256);
-    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 512);
-    assert_int_equal(la[NJ_MERGE_S_PART], 512);
-    assert_int_equal(la[NJ_MERGE_OFF_B], 256);
-    assert_int_equal(la[NJ_MERGE_O_HI], 512);
-    assert_int_equal(la[NJ_MERGE_O_B], 256);
+    assert_int_equal(la[NJ_MERGE_NITEMS], 2 * 2 * 128);
+    assert_int_equal(la[NJ_MERGE_RADIX], 128);
+    assert_int_equal(la[NJ_MERGE_S_HI], 256 * 256);
+    assert_int_equal(la[NJ_MERGE_S_PART], 256);
+    assert_int_equal(la[NJ_MERGE_OFF_B], 128);
+    assert_int_equal(la[NJ_MERGE_O_HI], 256);
+    assert_int_equal(la[NJ_MERGE_O_B], 128);
     assert_int_equal(la[NJ_MERGE_MODE], NJ_MERGE_SUMS);
     assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
     assert_int_equal(un.vec, 1);
-    assert_int_equal(un.tile, 128);
+    assert_int_equal(un.tile, 64);
+    /* a walk too short to split: the widest width keeping 90% of the lanes busy, 4 (8 would idle half),
+     * loads 4 deep (32 bytes of x a thread) */
+    tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE, 1);
+    tc_axis(&c, 4095, true, false);
+    tc_axis(&c, 128, false, true);
+    tc_finish(&c);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.split, 1);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.tile, 128);
+    assert_int_equal(pp.unroll, 4);
+    assert_int_equal(pp.launch[0].row_mult, 1);
     /* a padded column stride (x rows of 130 elements) allows 2-element accesses only */
-    c.axes[2].stride[NJ_OPD_X] = 130, c.axes[1].stride[NJ_OPD_X] = 3136 * 130;
-    c.axes[0].stride[NJ_OPD_X] = 32 * 3136 * 130;
-    pp = plan_fwd_any(&c);
+    c.axes[1].stride[NJ_OPD_X] = 130, c.axes[0].stride[NJ_OPD_X] = 4095 * 130;
+    pp = plan_fwd(&c);
     assert_int_equal(pp.vec, 2);
     /* 10000 rows: pieces of at least 128 rows bound the split (not the 352 a tile that 8 blocks an SM want) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 1);
