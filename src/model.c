@@ -282,7 +282,7 @@ static void m_occupancy(nj_model_launch *m, const nj_model_device *d, uint32_t d
 /* Loads a thread has in flight. The row family: a row kept in registers is loaded all at once (its vector
  * accesses), a streamed row one at a time, since a block reduction drains the loads of each row. Other
  * kernels walk loops whose loads of one iteration are independent: one in flight per load instruction
- * the trace saw (the column walk 2: its walks are phases of one load an iteration, unrolled twice; a
+ * the trace saw (the column walk the plan's unroll: its walk issues that many loads, then sums; a
  * channels-last thread at least its channel vectors; a row split over blocks streams its piece as other
  * walks do). At most 8. A plan-and-trace estimate, not a count of the SASS (ptxas unrolls more). */
 static int32_t m_ilp(const nj_plan_params *pp, const char *kernel, int32_t lib, int32_t load_sites)
@@ -290,7 +290,8 @@ static int32_t m_ilp(const nj_plan_params *pp, const char *kernel, int32_t lib, 
     int32_t vec = pp->vec > 0 ? pp->vec : 1, n = load_sites;
     if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW && pp->split <= 1)
         n = pp->regs_cache > 0 ? pp->regs_cache / vec : 1;
-    else if (lib == NJ_LIB_NONE && strstr(kernel, "_column")) n = 2; /* its walks are phases, 2 each */
+    else if (lib == NJ_LIB_NONE && strstr(kernel, "_column")) /* the loads its walk issues as a group */
+        n = pp->unroll > 0 ? pp->unroll : 2;
     else if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_CHANNELS_LAST && pp->chans / vec > n) n = pp->chans / vec;
     return n < 1 ? 1 : n > 8 ? 8 : n;
 }
@@ -374,6 +375,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             m->row_sync = pp->rows_per_block <= 1;
         }
         m->regs_cache = pp->regs_cache, m->vec = pp->vec, m->chans = pp->chans, m->split = pp->split;
+        m->unroll = pp->unroll;
         double resident = m->blocks < (double)m->blocks_sm * d->sms ? m->blocks : (double)m->blocks_sm * d->sms;
         nj_trace_set_resident(tr, l->kernel, resident, resident / d->sms > 1 ? resident / d->sms : 1);
         snprintf(m->t.kernel, sizeof m->t.kernel, "%s", l->kernel);
@@ -391,7 +393,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         if (j < nt && strcmp(tl[j].kernel, m->t.kernel) == 0) m->t = nj_trace_scaled(&tl[j++]);
         else m->t.run = 0;
         nj_plan_params ilp_pp = {.family = m->family, .vec = m->vec, .regs_cache = m->regs_cache, .chans = m->chans,
-                                 .split = m->split};
+                                 .split = m->split, .unroll = m->unroll};
         m->ilp = m_ilp(&ilp_pp, m->t.kernel, m->lib, m->t.load_sites);
         if (m->rows > 0 && m->threads > 0) { /* the loads a thread issues for one row, all before its reduction */
             double n = m->t.lanes[NJ_TRACE_LD] / ((double)m->threads / m->rows_per_block * m->rows);

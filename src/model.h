@@ -90,7 +90,7 @@ typedef struct nj_model_opts {
 typedef struct nj_model_launch {
     nj_trace_launch t;       /* dynamic figures (t.kernel empty: the launch did not run) */
     int32_t lib;             /* nj_lib_kernel */
-    int32_t family, vec, regs_cache, chans, split; /* the pass's plan, for the in-flight estimate */
+    int32_t family, vec, regs_cache, chans, split, unroll; /* the pass's plan, for the in-flight estimate */
     int32_t regs, smem_static, spills; /* ptxas (-1: not compiled) */
     int32_t ptx_ld[NJ_TRACE_WIDTHS], ptx_st[NJ_TRACE_WIDTHS]; /* global ld/st instructions of the kernel's PTX
                                                                by width (static counts; 16: 16 bytes or more) */
