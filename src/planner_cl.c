@@ -26,7 +26,7 @@
 #define NJ_CL_TILE 16384     /* elements a tile aims at: ~80 tiles for a 320-channel 64x64 UNet image */
 #define NJ_CL_MAX_TILES 256  /* tiles of an image at most: a warp combines them per group */
 #define NJ_CL_MAX_CHANNELS 4096
-#define NJ_CL_FUSE 65536     /* elements of an image the forward does in one launch, a block an image */
+#define NJ_CL_FUSE 65536     /* elements of a small image: one tile, and the forward one launch */
 
 static int64_t cl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -96,13 +96,19 @@ bool nj_cl_applies(const nj_canon *c, nj_pass pass)
     return channels / cl_vec(c, pass, channels) <= NJ_CL_THREADS;
 }
 
-/* A forward without a residual over small images: one launch, a block an image computing its
- * statistics, then normalizing the image again from the caches (8x8 UNet images of 320 channels in f16
- * come in batches of hundreds: three launches re-read x from DRAM). */
+/* A small image is one tile (a block an image): small images come in large batches (820 8x8 UNet
+ * images of 320 channels for 2^24 elements), which fill the device anyway, and each tile is one more
+ * partial for the merge and the dgamma/dbeta column sum to add. */
+static bool cl_small(const nj_canon *c)
+{
+    return c->axes[1].extent * c->axes[2].extent * c->axes[3].extent <= NJ_CL_FUSE;
+}
+
+/* A forward without a residual over small images is one launch: the block computes its image's
+ * statistics, then normalizes it again from the caches (three launches re-read x from DRAM). */
 static bool cl_fused(const nj_canon *c, nj_pass pass)
 {
-    return pass == NJ_PASS_FORWARD && !(c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) &&
-           c->axes[1].extent * c->axes[2].extent * c->axes[3].extent <= NJ_CL_FUSE;
+    return pass == NJ_PASS_FORWARD && !(c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) && cl_small(c);
 }
 
 /* The tiling both passes share: vector width, pixel rows a block works on at once, tile, tiles. */
@@ -116,7 +122,7 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
     int64_t tiles = cl_ceil_div(hw * channels, NJ_CL_TILE);
     if (tiles > NJ_CL_MAX_TILES) tiles = NJ_CL_MAX_TILES;
     if (tiles > cl_ceil_div(hw, rows)) tiles = cl_ceil_div(hw, rows);
-    if (tiles < 1 || cl_fused(c, pass)) tiles = 1;
+    if (tiles < 1 || cl_small(c)) tiles = 1;
     /* whole rounds of the block's pixel rows, then as few tiles as that allows */
     int64_t tile = cl_ceil_div(cl_ceil_div(hw, tiles), rows) * rows;
     pp->vec = v;
