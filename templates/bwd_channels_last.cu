@@ -140,7 +140,15 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
         }
 {% end %}
 {% DLK = P.act ~= "none" %}
-NJ_KERNEL_REGS({{ P.role.part.kernel }}, {{ B }})
+/* two resident blocks an SM on sm_90 and later with a cheap activation derivative: at one (ptxas took
+   ~88 registers) the kernel was latency-bound; sm_80's ptxas, and sm_90's with gelu, spill at 64 */
+{% local TWO = P.act == "none" or P.act == "relu" or P.act == "silu" %}
+#if defined(NJ_EMU) || __CUDA_ARCH__ < 900 || !{{ TWO and 1 or 0 }}
+#define NJ_CL_PART_KERNEL(name, b) NJ_KERNEL_REGS(name, b)
+#else
+#define NJ_CL_PART_KERNEL(name, b) extern "C" __global__ void __launch_bounds__(b, 2) name(const nj_kargs A)
+#endif
+NJ_CL_PART_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
