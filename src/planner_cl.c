@@ -11,6 +11,8 @@
  *            order into mean and rstd;
  *   launch 3 (nj_fwd_cl_norm): the block normalizes its tile with vector loads and stores (the tile-0
  *            block writes the image's saved statistics).
+ * A small image (NJ_CL_FUSE) is one tile; without a residual its forward is one launch
+ * (nj_fwd_cl_fused): launch 1's statistics, finished in the block, then launch 3's normalize.
  * Backward (bwd_channels_last.cu), the same tiles:
  *   nj_bwd_cl_part: each tile's per-group sums of g = dz * gamma and g * xhat, and per-channel sums of
  *            dz * xhat and dz (the dgamma/dbeta partials);
@@ -26,7 +28,7 @@
 #define NJ_CL_TILE 16384     /* elements a tile aims at: ~80 tiles for a 320-channel 64x64 UNet image */
 #define NJ_CL_MAX_TILES 256  /* tiles of an image at most: a warp combines them per group */
 #define NJ_CL_MAX_CHANNELS 4096
-#define NJ_CL_FUSE 65536     /* elements of a small image: one tile, and the forward one launch */
+#define NJ_CL_FUSE 131072    /* elements of a small image: one tile, and the forward one launch */
 
 static int64_t cl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
