@@ -192,7 +192,7 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
         [NJ_MERGE_OFF_B] = {1, 0},       [NJ_MERGE_OUT_BASE] = {means, 0}, [NJ_MERGE_O_HI] = {image, 0},
         [NJ_MERGE_O_LO] = {2, 0},        [NJ_MERGE_O_B] = {1, 0},         [NJ_MERGE_MODE] = {NJ_MERGE_SUMS, 0},
         [NJ_MERGE_N] = {c->reduce_size, 0}};
-    nj_plan_add_merge(pp, marg);
+    if (tiles > 1) nj_plan_add_merge(pp, marg); /* one tile: the dx kernel scales its sums itself */
     nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     pp->ws_stride = image;

@@ -243,15 +243,23 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
         const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
         const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
         const nj_i64 odx = {{ offset("dx", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dx }};
+{% if P.role.merge then %}
         const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS;
+{% else %}
+        /* one tile an image, no merge launch: its sums, scaled as the library's merge scales one part */
+        const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }};
+        const float inv_n = 1.0f / (float)NJ_N;
+{% end %}
+{% local SC = P.role.merge and "" or " * inv_n" %}
         /* the tiles' mean of (x - mean) * rstd corrects xhat, and the mean of g * xhat by dl * mean(g)
            (exact without an activation, to first order in dl with one) */
 {% load_stats([[
             const float2 m_ = *(const float2 *)(MS + 2 * k3); /* 8-byte loads: whole sectors a warp */
-            const float dl_ = (*(const float2 *)(MS + 2 * (NJ_G + k3))).x;
-            nj_gm1[k3] = m_.x;
+            const float m1_ = m_.x]] .. SC .. [[, m2_ = m_.y]] .. SC .. [[;
+            const float dl_ = (*(const float2 *)(MS + 2 * (NJ_G + k3))).x]] .. SC .. [[;
+            nj_gm1[k3] = m1_;
             nj_gdl[k3] = dl_;
-            nj_gm2[k3] = m_.y - dl_ * m_.x;]]) %}
+            nj_gm2[k3] = m2_ - dl_ * m1_;]]) %}
         float m1k[NJ_CH], m2k[NJ_CH], dlk[NJ_CH];
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) {
