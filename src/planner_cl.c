@@ -11,6 +11,8 @@
  *            order into mean and rstd;
  *   launch 3 (nj_fwd_cl_norm): the block normalizes its tile with vector loads and stores (the tile-0
  *            block writes the image's saved statistics).
+ * A small image (NJ_CL_FUSE) is one tile; without a residual its forward is one launch
+ * (nj_fwd_cl_fused): launch 1's statistics, finished in the block, then launch 3's normalize.
  * Backward (bwd_channels_last.cu), the same tiles:
  *   nj_bwd_cl_part: each tile's per-group sums of g = dz * gamma and g * xhat, and per-channel sums of
  *            dz * xhat and dz (the dgamma/dbeta partials);
@@ -26,6 +28,7 @@
 #define NJ_CL_TILE 16384     /* elements a tile aims at: ~80 tiles for a 320-channel 64x64 UNet image */
 #define NJ_CL_MAX_TILES 256  /* tiles of an image at most: a warp combines them per group */
 #define NJ_CL_MAX_CHANNELS 4096
+#define NJ_CL_FUSE 131072    /* elements of a small image: one tile, and the forward one launch */
 
 static int64_t cl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -95,6 +98,21 @@ bool nj_cl_applies(const nj_canon *c, nj_pass pass)
     return channels / cl_vec(c, pass, channels) <= NJ_CL_THREADS;
 }
 
+/* A small image is one tile (a block an image): small images come in large batches (820 8x8 UNet
+ * images of 320 channels for 2^24 elements), which fill the device anyway, and each tile is one more
+ * partial for the merge and the dgamma/dbeta column sum to add. */
+static bool cl_small(const nj_canon *c)
+{
+    return c->axes[1].extent * c->axes[2].extent * c->axes[3].extent <= NJ_CL_FUSE;
+}
+
+/* A forward without a residual over small images is one launch: the block computes its image's
+ * statistics, then normalizes it again from the caches (three launches re-read x from DRAM). */
+static bool cl_fused(const nj_canon *c, nj_pass pass)
+{
+    return pass == NJ_PASS_FORWARD && !(c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) && cl_small(c);
+}
+
 /* The tiling both passes share: vector width, pixel rows a block works on at once, tile, tiles. */
 static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
 {
@@ -106,7 +124,7 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
     int64_t tiles = cl_ceil_div(hw * channels, NJ_CL_TILE);
     if (tiles > NJ_CL_MAX_TILES) tiles = NJ_CL_MAX_TILES;
     if (tiles > cl_ceil_div(hw, rows)) tiles = cl_ceil_div(hw, rows);
-    if (tiles < 1) tiles = 1;
+    if (tiles < 1 || cl_small(c)) tiles = 1;
     /* whole rounds of the block's pixel rows, then as few tiles as that allows */
     int64_t tile = cl_ceil_div(cl_ceil_div(hw, tiles), rows) * rows;
     pp->vec = v;
@@ -128,6 +146,11 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
 {
     NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_FORWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
     cl_tiling(c, NJ_PASS_FORWARD, pp);
+    if (cl_fused(c, NJ_PASS_FORWARD)) {
+        nj_plan_add_launch(pp, "nj_fwd_cl_fused", pp->block, 1, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
+        return NJ_OK;
+    }
     int64_t groups = c->axes[2].extent, tiles = pp->split, image = (tiles + 1) * groups * 2;
     nj_plan_add_launch(pp, "nj_fwd_cl_stats", pp->block, pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_PART);
@@ -169,7 +192,7 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
         [NJ_MERGE_OFF_B] = {1, 0},       [NJ_MERGE_OUT_BASE] = {means, 0}, [NJ_MERGE_O_HI] = {image, 0},
         [NJ_MERGE_O_LO] = {2, 0},        [NJ_MERGE_O_B] = {1, 0},         [NJ_MERGE_MODE] = {NJ_MERGE_SUMS, 0},
         [NJ_MERGE_N] = {c->reduce_size, 0}};
-    nj_plan_add_merge(pp, marg);
+    if (tiles > 1) nj_plan_add_merge(pp, marg); /* one tile: the dx kernel scales its sums itself */
     nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     pp->ws_stride = image;
@@ -183,6 +206,11 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
             [NJ_COLSUM_S_COL] = {2, 0},        [NJ_COLSUM_BASE_A] = {chans, 0},
             [NJ_COLSUM_BASE_B] = {chans + 1, 0}};
         nj_plan_add_colsum(pp, arg);
+        /* its 32 warps: the partials are tiles x images, and small images come in large batches (820
+         * 8x8 images of 320 channels are 1640 partials a channel: at 8 warps a chain of 205 dependent
+         * loads, the pass's longest launch). At most 128 blocks of channels, so the wide block costs
+         * nothing in occupancy. */
+        pp->launch[pp->nlaunch - 1].block[0] = 1024;
         pp->pgrad = NJ_PGRAD_FUSED;
         nj_plan_ws(pp, NJ_WS_PGRAD, chans, 0);
     }

@@ -59,15 +59,26 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
     for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_load_vec<{{ VV }}>(BETA, c0 + q, &bk[q]);
 {% end %}
 {% end %}
-{% local function load_stats() %}
-        /* the forward's statistics of this thread's channels' groups */
+{% local function load_stats(guard) %}
+        /* the forward's statistics of the image's groups, loaded once a block into nj_gmean and nj_grstd
+           (declared by the kernel), then this thread's channels' from there. The first barrier: the
+           previous item's readers are done. */
+        __syncthreads();
+#pragma unroll 1
+        for (int k3 = t; k3 < NJ_G; k3 += {{ B }}) {
+            const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
+            nj_gmean[k3] = A.mean[os];
+            nj_grstd[k3] = A.rstd[os];
+{% if guard then %}
+{{ guard }}
+{% end %}
+        }
+        __syncthreads();
         float mk[NJ_CH], rk[NJ_CH];
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) {
-            const nj_i64 k3 = (c0 + k) / NJ_CG;
-            const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
-            mk[k] = A.mean[os];
-            rk[k] = A.rstd[os];
+            mk[k] = nj_gmean[(c0 + k) / NJ_CG];
+            rk[k] = nj_grstd[(c0 + k) / NJ_CG];
         }
 {% end %}
 {% local function load_xdy() %}
@@ -91,11 +102,7 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
            merge and the dx kernel read what they read without it. */
         bool fix = false;
 #pragma unroll 1
-        for (int g = 0; g < NJ_G; g++) {
-            const nj_i64 k3 = g;
-            const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
-            fix = fix || fabsf(A.mean[os]) * A.rstd[os] > NJ_FIX_RATIO;
-        }
+        for (int g = 0; g < NJ_G; g++) fix = fix || fabsf(nj_gmean[g]) * nj_grstd[g] > NJ_FIX_RATIO;
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) dlk[k] = 0.0f;
         if (fix) {
@@ -133,10 +140,20 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
         }
 {% end %}
 {% DLK = P.act ~= "none" %}
-NJ_KERNEL_REGS({{ P.role.part.kernel }}, {{ B }})
+/* two resident blocks an SM on sm_90 and later with a cheap activation derivative: at one (ptxas took
+   ~88 registers) the kernel was latency-bound; sm_80's ptxas, and sm_90's with gelu, spill at 64 */
+{% local TWO = P.act == "none" or P.act == "relu" or P.act == "silu" %}
+#if defined(NJ_EMU) || __CUDA_ARCH__ < 900 || !{{ TWO and 1 or 0 }}
+#define NJ_CL_PART_KERNEL(name, b) NJ_KERNEL_REGS(name, b)
+#else
+#define NJ_CL_PART_KERNEL(name, b) extern "C" __global__ void __launch_bounds__(b, 2) name(const nj_kargs A)
+#endif
+NJ_CL_PART_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
+    NJ_SHARED(float, nj_gmean, {{ G }});
+    NJ_SHARED(float, nj_grstd, {{ G }});
 {{ bwd_pointers() }}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
     const bool active = t < NJ_LT * NJ_R;
@@ -210,9 +227,15 @@ NJ_KERNEL_REGS({{ P.role.part.kernel }}, {{ B }})
 {% DLK = true %}
 NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {
+    NJ_SHARED(float, nj_gmean, {{ G }});
+    NJ_SHARED(float, nj_grstd, {{ G }});
+    /* each group's mean of g, mean of g * xhat less dl * mean(g), and dl (the tiles' mean of xhat) */
+    NJ_SHARED(float, nj_gm1, {{ G }});
+    NJ_SHARED(float, nj_gm2, {{ G }});
+    NJ_SHARED(float, nj_gdl, {{ G }});
 {{ bwd_pointers() }}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
-    if (t >= NJ_LT * NJ_R) return; /* no barrier below */
+    const bool active = t < NJ_LT * NJ_R;
 {% load_params() %}
     {{ block_item("w", "A.rows * NJ_S") }}
         const nj_i64 k1 = w / NJ_S;
@@ -220,30 +243,42 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
         const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
         const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
         const nj_i64 odx = {{ offset("dx", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dx }};
-{% load_stats() %}
+{% if P.role.merge then %}
         const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS;
+{% else %}
+        /* one tile an image, no merge launch: its sums, scaled as the library's merge scales one part */
+        const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }};
+        const float inv_n = 1.0f / (float)NJ_N;
+{% end %}
+{% local SC = P.role.merge and "" or " * inv_n" %}
         /* the tiles' mean of (x - mean) * rstd corrects xhat, and the mean of g * xhat by dl * mean(g)
            (exact without an activation, to first order in dl with one) */
+{% load_stats([[
+            const float2 m_ = *(const float2 *)(MS + 2 * k3); /* 8-byte loads: whole sectors a warp */
+            const float m1_ = m_.x]] .. SC .. [[, m2_ = m_.y]] .. SC .. [[;
+            const float dl_ = (*(const float2 *)(MS + 2 * (NJ_G + k3))).x]] .. SC .. [[;
+            nj_gm1[k3] = m1_;
+            nj_gdl[k3] = dl_;
+            nj_gm2[k3] = m2_ - dl_ * m1_;]]) %}
         float m1k[NJ_CH], m2k[NJ_CH], dlk[NJ_CH];
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) {
             const int g = (c0 + k) / NJ_CG;
-            m1k[k] = MS[2 * g];
-            dlk[k] = MS[2 * (NJ_G + g)];
-            m2k[k] = MS[2 * g + 1] - dlk[k] * m1k[k];
+            m1k[k] = nj_gm1[g];
+            dlk[k] = nj_gdl[g];
+            m2k[k] = nj_gm2[g];
         }
 {% if PARAMS then %}
         /* this tile's dgamma partials: sum dz * (xhat - dl), where the correction matters */
         float *PW = (float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_CHANS + (nj_i64)tile * NJ_C * 2;
 #pragma unroll 1
-        for (int c = t; c < NJ_C; c += NJ_LT * NJ_R) {
-            const nj_i64 k3 = c / NJ_CG;
-            const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
-            if (fabsf(A.mean[os]) * A.rstd[os] > NJ_FIX_RATIO) PW[2 * c] -= MS[2 * (NJ_G + k3)] * PW[2 * c + 1];
+        for (int c = t; c < NJ_C; c += {{ B }}) {
+            const int k3 = c / NJ_CG;
+            if (fabsf(nj_gmean[k3]) * nj_grstd[k3] > NJ_FIX_RATIO) PW[2 * c] -= nj_gdl[k3] * PW[2 * c + 1];
         }
 {% end %}
 {{ PIXEL_UNROLL }}
-        for (int p = r; p < npx; p += NJ_R) {
+        for (int p = active ? r : npx; p < npx; p += NJ_R) {
 {% if VV > 1 then %}
             float xv_[NJ_CH], dv_[NJ_CH], o_[NJ_CH];
 {% load_xdy() %}

@@ -18,6 +18,10 @@
 {%
 local F = P.flags
 cl_setup("fwd_channels_last")
+-- one launch (the planner's choice for an image of one tile, no residual): the stats in the normalizing
+-- kernel, which then reads its tile again (an L1 or L2 hit), not the image's x a second time from DRAM
+FUSED = P.role.part == nil
+if FUSED and (S ~= 1 or F.residual or F.resout) then error("fwd_channels_last: a fused plan of one tile, no residual") end
 local PSX, PSY = P.axes[2].stride.x, P.axes[2].stride.y
 local PSR = F.residual and P.axes[2].stride.res or 0
 local PSRO = F.resout and P.axes[2].stride.resout or 0
@@ -71,26 +75,19 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
     __syncthreads();
 }
 
-/* plain launch bounds: at most 64 registers on sm_80 leave room for two ~512-thread blocks an SM (no
- * spills: it holds two Welford values a channel, not the normalize's constants and activation) */
-NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
-{
+{# The tile statistics both the stats kernel and the fused kernel (a one-tile image) compute: the
+   tile's per-group count-weighted sums and squared deviations into nj_gsum and nj_gm2 (the shared
+   arrays stats_shared() declares), the pixels' shifts into nj_gk and nj_ginv. Needs X (and RES,
+   RESOUT), t, r, c0, active, k1, tile and npx. #}
+{% local function stats_shared() %}
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
     NJ_SHARED(float, nj_gsum, {{ G }});
     NJ_SHARED(float, nj_gm2, {{ G }});
-    const nj_tx *X = (const nj_tx *)A.x;
-{% if F.residual then %}
-    const nj_tres *RES = (const nj_tres *)A.res;
+    NJ_SHARED(float, nj_gk, {{ G }});   /* each group's shift and 1 / scale, loaded once a block */
+    NJ_SHARED(float, nj_ginv, {{ G }});
 {% end %}
-{% if F.resout then %}
-    nj_tresout *RESOUT = (nj_tresout *)A.res_out;
-{% end %}
-    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
-    const bool active = t < NJ_LT * NJ_R;
-    {{ block_item("w", "A.rows * NJ_S") }}
-        const nj_i64 k1 = w / NJ_S;
-        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+{% local function tile_stats() %}
         {{ tile_offsets({"x", F.residual and "res" or nil, F.resout and "resout" or nil}) }}
         /* shifts (prelude: nj_shift): each channel's pixel 0 (one vector, a line the image's first tile
            reads), one scale a thread from the largest; the group's own shift and scale at the combine */
@@ -121,6 +118,13 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
             kmax = fmaxf(kmax, fabsf(kc[k]));
         }
         const nj_shift st = nj_shift_of(kmax, false);
+        /* the previous item's readers of nj_gk and nj_ginv passed nj_cl_group_sums' barriers */
+#pragma unroll 1
+        for (int g = t; g < NJ_G; g += {{ B }}) {
+            const nj_shift sg = nj_shift_of(nj_load_f32(X, oimg + g * NJ_CG){{ F.residual and " + nj_load_f32(RES, rimg + g * NJ_CG)" or "" }}, true);
+            nj_gk[g] = sg.k;
+            nj_ginv[g] = sg.inv;
+        }
 {{ PIXEL_UNROLL }}
         for (int p = active ? r : npx; p < npx; p += NJ_R) {
             float v[NJ_CH];
@@ -139,14 +143,15 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
                 m2[k] += d * (vs - mean[k]);
             }
         }
+        __syncthreads(); /* nj_gk, nj_ginv */
         if (active) {
-            /* into the group's units: shift k_g (its first channel at pixel 0: an L1 hit), scale s_g */
+            /* into the group's units: shift k_g (its first channel at pixel 0), scale s_g */
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {
-                const int gc = (c0 + k) / NJ_CG * NJ_CG;
-                const nj_shift sg = nj_shift_of(nj_load_f32(X, oimg + gc){{ F.residual and " + nj_load_f32(RES, rimg + gc)" or "" }}, true);
-                const float f = st.s * sg.inv;
-                mean[k] = (kc[k] - sg.k) * sg.inv + mean[k] * f;
+                const int g = (c0 + k) / NJ_CG;
+                const float gk = nj_gk[g], ginv = nj_ginv[g];
+                const float f = st.s * ginv;
+                mean[k] = (kc[k] - gk) * ginv + mean[k] * f;
                 m2[k] *= f * f;
                 nj_part[r * NJ_C + c0 + k] = n * mean[k];
             }
@@ -161,6 +166,26 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
             }
         }
         nj_cl_group_sums(nj_part, nj_chan, nj_gm2);
+{% end %}
+{% if P.role.part then %}
+/* plain launch bounds: at most 64 registers on sm_80 leave room for two ~512-thread blocks an SM (no
+ * spills: it holds two Welford values a channel, not the normalize's constants and activation) */
+NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
+{
+{% stats_shared() %}
+    const nj_tx *X = (const nj_tx *)A.x;
+{% if F.residual then %}
+    const nj_tres *RES = (const nj_tres *)A.res;
+{% end %}
+{% if F.resout then %}
+    nj_tresout *RESOUT = (nj_tresout *)A.res_out;
+{% end %}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    const bool active = t < NJ_LT * NJ_R;
+    {{ block_item("w", "A.rows * NJ_S") }}
+        const nj_i64 k1 = w / NJ_S;
+        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+{% tile_stats() %}
         float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }} + tile * (2 * NJ_G);
 #pragma unroll 1
         for (int g = t; g < NJ_G; g += {{ B }}) {
@@ -170,32 +195,63 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
     }
 }
 
+{% end %}
 /* NJ_KERNEL_REGS: the per-channel constants and the activation spilled at sm_80's default 64 registers */
 NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {
+    /* each group's shift, mean of x - shift and rstd, finished once a block: a thread's CH channels
+       read them from shared memory, not CH shift loads and 2 * CH workspace loads of their own */
+{% if FUSED then %}
+{% stats_shared() %}
+{% else %}
+    NJ_SHARED(float, nj_gk, {{ G }});
+{% end %}
+    NJ_SHARED(float, nj_gm, {{ G }});
+    NJ_SHARED(float, nj_gr, {{ G }});
 {% fwd_pointers() %}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
-    if (t >= NJ_LT * NJ_R) return; /* no barrier below */
+    const bool active = t < NJ_LT * NJ_R;
     {{ block_item("w", "A.rows * NJ_S") }}
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+{% if FUSED then %}
+        /* the image is this tile: its statistics here, finished as the library's merge finishes one part */
+        __syncthreads(); /* the previous item's readers are done with nj_gk */
+        {
+{% tile_stats() %}
+        }
+        const float inv_n = 1.0f / (float)NJ_N;
+{% else %}
         const float *ST = (const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("means") }};
+{% end %}
         /* the group's shift and scale (its first channel at pixel 0) finish the merged moments */
         const nj_i64 oimg = {{ offset("x", {1}, "k") }};
 {% if F.residual then %}
         const nj_i64 rimg = {{ offset("res", {1}, "k") }};
 {% end %}
+        __syncthreads(); /* the previous item's readers are done with nj_gk .. nj_gr */
+#pragma unroll 1
+        for (int k3 = t; k3 < NJ_G; k3 += {{ B }}) {
+            const nj_shift sh = nj_shift_of(nj_load_f32(X, oimg + k3 * NJ_CG){{ F.residual and " + nj_load_f32(RES, rimg + k3 * NJ_CG)" or "" }}, true);
+{% if FUSED then %}
+            const float gmean = nj_gsum[k3] * inv_n, gd = __fdividef(nj_gsum[k3], (float)NJ_N) - gmean;
+{% fwd_finish("gmean", "(nj_gm2[k3] + (float)NJ_N * gd * gd) * inv_n") %}
+{% else %}
+            const float2 st2 = *(const float2 *)(ST + 2 * k3); /* one 8-byte load: whole sectors a warp */
+{% fwd_finish("st2.x", "st2.y") %}
+{% end %}
+            nj_gk[k3] = sh.k;
+            nj_gm[k3] = md;
+            nj_gr[k3] = rstd;
 {% if F.stats then %}
-        if (tile == 0) { /* the image's first tile writes its saved statistics */
-            for (int k3 = t; k3 < NJ_G; k3 += NJ_LT * NJ_R) {
+            if (tile == 0) { /* the image's first tile writes its saved statistics */
                 const nj_i64 os = {{ offset("stats", {1, 3}, "k") }};
-                const nj_shift sh = nj_shift_of(nj_load_f32(X, oimg + k3 * NJ_CG){{ F.residual and " + nj_load_f32(RES, rimg + k3 * NJ_CG)" or "" }}, true);
-{% fwd_finish("ST[2 * k3]", "ST[2 * k3 + 1]") %}
                 A.mean[os] = sh.k + md;
                 A.rstd[os] = rstd;
             }
-        }
 {% end %}
+        }
+        __syncthreads();
         /* this thread's channels: shift, mean of x - shift, rstd * gamma and beta (gamma and beta: L1 hits
            after the first tile) */
         float kk[NJ_CH], mk[NJ_CH], sk[NJ_CH];
@@ -211,15 +267,13 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) {
             const int g = (c0 + k) / NJ_CG;
-            const nj_shift sh = nj_shift_of(nj_load_f32(X, oimg + g * NJ_CG){{ F.residual and " + nj_load_f32(RES, rimg + g * NJ_CG)" or "" }}, true);
-{% fwd_finish("ST[2 * g]", "ST[2 * g + 1]") %}
-            kk[k] = sh.k;
-            mk[k] = md;
-            sk[k] = rstd{{ F.scale and " * sk[k]" or "" }};
+            kk[k] = nj_gk[g];
+            mk[k] = nj_gm[g];
+            sk[k] = nj_gr[g]{{ F.scale and " * sk[k]" or "" }};
         }
         {{ tile_offsets({"x", "y", F.residual and "res" or nil}) }}
 {{ PIXEL_UNROLL }}
-        for (int p = r; p < npx; p += NJ_R) {
+        for (int p = active ? r : npx; p < npx; p += NJ_R) {
 {% local function affine(o, k) %}
                 float u = ((o_[{{ o }}] - kk[{{ k }}]) - mk[{{ k }}]) * sk[{{ k }}];
 {% fwd_epilogue("                ", nil, F.bias and ("bk[" .. k .. "]"), {to = "o_[" .. o .. "]"}) %}
