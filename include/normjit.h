@@ -232,8 +232,15 @@ enum nj_context_flags {
     NJ_CTX_NO_DISK_CACHE = 1u << 1,   /* keep compiled kernels in memory only */
     NJ_CTX_EMU_SHUFFLE = 1u << 2,     /* emulator: shuffle thread order between barriers */
     NJ_CTX_EMU_POISON = 1u << 3,      /* emulator: poison shared memory before each launch */
-    NJ_CTX_EMU_SMALL_GRID = 1u << 4   /* emulator: grids at most 7 blocks wide (more go along y), which checks
+    NJ_CTX_EMU_SMALL_GRID = 1u << 4,  /* emulator: grids at most 7 blocks wide (more go along y), which checks
                                          the kernels' block numbering of grids past 2^31 - 1 blocks */
+    /* A pass whose kernels are neither in memory nor on disk runs the generic kernels at once (one module
+     * per pass, x dtype and gamma dtype, for every problem: nj_context_warm_generic) while its own kernels
+     * compile on a background pool (max_background_compiles threads); the plan switches to them, atomically,
+     * once they are loaded. With NJ_CTX_NO_COMPILE too, the pool still compiles: the request path never
+     * does. NJ_CTX_NO_COMPILE alone: such a pass stays on the generic kernels when those are cached (else
+     * NJ_ERR_NOT_CACHED). nj_plan_workspace_size covers both kernel sets in these contexts. */
+    NJ_CTX_ASYNC_COMPILE = 1u << 5
 };
 
 typedef struct nj_context_options {
@@ -253,9 +260,13 @@ typedef struct nj_context_options {
     /* Shared cache tier behind the disk cache: redis://[:password@]host:port[/db][?prefix=..&ttl=..]; NULL =
      * NORMJIT_REMOTE_CACHE, else none. Copied. README "Fleet cache (Redis)". */
     const char *remote_cache;
+    /* NJ_CTX_ASYNC_COMPILE: background compile threads, 1 to 64; 0 = 1. */
+    int32_t max_background_compiles;
 } nj_context_options;
 /* The struct before remote_cache: still accepted as struct_size, the missing field taken as NULL. */
 #define NJ_CONTEXT_OPTIONS_SIZE_V1 offsetof(nj_context_options, remote_cache)
+/* The struct before max_background_compiles (taken as 0). */
+#define NJ_CONTEXT_OPTIONS_SIZE_V2 offsetof(nj_context_options, max_background_compiles)
 
 /* Fills defaults (struct_size set, everything else automatic). */
 NJ_API void nj_context_options_init(nj_context_options *o);
@@ -296,6 +307,27 @@ NJ_API nj_status nj_context_remote_cache_stats(nj_context *ctx, nj_remote_cache_
 NJ_API nj_backend_kind nj_context_backend(const nj_context *ctx);
 NJ_API int32_t nj_context_arch(const nj_context *ctx);
 NJ_API const char *nj_context_cache_dir(const nj_context *ctx);
+
+/* ---- Serving: generic kernels and background compiles (NJ_CTX_ASYNC_COMPILE, NJ_CTX_NO_COMPILE) ---- */
+/* Set struct_size = sizeof(nj_serve_stats) first (fields that fit are filled, as nj_cache_stats).
+ * generic_launches: launches of passes that ran the generic kernels; generic_passes: plan passes (and
+ * variants) that went generic; background_jobs: builds the pool finished, background_compiles: the
+ * compiles they made, background_failures: builds that failed (the pass stays generic, logged);
+ * switches: passes moved from the generic kernels to their own; background_pending: queued or running. */
+typedef struct nj_serve_stats {
+    uint32_t struct_size;
+    uint64_t generic_launches, generic_passes, background_jobs, background_compiles, background_failures, switches;
+    uint64_t background_pending;
+} nj_serve_stats;
+NJ_API nj_status nj_context_serve_stats(nj_context *ctx, nj_serve_stats *out);
+/* Returns once the background pool has nothing queued or running (tests, shutdown, benchmarks).
+ * nj_context_destroy does the same before it frees anything: a compile in flight still reaches the cache. */
+NJ_API nj_status nj_context_wait_background(nj_context *ctx);
+/* Compiles (or loads) the generic modules a problem's passes would use (its x and gamma dtypes), so that
+ * an async or no-compile context can serve problems it has never seen; also loads them in a context that
+ * launches. *compiled (optional) gets the number compiled now. */
+NJ_API nj_status nj_context_warm_generic(nj_context *ctx, const nj_problem_desc *p, uint32_t passes,
+                                         int32_t *compiled);
 
 /* ---- Plans ---- */
 typedef enum nj_pass { NJ_PASS_FORWARD = 1, NJ_PASS_BACKWARD = 2 } nj_pass;

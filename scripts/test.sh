@@ -41,7 +41,7 @@ if [ "${CI:-}" = "true" ] || [ "${NJ_FUZZ:-0}" = "1" ]; then
   # compiles, parallel NVRTC, the emulator's blocks, eviction while readers load). test_codegen's one
   # threaded test (concurrent renders) is left out: Lua under TSan took 276 s of its 282 (clean then).
   echo "== thread suites under ThreadSanitizer"
-  tsan=(test_context test_cache test_concurrency test_compile test_backend_emu)
+  tsan=(test_context test_cache test_concurrency test_compile test_backend_emu test_serve)
   cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNJ_TSAN=ON >/dev/null
   cmake --build build-tsan -j "$jobs" --target "${tsan[@]}"
   TSAN_OPTIONS=halt_on_error=1:exitcode=66 \

@@ -2,6 +2,8 @@
 #include "codegen.h"
 #include "cache_remote.h"
 #include "context_impl.h"
+#include "async.h" /* serve hooks */
+#include "generic.h" /* serve hooks */
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -82,15 +84,23 @@ static nj_plan_table *nj_table_new(size_t cap)
 }
 
 #define NJ_CTX_FLAGS_ALL                                                                                   \
-    (NJ_CTX_NO_COMPILE | NJ_CTX_NO_DISK_CACHE | NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON | NJ_CTX_EMU_SMALL_GRID)
+    (NJ_CTX_NO_COMPILE | NJ_CTX_NO_DISK_CACHE | NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON | NJ_CTX_EMU_SMALL_GRID | \
+     NJ_CTX_ASYNC_COMPILE)
 
 /* Out-of-range options are caller bugs (an uninitialized field, a negative count): refused by name rather
  * than read as something else. */
 static nj_status nj_options_check(const nj_context_options *o)
 {
-    NJ_RETURN_IF(o->struct_size != sizeof *o && o->struct_size != NJ_CONTEXT_OPTIONS_SIZE_V1, NJ_ERR_BAD_STRUCT_SIZE,
-                 "nj_context_options.struct_size is %u, expected %zu (or %zu, before remote_cache)", o->struct_size,
-                 sizeof *o, (size_t)NJ_CONTEXT_OPTIONS_SIZE_V1);
+    NJ_RETURN_IF(o->struct_size != sizeof *o && o->struct_size != NJ_CONTEXT_OPTIONS_SIZE_V1 &&
+                     o->struct_size != NJ_CONTEXT_OPTIONS_SIZE_V2,
+                 NJ_ERR_BAD_STRUCT_SIZE,
+                 "nj_context_options.struct_size is %u, expected %zu (or %zu, before remote_cache, or %zu, before "
+                 "max_background_compiles)",
+                 o->struct_size, sizeof *o, (size_t)NJ_CONTEXT_OPTIONS_SIZE_V1, (size_t)NJ_CONTEXT_OPTIONS_SIZE_V2);
+    /* serve hook: the pool's bound, read only where the caller's struct has it */
+    int32_t bg = o->struct_size == sizeof *o ? o->max_background_compiles : 0;
+    NJ_RETURN_IF(bg < 0 || bg > 64, NJ_ERR_BAD_ARGUMENT,
+                 "nj_context_options.max_background_compiles = %d: 1 to 64, or 0 (one thread)", bg);
     NJ_RETURN_IF(o->flags & ~(uint32_t)NJ_CTX_FLAGS_ALL, NJ_ERR_BAD_FLAGS,
                  "nj_context_options.flags = 0x%x has unknown bits 0x%x", o->flags, o->flags & ~(uint32_t)NJ_CTX_FLAGS_ALL);
     NJ_RETURN_IF(o->backend < NJ_BACKEND_AUTO || o->backend > NJ_BACKEND_COMPILE_ONLY, NJ_ERR_BAD_ARGUMENT,
@@ -126,6 +136,7 @@ nj_status nj_context_create(const nj_context_options *opts, nj_context **out)
     const char *rec = getenv("NORMJIT_RECORD");
     if (rec && *rec) ctx->record_path = strdup(rec);
     nj_status s = atomic_load(&ctx->table) ? nj_backend_open(ctx) : nj_fail(NJ_ERR_OUT_OF_MEMORY, "plan table");
+    if (s == NJ_OK) s = nj_serve_create(ctx); /* serve hook */
     if (s != NJ_OK) {
         nj_context_destroy(ctx);
         return s;
@@ -151,6 +162,7 @@ static void nj_table_free(nj_plan_table *t, int free_plans)
 void nj_context_destroy(nj_context *ctx)
 {
     if (!ctx) return;
+    nj_serve_destroy(ctx); /* serve hook: drains the background pool, frees the generic sets */
     if (ctx->backend) nj_kernelsets_free(ctx);
     nj_table_free(atomic_load(&ctx->table), 1);
     if (ctx->backend) ctx->backend->ops->destroy(ctx->backend);
@@ -323,6 +335,8 @@ nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_variant v, nj_kernelset
     _Atomic(nj_kernelset *) *slot = &plan->pass[pass == NJ_PASS_BACKWARD][v];
     nj_kernelset *ks = atomic_load_explicit(slot, memory_order_acquire);
     if (!ks) {
+        /* serve hook: async and no-compile contexts never compile here (they run the generic kernels) */
+        if (nj_serve_active(plan->ctx)) return nj_serve_ensure(plan, pass, v, out);
         NJ_TRY(nj_kernels_for(plan->ctx, nj_plan_pass_plan(plan, pass), v, 1, &ks, NULL));
         atomic_store_explicit(slot, ks, memory_order_release);
     }
@@ -421,5 +435,8 @@ size_t nj_plan_workspace_size(const nj_plan *plan, nj_pass pass)
     const nj_pass_plan *pl = nj_plan_pass_plan(plan, pass);
     if (pl->status != NJ_OK) return 0;
     /* the unaligned variant shares the main plan's workspace; within 64 bits: nj_plan_check */
-    return nj_plan_params_workspace(&pl->main, plan->rows);
+    size_t ws = nj_plan_params_workspace(&pl->main, plan->rows);
+    /* serve hook: a pass that may run the generic kernels needs their workspace too */
+    size_t gws = nj_serve_active(plan->ctx) ? nj_generic_workspace(plan, pass) : 0;
+    return ws > gws ? ws : gws;
 }

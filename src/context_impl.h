@@ -64,6 +64,7 @@ struct nj_context {
     nj_kernelset *sets;
     char *record_path; /* NORMJIT_RECORD */
     atomic_uint_fast64_t hits_memory, hits_disk, misses, compiles, compile_failures;
+    struct nj_serve *serve; /* serve hook: generic kernels and background compiles (src/async.c) */
 };
 
 /* context.c */
@@ -89,5 +90,16 @@ NJ_HIDDEN char *nj_signature_text(nj_context *ctx, const nj_canon *c, const nj_p
 NJ_HIDDEN char *nj_lib_signature_text(nj_context *ctx, int32_t lib, int32_t dtype, nj_plan_params *pp);
 NJ_HIDDEN const char *nj_binary_ext(nj_context *ctx);
 NJ_HIDDEN void nj_kernelsets_free(nj_context *ctx);
+/* serve hook (src/generic.c): the kernel set of a module whose source render() makes, under the
+ * signature head + the usual tail; *compiled (may be NULL) gets 1 when it was compiled now. */
+typedef nj_status (*nj_kernels_render_fn)(const void *ud, char **source);
+NJ_HIDDEN nj_status nj_kernels_custom(nj_context *ctx, const char *head, const nj_plan_params *pp,
+                                      nj_kernels_render_fn render, const void *ud, int load, nj_kernelset **out,
+                                      int32_t *compiled);
+
+/* async.c (serve hooks): what the calling thread may do in kernels.c. */
+NJ_HIDDEN int nj_serve_compile_refused(const nj_context *ctx); /* NJ_CTX_NO_COMPILE, or a request's probe */
+NJ_HIDDEN int nj_serve_no_wait(void);     /* a request's probe: a build in flight is a miss, not a wait */
+NJ_HIDDEN int nj_serve_thread_mode(void); /* a probe or a background compile: library jobs run inline */
 
 #endif

@@ -16,6 +16,8 @@
 typedef struct nj_unit {
     const nj_canon *c;
     int32_t lib, dtype, reserve;
+    nj_kernels_render_fn render; /* serve hook: a generic module's source (src/generic.c), c NULL */
+    const void *render_ud;
 } nj_unit;
 
 static _Thread_local double nj_last_compile_ms;
@@ -95,7 +97,8 @@ static nj_status nj_kernels_compile(nj_context *ctx, const nj_unit *u, const cha
                                     nj_compile_result *res)
 {
     char *src = NULL;
-    NJ_TRY(u->c ? nj_codegen(u->c, &ks->params, &src) : nj_codegen_library(&ks->params, u->dtype, &src));
+    NJ_TRY(u->render ? u->render(u->render_ud, &src) /* serve hook */
+                     : u->c ? nj_codegen(u->c, &ks->params, &src) : nj_codegen_library(&ks->params, u->dtype, &src));
     /* the kernel count sizes --split-compile over idle cores: none taken from a library compile */
     int32_t kernels = nj_plan_kernel_count(&ks->params) - u->reserve;
     nj_status s = ctx->backend->ops->compile(ctx->backend, src, ks->params.launch[0].kernel, kernels > 1 ? kernels : 1,
@@ -164,7 +167,7 @@ static nj_status nj_kernels_build(nj_context *ctx, const nj_unit *u, const char 
     int lock_fd = -1;
     nj_status s = NJ_OK;
     if (!nj_kernels_from_disk(ctx, sig, ks, &e)) {
-        NJ_RETURN_IF(ctx->opts.flags & NJ_CTX_NO_COMPILE, NJ_ERR_NOT_CACHED,
+        NJ_RETURN_IF(nj_serve_compile_refused(ctx), NJ_ERR_NOT_CACHED, /* serve hook: NJ_CTX_NO_COMPILE, async */
                      "kernel %s is not in the cache (%s) and this context never compiles; run `normjit warmup`",
                      ks->hash, ctx->cache ? nj_cache_root(ctx->cache) : "memory only");
         /* Another process may be compiling the same key: wait for its lock, then look again. */
@@ -267,7 +270,8 @@ static void nj_lib_job_start(nj_lib_job *j)
         return;
     }
     if ((j->ks = nj_kernelset_ready(j->ctx, j->sig, j->load))) return;
-    j->threaded = pthread_create(&j->thread, NULL, nj_lib_job_run, j) == 0;
+    /* serve hook: on a request's probe or a background compile the thread's mode must hold for the job */
+    j->threaded = !nj_serve_thread_mode() && pthread_create(&j->thread, NULL, nj_lib_job_run, j) == 0;
     if (!j->threaded) nj_lib_job_run(j); /* no thread to be had: one after the other */
 }
 
@@ -279,7 +283,7 @@ static int32_t nj_libs_start(nj_context *ctx, const nj_plan_params *pp, int32_t 
     for (int32_t k = 0; k < n; k++) {
         memset(&jobs[k], 0, sizeof jobs[k]);
         jobs[k].ctx = ctx;
-        jobs[k].unit = (nj_unit){NULL, libs[k], nj_lib_dtype(libs[k], dtype), 0};
+        jobs[k].unit = (nj_unit){NULL, libs[k], nj_lib_dtype(libs[k], dtype), 0, NULL, NULL};
         jobs[k].load = load;
         nj_lib_job_start(&jobs[k]);
     }
@@ -329,6 +333,10 @@ static nj_status nj_kernelset_get(nj_context *ctx, const nj_unit *u, const nj_pl
     nj_hash_hex(sig, strlen(sig), hash);
     pthread_mutex_lock(&ctx->lock);
     nj_kernelset *ks = nj_kernelset_find(ctx, hash, load);
+    if (ks && ks->state == 0 && nj_serve_no_wait()) { /* serve hook: a request never waits for a build */
+        pthread_mutex_unlock(&ctx->lock);
+        return nj_fail(NJ_ERR_NOT_CACHED, "kernel %s is being built on another thread", hash);
+    }
     if (ks && ks->state != 2) {
         nj_status s = nj_kernelset_wait(ctx, ks);
         if (s != NJ_OK || !load || ks->module) { /* else a warmup built it without loading: load one */
@@ -373,8 +381,26 @@ nj_status nj_kernels_for(nj_context *ctx, const nj_pass_plan *pl, nj_variant v, 
     char *sig = nj_signature_text(ctx, &pl->view, pp);
     NJ_RETURN_IF(!sig, NJ_ERR_OUT_OF_MEMORY, "signature text");
     nj_build_stats none = {0, 0};
-    nj_unit u = {&pl->view, NJ_LIB_NONE, pl->view.dtype[NJ_OPD_PARAM], 0};
+    nj_unit u = {&pl->view, NJ_LIB_NONE, pl->view.dtype[NJ_OPD_PARAM], 0, NULL, NULL};
     nj_status s = nj_kernelset_get(ctx, &u, pp, sig, load, out, st ? st : &none);
+    free(sig);
+    return s;
+}
+
+/* serve hook: a module rendered by `render` (src/generic.c), keyed by head + the signature tail. */
+nj_status nj_kernels_custom(nj_context *ctx, const char *head, const nj_plan_params *pp, nj_kernels_render_fn render,
+                            const void *ud, int load, nj_kernelset **out, int32_t *compiled)
+{
+    nj_buf b;
+    nj_buf_init(&b);
+    nj_buf_printf(&b, "%s", head);
+    nj_signature_tail(ctx, &b);
+    char *sig = nj_buf_take(&b);
+    NJ_RETURN_IF(!sig, NJ_ERR_OUT_OF_MEMORY, "signature text");
+    nj_build_stats st = {0, 0};
+    nj_unit u = {NULL, NJ_LIB_NONE, NJ_DTYPE_NONE, 0, render, ud};
+    nj_status s = nj_kernelset_get(ctx, &u, pp, sig, load, out, &st);
+    if (compiled) *compiled = st.lib_compiled;
     free(sig);
     return s;
 }

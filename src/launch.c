@@ -4,6 +4,7 @@
  * loaded by the first misaligned call, or with the plan by a context that never compiles), so launches
  * are safe to capture in CUDA graphs. */
 #include "context_impl.h"
+#include "async.h" /* serve hook */
 
 #include <stdint.h>
 #include <string.h>
@@ -48,6 +49,7 @@ static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream,
         NJ_TRY(nj_plan_ensure(plan, pass, NJ_VARIANT_UNALIGNED, &ks));
     ka->rows = plan->rows;
     memcpy(ka->bstride, plan->bstride, sizeof ka->bstride);
+    nj_serve_note_launch(plan->ctx, ks); /* serve hook: counts generic launches */
     /* A zero batch leaves only fixed-grid launches (e.g. zeroing dgamma/dbeta, the sum over nothing). */
     size_t ws = nj_plan_params_workspace(&ks->params, plan->rows);
     NJ_RETURN_IF(ws && !ka->workspace, NJ_ERR_NULL_POINTER, "this plan needs %zu bytes of workspace", ws);

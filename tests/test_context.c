@@ -135,18 +135,18 @@ static double run_layernorm_at(nj_context *ctx, int64_t rows, int64_t n, int shi
 
 static double run_layernorm(nj_context *ctx, int64_t rows, int64_t n) { return run_layernorm_at(ctx, rows, n, 0); }
 
-/* GroupNorm over NHWC f32 images ([2, 16, 9, 7], 4 groups: the channels-last family, 3 launches and a
- * workspace) with x and y shifted by `shift` floats; error in units of the f32 tolerance. */
+/* GroupNorm over NHWC f32 images ([2, 16, 96, 96], 4 groups: the channels-last family, 3 launches and a
+ * workspace; an image of 147456 elements is past NJ_CL_FUSE, under which one block takes it in one launch) with x and y shifted by `shift` floats; error in units of the f32 tolerance. */
 static double run_groupnorm_nhwc_at(nj_context *ctx, int shift)
 {
     nj_problem_desc p;
-    int64_t ext[4] = {2, 16, 9, 7};
+    int64_t ext[4] = {2, 16, 96, 96};
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F32, 4, ext, 4, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS | NJ_FLAG_SAVE_STATS),
                      NJ_OK);
     nj_plan *plan;
     nj_status s = nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan);
     if (s != NJ_OK) fail_msg("plan: %s %s", nj_status_name(s), nj_last_error());
-    const size_t numel = 2 * 16 * 9 * 7, stats = 2 * 4;
+    const size_t numel = 2 * 16 * 96 * 96, stats = 2 * 4;
     size_t ws = nj_plan_workspace_size(plan, NJ_PASS_FORWARD);
     assert_true(ws > 0);
     float *xa = malloc((numel + 4) * 4), *ya = malloc((numel + 4) * 4), *x = xa + shift, *y = ya + shift;
@@ -256,11 +256,11 @@ static void test_channels_last_variants(void **state)
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 3);
     nj_problem_desc p;
-    int64_t ext[4] = {2, 16, 9, 7};
+    int64_t ext[4] = {2, 16, 96, 96};
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F32, 4, ext, 4, 1, 0), NJ_OK);
     nj_plan *plan;
     assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_OK);
-    float *x = calloc(2 * 16 * 9 * 7, 4), *y = calloc(2 * 16 * 9 * 7, 4);
+    float *x = calloc(2 * 16 * 96 * 96, 4), *y = calloc(2 * 16 * 96 * 96, 4);
     nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .y = y};
     assert_int_equal(nj_forward(plan, &a), NJ_ERR_NULL_POINTER);
     assert_non_null(strstr(nj_last_error(), "workspace"));
@@ -494,9 +494,10 @@ static void test_library_module_shared(void **state)
     nj_context *ctx = emu_context(f->dir, 0);
     assert_int_equal(warm_bwd(ctx, "rmsnorm f32 *x96 flags=scale"), 2); /* its own module and the library's */
     assert_int_equal(warm_bwd(ctx, "layernorm f32 *x160 flags=scale,bias"), 1);
-    /* channels-last GroupNorm also launches the library's merge of its tiles: one module for all */
-    assert_int_equal(warm_bwd(ctx, "groupnorm f32 nhwc *x64x6x6 groups=8 flags=scale,bias"), 2);
-    assert_int_equal(warm_bwd(ctx, "groupnorm f16 nhwc *x32x6x6 groups=4 param=f32"), 1);
+    /* channels-last GroupNorm of images in several tiles (past NJ_CL_FUSE) also launches the library's
+       merge of its tiles: one module for all */
+    assert_int_equal(warm_bwd(ctx, "groupnorm f32 nhwc *x64x48x48 groups=8 flags=scale,bias"), 2);
+    assert_int_equal(warm_bwd(ctx, "groupnorm f16 nhwc *x32x72x72 groups=4 param=f32"), 1);
     assert_int_equal(warm_bwd(ctx, "rmsnorm bf16 *x96 flags=scale param=bf16"), 2); /* another gamma dtype */
     assert_int_equal(warm_bwd(ctx, "rmsnorm f32 *x96"), 1); /* no dgamma: no library module */
     nj_context_destroy(ctx);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async.h"
 #include "nj_testutil.h"
 #include "check_lib.h"
 
@@ -425,6 +426,30 @@ static void test_constant_sets(void **state)
     }
 }
 
+/* The generic kernels (src/generic.c), which stand in for any problem's own while those compile: a
+ * context forced onto them runs a problem of each family in each dtype, with the matrix's checker. */
+static void test_generic_kernels(void **state)
+{
+    matrix_state *m = *state;
+    matrix_state g = *m;
+    nj_context_options o;
+    nj_context_options_init(&o);
+    o.backend = NJ_BACKEND_EMULATOR;
+    o.arch = 90;
+    o.flags = NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON | NJ_CTX_EMU_SMALL_GRID;
+    o.seed = 9;
+    o.cache_dir = m->dir;
+    assert_int_equal(nj_context_create(&o, &g.ctx), NJ_OK);
+    nj_serve_force_generic(g.ctx, 1);
+    static const char *const bases[] = {"layernorm %s 5x70", "groupnorm %s nhwc 2x12x5x5 groups=3",
+                                        "batchnorm %s nchw 3x5x4x4", "norm %s shape=4x6x5 reduce=0,2 feature=1"};
+    int before = g.failed;
+    run_family(&g, bases, sizeof bases / sizeof bases[0]);
+    m->run += g.run;
+    m->failed += g.failed - before;
+    nj_context_destroy(g.ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -433,7 +458,7 @@ int main(void)
         cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
         cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),
         cmocka_unit_test(test_regimes),     cmocka_unit_test(test_alignment_bits),
-        cmocka_unit_test(test_constant_sets),
+        cmocka_unit_test(test_constant_sets), cmocka_unit_test(test_generic_kernels),
     };
     /* NJ_MATRIX_FILTER=test_regimes (a cmocka pattern) runs part of the matrix while iterating */
     if (getenv("NJ_MATRIX_FILTER")) cmocka_set_test_filter(getenv("NJ_MATRIX_FILTER"));

@@ -217,7 +217,7 @@ static void test_cache_ls_merge_module(void **state)
     char cache[512], man[512];
     nj_path(cache, sizeof cache, "cache-merge");
     nj_path(man, sizeof man, "merge.txt");
-    nj_write_file(man, "groupnorm f32 nhwc *x32x6x6 groups=4\n");
+    nj_write_file(man, "groupnorm f32 nhwc *x32x72x72 groups=4\n"); /* several tiles: past NJ_CL_FUSE */
     nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 3); /* main, unaligned, the merge */
