@@ -67,16 +67,15 @@ static nj_status nj_generic_render(const void *ud, char **source)
     int b = k->pass == NJ_PASS_BACKWARD;
     char env[1024];
     int n = snprintf(env, sizeof env,
-                     "{pass = '%s', block = %d, ctype = {x = '%s', param = '%s'},"
+                     "{pass = '%s', block = %d, desc = %d, ctype = {x = '%s', param = '%s'},"
                      " dt = {f32 = %d, f16 = %d, bf16 = %d},"
                      " fl = {center = %u, scale = %u, bias = %u, residual = %u, resout = %u, stats = %u},"
                      " act = {relu = %d, silu = %d, gelu_tanh = %d, gelu_erf = %d, sigmoid = %d},"
-                     " launch = {{kernel = '%s'}%s%s%s}}",
-                     b ? "bwd" : "fwd", NJ_GENERIC_BLOCK, nj_ctype_of(k->xdt), nj_ctype_of(k->pdt), NJ_F32, NJ_F16,
+                     " kernel = {main = '%s', pgrad = '%s'}}",
+                     b ? "bwd" : "fwd", NJ_GENERIC_BLOCK, NJ_GDESC_LIB_SLOT, nj_ctype_of(k->xdt), nj_ctype_of(k->pdt), NJ_F32, NJ_F16,
                      NJ_BF16, NJ_FLAG_CENTER, NJ_FLAG_SCALE, NJ_FLAG_BIAS, NJ_FLAG_RESIDUAL, NJ_FLAG_RESIDUAL_OUT,
                      NJ_FLAG_SAVE_STATS, NJ_ACT_RELU, NJ_ACT_SILU, NJ_ACT_GELU_TANH, NJ_ACT_GELU_ERF, NJ_ACT_SIGMOID,
-                     nj_generic_kernels[b][0], b ? ", {kernel = '" : "", b ? nj_generic_kernels[b][1] : "",
-                     b ? "'}" : "");
+                     nj_generic_kernels[b][0], b ? nj_generic_kernels[b][1] : "");
     NJ_RETURN_IF(n < 0 || (size_t)n >= sizeof env, NJ_ERR_INTERNAL, "generic: environment text too long");
     return nj_render_string("generic.cu", text, env, source);
 }
@@ -110,7 +109,7 @@ static void nj_generic_launch(nj_launch *l, const nj_canon *c, nj_pass pass, int
     memset(l, 0, sizeof *l);
     snprintf(l->kernel, sizeof l->kernel, "%s", nj_generic_kernels[pass == NJ_PASS_BACKWARD][i]);
     l->lib = NJ_GENERIC_LAUNCH;
-    l->arg[0][0] = (int64_t)(intptr_t)fn_desc;
+    l->arg[0][NJ_GDESC_LIB_SLOT] = (int64_t)(intptr_t)fn_desc;
     l->block[0] = NJ_GENERIC_BLOCK;
     l->block[1] = l->block[2] = 1;
     if (i == 0) {
@@ -159,7 +158,7 @@ nj_status nj_generic_set_create(nj_plan *plan, nj_pass pass, nj_kernelset **out)
 void nj_generic_set_free(nj_context *ctx, nj_kernelset *ks)
 {
     if (!ks) return;
-    void *dev = (void *)(intptr_t)ks->params.launch[0].arg[0][0];
+    void *dev = (void *)(intptr_t)ks->params.launch[0].arg[0][NJ_GDESC_LIB_SLOT];
     if (dev) ctx->backend->ops->mem_free(ctx->backend, dev);
     free(ks);
 }

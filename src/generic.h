@@ -25,6 +25,8 @@ typedef struct nj_gdesc {
 /* nj_launch.lib of a generic launch: not a library kernel, but non-zero, so that launch.c fills
  * nj_kargs.lib from the launch's arguments (lib[0]: the descriptor's device address). */
 #define NJ_GENERIC_LAUNCH 0x67
+/* Where in nj_kargs.lib the descriptor's device address arrives (P.desc in templates/generic.cu). */
+#define NJ_GDESC_LIB_SLOT 0
 
 /* The descriptor of the canonical form c (one pass's view: nj_canon_for_pass). */
 NJ_HIDDEN void nj_generic_desc(const nj_canon *c, nj_gdesc *d);

@@ -2,10 +2,11 @@
    valid problem of those dtypes, compiled once per cache like the library modules. Nothing of the
    problem is baked in: extents, strides, reduce and feature axes, flags, the activation and the other
    operands' dtypes come in a descriptor (nj_gdesc, the layout of src/generic.h) whose device address
-   is A.lib[0]; the batch axis, as everywhere, from A.rows and A.bstride. They run while a problem's own
+   is A.lib[P.desc]; the batch axis, as everywhere, from A.rows and A.bstride. They run while a problem's own
    kernels compile (NJ_CTX_ASYNC_COMPILE), or instead of them in a context that never compiles. Simple,
    not fast: a block per reduction set, every index split over the axes at run time.
-   P: pass ("fwd" | "bwd"), block, ctype.x, ctype.param, dt (dtype codes), fl (flag bits), act (codes). #}
+   P: pass ("fwd" | "bwd"), block, desc (the descriptor's slot in A.lib), ctype.x, ctype.param,
+   dt (dtype codes), fl (flag bits), act (codes), kernel.main and kernel.pgrad (names). #}
 {% include("prelude.cuh") %}
 {% local B = P.block %}
 typedef {{ P.ctype.x }} nj_tx;
@@ -26,7 +27,7 @@ struct nj_gdesc {
 /* The descriptor into shared memory, with the batch axis of this launch patched in. */
 NJ_DEVICE void nj_gdesc_load(nj_gdesc *G, const nj_kargs &A)
 {
-    const nj_i64 *src = (const nj_i64 *)A.lib[0];
+    const nj_i64 *src = (const nj_i64 *)A.lib[{{ P.desc }}];
     nj_i64 *dst = (nj_i64 *)G;
     for (int i = threadIdx.x; i < NJ_GDESC_WORDS; i += blockDim.x) dst[i] = src[i];
     __syncthreads();
@@ -93,7 +94,7 @@ NJ_DEVICE void nj_gsplit(const nj_gdesc *G, const nj_i64 *ax, nj_i64 n, nj_i64 i
 {% if P.pass == "fwd" then %}
 /* Forward: block per statistic st of rows * kept_inner. The set's statistics on the shifted, scaled
  * values (prelude: nj_shift) by Welford, then a second walk writes y (and residual_out). */
-NJ_KERNEL({{ P.launch[1].kernel }}, NJ_GB)
+NJ_KERNEL({{ P.kernel.main }}, NJ_GB)
 {
     NJ_SHARED(nj_gdesc, G, 1);
     NJ_SHARED(nj_welford, nj_wscratch, NJ_GNW);
@@ -160,7 +161,7 @@ NJ_DEVICE float nj_gxhat(float x, float m, float c, float rstd) { return ((x - m
 /* Backward dx: block per statistic. Walks: the correction (centered problems), the sums of
  * g = dy * act'(u) * gamma and g * x^, then dx = rstd * (g - mean(g) - x^ * mean(g * x^)) (no mean(g)
  * under RMS). The correction goes to the workspace at the statistic's offset for the dgamma kernel. */
-NJ_KERNEL({{ P.launch[1].kernel }}, NJ_GB)
+NJ_KERNEL({{ P.kernel.main }}, NJ_GB)
 {
     NJ_SHARED(nj_gdesc, G, 1);
     NJ_SHARED(float, nj_scratch, 2 * NJ_GNW);
@@ -221,7 +222,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, NJ_GB)
  * of x with that feature index (the axes that are not feature axes, batch included) in a fixed order,
  * then a fixed block reduction: deterministic without atomics. Runs after the dx kernel, whose
  * corrections it reads. */
-NJ_KERNEL({{ P.launch[2].kernel }}, NJ_GB)
+NJ_KERNEL({{ P.kernel.pgrad }}, NJ_GB)
 {
     NJ_SHARED(nj_gdesc, G, 1);
     NJ_SHARED(float, nj_scratch, 2 * NJ_GNW);
