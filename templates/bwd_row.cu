@@ -203,7 +203,14 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
         float dl = 0.0f;
 {% if F.center then %}
+{% if GROUPS then %}
+        /* a warp's groups shuffle together, so the whole warp enters when one of its rows needs dl
+           (bwd_lib.cuh: BWD_DL); the others sum and drop it */
+        const bool fix_ = live && fabsf(mean) * rstd > NJ_FIX_RATIO;
+        if (nj_warp_any(fix_)) {
+{% else %}
         if (fabsf(mean) * rstd > NJ_FIX_RATIO) { /* uniform over the row (bwd_lib.cuh: BWD_DL) */
+{% end %}
             float c_ = 0.0f;
 {% if PF then %}
 {{ CUNROLL }} /* the row's words are in registers: unrolled, no loads */
@@ -223,7 +230,10 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                     for (int k = 0; k < V; k++) c_ += (xv_[k] - mean) * rstd;
                 }
             }
-{% if RPB > 1 then %}
+{% if GROUPS then %}
+            const float dl_ = {{ WSUM }}(c_) * (1.0f / (float)NJ_N); /* every lane: a shuffle */
+            dl = fix_ ? dl_ : 0.0f;
+{% elseif RPB > 1 then %}
             dl = {{ WSUM }}(c_) * (1.0f / (float)NJ_N);
 {% else %}
             float z_ = 0.0f; /* inlined, not nj_block_sum's call: values live across a call spilled */
@@ -231,7 +241,8 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
             dl = c_ * (1.0f / (float)NJ_N);
 {% end %}
 {% if bwd_dl_store() then %}
-            if ({{ GROUPS and "lane == 0 && live" or "lane == 0" }}) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma/dbeta walks */
+            /* for the dgamma/dbeta walks */
+            if ({{ GROUPS and "lane == 0 && fix_" or "lane == 0" }}) {{ bwd_dl_base() }}[os] = dl;
 {% end %}
         }
 {% end %}

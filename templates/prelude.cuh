@@ -294,6 +294,20 @@ NJ_DEVICE float nj_shfl_xor(float v, int m)
     return __shfl_xor_sync(NJ_FULL_MASK, v, m);
 #endif
 }
+/* 1 when p holds on any lane of the warp, the whole warp taking part (vote.sync.any, as nj_shfl_xor:
+ * without the header wrappers). A branch around group shuffles must be uniform over the warp. */
+NJ_DEVICE bool nj_warp_any(bool p)
+{
+#ifndef NJ_EMU
+    int r;
+    asm volatile("{ .reg .pred a, b; setp.ne.s32 a, %1, 0; vote.sync.any.pred b, a, 0xffffffff; selp.s32 %0, 1, 0, b; }"
+                 : "=r"(r)
+                 : "r"((int)p));
+    return r != 0;
+#else
+    return __any_sync(NJ_FULL_MASK, p) != 0;
+#endif
+}
 NJ_DEVICE float nj_warp_sum(float v)
 {
 #pragma unroll
