@@ -370,8 +370,13 @@ typedef struct nj_backward_args {
     void *workspace;
     void *stream;
     size_t workspace_size; /* as in nj_forward_args; NJ_BACKWARD_ARGS_SIZE_V1 structs lack it */
+    float eps;             /* the forward's eps (>= 0). Read only by sets of one element (two when centred),
+                              whose dx is eps * rstd^3 * (g - mean(g)) exactly, where the general form is a
+                              difference of near-equal terms (up to 3% off). Added in 0.1 revision 3:
+                              NJ_BACKWARD_ARGS_SIZE_V2 structs (without it) get the general form there. */
 } nj_backward_args;
 #define NJ_BACKWARD_ARGS_SIZE_V1 offsetof(nj_backward_args, workspace_size)
+#define NJ_BACKWARD_ARGS_SIZE_V2 offsetof(nj_backward_args, eps)
 
 NJ_API nj_status nj_forward(nj_plan *plan, const nj_forward_args *args);
 NJ_API nj_status nj_backward(nj_plan *plan, const nj_backward_args *args);

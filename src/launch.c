@@ -85,13 +85,15 @@ static nj_status nj_forward_check(const nj_plan *plan, const nj_forward_args *a)
     return nj_want(a->rstd, f & NJ_FLAG_SAVE_STATS, "rstd");
 }
 
-/* The caller's args copied into a full-size struct: an older struct version (shorter, without
- * workspace_size) is read only up to its own size. *ws_cap: workspace_size, SIZE_MAX when absent. */
-static nj_status nj_args_in(const void *args, uint32_t size, size_t v1, size_t full, size_t ws_off, void *out,
-                            size_t *ws_cap, const char *name)
+/* The caller's args copied into a full-size struct: an older struct version (shorter: v1 without
+ * workspace_size, v2 (0: none) without what came after it) is read only up to its own size. *ws_cap:
+ * workspace_size, SIZE_MAX when absent. */
+static nj_status nj_args_in(const void *args, uint32_t size, size_t v1, size_t v2, size_t full, size_t ws_off,
+                            void *out, size_t *ws_cap, const char *name)
 {
-    NJ_RETURN_IF(size != full && size != v1, NJ_ERR_BAD_STRUCT_SIZE, "%s.struct_size is %u, expected %zu (or %zu)",
-                 name, size, full, v1);
+    NJ_RETURN_IF(size != full && size != v1 && (v2 == 0 || size != v2), NJ_ERR_BAD_STRUCT_SIZE,
+                 "%s.struct_size is %u, expected %zu (or an older %zu%s)", name, size, full, v1,
+                 v2 ? " or revision 2's" : "");
     memset(out, 0, full);
     memcpy(out, args, size);
     if (size == v1) *ws_cap = SIZE_MAX;
@@ -105,7 +107,7 @@ nj_status nj_forward(nj_plan *plan, const nj_forward_args *args)
     NJ_RETURN_IF(!plan || !args, NJ_ERR_NULL_POINTER, "nj_forward: plan and args are required");
     nj_forward_args full, *a = &full;
     size_t ws_cap = SIZE_MAX;
-    NJ_TRY(nj_args_in(args, args->struct_size, NJ_FORWARD_ARGS_SIZE_V1, sizeof full,
+    NJ_TRY(nj_args_in(args, args->struct_size, NJ_FORWARD_ARGS_SIZE_V1, 0, sizeof full,
                       offsetof(nj_forward_args, workspace_size), &full, &ws_cap, "nj_forward_args"));
     NJ_RETURN_IF(!(a->eps >= 0.0f), NJ_ERR_BAD_ARGUMENT, "eps must be >= 0 (got %g)", (double)a->eps);
     NJ_TRY(nj_forward_check(plan, a));
@@ -147,8 +149,11 @@ nj_status nj_backward(nj_plan *plan, const nj_backward_args *args)
     NJ_RETURN_IF(!plan || !args, NJ_ERR_NULL_POINTER, "nj_backward: plan and args are required");
     nj_backward_args full, *a = &full;
     size_t ws_cap = SIZE_MAX;
-    NJ_TRY(nj_args_in(args, args->struct_size, NJ_BACKWARD_ARGS_SIZE_V1, sizeof full,
+    NJ_TRY(nj_args_in(args, args->struct_size, NJ_BACKWARD_ARGS_SIZE_V1, NJ_BACKWARD_ARGS_SIZE_V2, sizeof full,
                       offsetof(nj_backward_args, workspace_size), &full, &ws_cap, "nj_backward_args"));
+    /* an older struct has no eps: -1 tells the kernels to keep the general form (bwd_lib.cuh) */
+    if (args->struct_size < sizeof full) full.eps = -1.0f;
+    else NJ_RETURN_IF(!(a->eps >= 0.0f), NJ_ERR_BAD_ARGUMENT, "eps must be >= 0 (got %g)", (double)a->eps);
     NJ_TRY(nj_backward_check(plan, a));
     nj_kargs ka;
     memset(&ka, 0, sizeof ka);
@@ -162,6 +167,7 @@ nj_status nj_backward(nj_plan *plan, const nj_backward_args *args)
     ka.dgamma = a->dgamma;
     ka.dbeta = a->dbeta;
     ka.workspace = a->workspace;
+    ka.eps = a->eps;
     return nj_run(plan, NJ_PASS_BACKWARD, &ka, a->stream, ws_cap);
 }
 

@@ -141,7 +141,8 @@ static nj_status m_call(nj_plan *plan, const nj_problem_desc *p, nj_pass pass, m
     }
     nj_backward_args a = {.struct_size = sizeof a, .dy = v[MB_DY], .x = v[MB_X], .gamma = v[MB_GAMMA],
                           .beta = v[MB_BETA], .rstd = v[MB_RSTD], .dx = v[MB_DX], .dgamma = v[MB_DGAMMA],
-                          .dbeta = v[MB_DBETA], .workspace = v[MB_WS], .workspace_size = b->bytes[MB_WS]};
+                          .dbeta = v[MB_DBETA], .workspace = v[MB_WS], .workspace_size = b->bytes[MB_WS],
+                          .eps = 1e-5f};
     if (f & NJ_FLAG_CENTER) a.mean = v[MB_MEAN];
     return nj_backward(plan, &a);
 }

@@ -72,9 +72,17 @@ end
 function bwd_dl_base()
   return string.format("((float *)A.workspace + %d + A.rows * %dLL)", P.ws.dl.fixed, P.ws.dl.per_row)
 end
--- dx from g, xhat and the two row means of g and g * xhat
+-- dx from g, xhat and the two row means of g and g * xhat. A set of one element (two, centred) has
+-- no direction orthogonal to its mean and xhat: dx is all in g's own xhat direction, scaled by
+-- 1 - mean(xhat^2) = eps * rstd^2, which the general form gets as a difference of near-equal terms
+-- (0.4-3% wrong, past the 1e-4 bound). There the exact form; eps 0 gives 0 (rstd^2 may overflow),
+-- and eps < 0 (a caller's struct without it: launch.c) the general form.
 function bwd_dx_expr(g, xh, m1, m2)
-  if P.flags.center then return string.format("rstd * (%s - %s - %s * %s)", g, m1, xh, m2) end
-  return string.format("rstd * (%s - %s * %s)", g, xh, m2)
+  local general
+  if P.flags.center then general = string.format("rstd * (%s - %s - %s * %s)", g, m1, xh, m2)
+  else general = string.format("rstd * (%s - %s * %s)", g, xh, m2) end
+  if P.reduce_size > (P.flags.center and 2 or 1) then return general end
+  local gc = P.flags.center and string.format("(%s - %s)", g, m1) or g
+  return string.format("(A.eps < 0.0f ? %s : rstd * %s * (A.eps > 0.0f ? A.eps * rstd * rstd : 0.0f))", general, gc)
 end
 %}

@@ -205,6 +205,7 @@ NJ_KERNEL({{ P.kernel.main }}, NJ_GB)
     }
     nj_block_sum2<NJ_GNW>(s1, s2, nj_scratch);
     const float mg = center ? s1 * inv_n : 0.0f, mgx = s2 * inv_n;
+    const bool degenerate = N <= (center ? 2 : 1);
 #pragma unroll 1
     for (nj_i64 i = threadIdx.x; i < N; i += NJ_GB) {
         nj_i64 off[8];
@@ -214,7 +215,10 @@ NJ_KERNEL({{ P.kernel.main }}, NJ_GB)
         const float ga = scale ? nj_load_f32(GAMMA, off[NJ_OPD_PARAM]) : 1.0f;
         const float be = bias ? nj_load_f32(BETA, off[NJ_OPD_PARAM]) : 0.0f;
         const float g = nj_gload(A.dy, off[NJ_OPD_DY], ddy) * nj_gdact(act, xh * ga + be) * ga;
-        nj_gstore(A.dx, off[NJ_OPD_DX], G->dtype[NJ_OPD_DX], rstd * (g - mg - xh * mgx));
+        /* a set with no direction besides its mean and x^: the exact form (bwd_lib.cuh: bwd_dx_expr) */
+        const float dx = degenerate && A.eps >= 0.0f ? rstd * (g - mg) * (A.eps > 0.0f ? A.eps * rstd * rstd : 0.0f)
+                                                     : rstd * (g - mg - xh * mgx);
+        nj_gstore(A.dx, off[NJ_OPD_DX], G->dtype[NJ_OPD_DX], dx);
     }
 }
 

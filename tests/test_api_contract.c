@@ -343,6 +343,16 @@ static void test_workspace_size_fail(void **state)
     a.workspace_size = 1; /* past a V1 struct: never read */
     expect_status(nj_backward(plan, &a), NJ_OK, NULL);
     assert_memory_equal(dg, dg_new, sizeof dg);
+    /* so is revision 2's (workspace_size, no eps): the general form everywhere, here the same result */
+    memset(dg, 0, sizeof dg);
+    a.struct_size = (uint32_t)NJ_BACKWARD_ARGS_SIZE_V2;
+    a.workspace_size = ws;
+    a.eps = -5.0f; /* past a V2 struct: never read */
+    expect_status(nj_backward(plan, &a), NJ_OK, NULL);
+    assert_memory_equal(dg, dg_new, sizeof dg);
+    a.struct_size = sizeof a; /* with the field, a negative eps is refused */
+    expect_status(nj_backward(plan, &a), NJ_ERR_BAD_ARGUMENT, "eps");
+    a.eps = 0.0f;
     a.struct_size = (uint32_t)NJ_BACKWARD_ARGS_SIZE_V1 + 4;
     expect_status(nj_backward(plan, &a), NJ_ERR_BAD_STRUCT_SIZE, "struct_size");
     fa.struct_size = (uint32_t)NJ_FORWARD_ARGS_SIZE_V1;

@@ -39,6 +39,10 @@ static void test_dtype_rows(void **state)
         assert_true(njt_tol_output(all_dtypes[i]).atol == nj_dtype_find(all_dtypes[i])->out_tol);
         assert_true(njt_tol_unit_roundoff(all_dtypes[i]) == nj_dtype_find(all_dtypes[i])->unit_roundoff);
     }
+    /* the checks' floor near zero: each format's smallest subnormal, found through store/load */
+    assert_true(njt_tol_quantum(NJ_F32) == 0x1p-149);
+    assert_true(njt_tol_quantum(NJ_F16) == 0x1p-24);
+    assert_true(njt_tol_quantum(NJ_BF16) == 0x1p-133);
     uint16_t h[2];
     nj_ops_dtype_store(NJ_BF16, h, 0, 1.0 + 0x1p-8);
     nj_ops_dtype_store(NJ_BF16, h, 1, 1.0 + 3 * 0x1p-8);

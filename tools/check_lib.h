@@ -31,12 +31,13 @@ typedef struct njt_check_result {
     int64_t count;       /* elements compared */
     double max_abs;      /* worst |got - ref| */
     double max_rel;      /* worst |got - ref| / |ref| over elements with |ref| >= 1e-3 * scale */
-    double max_err;      /* worst |got - ref| / (atol * scale + rtol * |ref|); pass when <= 1 */
+    double max_err;      /* worst |got - ref| / (atol * scale + rtol * |ref| + quantum); pass when <= 1 */
     int64_t worst_index; /* logical (row-major, dense) index of the worst element */
     double worst_got, worst_ref;
     int64_t nonfinite;   /* elements where got is NaN/Inf but ref is finite (e.g. never written) */
     double scale;        /* output scale used for atol */
     njt_tolerance tol;
+    double quantum;      /* the dtype's smallest step (njt_tol_quantum), added to the denominator */
     int pass;
 } njt_check_result;
 

@@ -233,7 +233,7 @@ static nj_status njt_perf_call(njt_perf_run *r, nj_pass pass)
     nj_backward_args a = {.struct_size = sizeof a, .dy = b[NJT_PERF_DY], .x = b[NJT_PERF_X], .gamma = b[NJT_PERF_GAMMA],
                           .beta = b[NJT_PERF_BETA], .rstd = b[NJT_PERF_RSTD], .dx = b[NJT_PERF_DX],
                           .dgamma = b[NJT_PERF_DGAMMA], .dbeta = b[NJT_PERF_DBETA], .workspace = b[NJT_PERF_WS],
-                          .workspace_size = r->ws_bytes};
+                          .workspace_size = r->ws_bytes, .eps = 1e-5f};
     if (f & NJ_FLAG_CENTER) a.mean = b[NJT_PERF_MEAN];
     return nj_backward(r->plan, &a);
 }

@@ -1,6 +1,6 @@
 /* Numerical tolerances of normjit's checks, in ONE place (the `check` subcommand and the numerics
  * matrix test both use these). An element passes when
- *     |got - ref| <= atol * scale + rtol * |ref|
+ *     |got - ref| <= atol * scale + rtol * |ref| + quantum (the dtype's smallest subnormal)
  * i.e. its error  e = |got - ref| / (atol * scale + rtol * |ref|)  is at most 1. `scale` is the typical
  * magnitude of the output (its RMS over all elements, floor 1e-30; for the mean, the RMS of the normalized
  * input, since the mean's error comes from the input's magnitude), so atol means "relative to an output of
@@ -27,6 +27,20 @@ typedef struct njt_tolerance {
 static inline double njt_tol_unit_roundoff(nj_dtype d)
 {
     return nj_ops_dtype_unit_roundoff(d);
+}
+
+/* The smallest positive value of dtype d (a subnormal): near zero no output can be closer to the truth
+ * than about this, whatever the relative tolerance says. Found through the dtype table's store/load. */
+static inline double njt_tol_quantum(nj_dtype d)
+{
+    double v = 1.0, last = 1.0;
+    unsigned char buf[8];
+    for (int i = 0; i < 1100; i++, v *= 0.5) {
+        nj_ops_dtype_store(d, buf, 0, v);
+        if (nj_ops_dtype_load(d, buf, 0) != v) break;
+        last = v;
+    }
+    return last;
 }
 
 /* Forward outputs in dtype d (y, residual_out): the dtype table's out_tol (src/vocab.c says why). */
