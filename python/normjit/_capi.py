@@ -44,7 +44,7 @@ class ContextOptions(Structure):
     _fields_ = [("struct_size", c_uint32), ("backend", c_int32), ("arch", c_int32), ("device", c_int32),
                 ("flags", c_uint32), ("max_parallel_compiles", c_int32), ("cache_max_bytes", c_uint64),
                 ("cache_dir", c_char_p), ("seed", c_uint64), ("log_level", c_int32), ("log_fn", LOG_FN),
-                ("log_user", c_void_p), ("remote_cache", c_char_p)]
+                ("log_user", c_void_p), ("remote_cache", c_char_p), ("max_background_compiles", c_int32)]
 
 
 class ForwardArgs(Structure):
@@ -58,7 +58,7 @@ class BackwardArgs(Structure):
     _fields_ = [("struct_size", c_uint32), ("dy", c_void_p), ("x", c_void_p), ("gamma", c_void_p),
                 ("beta", c_void_p), ("mean", c_void_p), ("rstd", c_void_p), ("dx", c_void_p),
                 ("dgamma", c_void_p), ("dbeta", c_void_p), ("workspace", c_void_p), ("stream", c_void_p),
-                ("workspace_size", c_size_t)]
+                ("workspace_size", c_size_t), ("eps", c_float)]
 
 
 class CacheStats(Structure):
@@ -69,7 +69,7 @@ class CacheStats(Structure):
 
 
 # The sizes this package was written for (x86-64 / aarch64 LP64); checked against ctypes at import.
-EXPECTED_SIZES = {TensorDesc: 136, ProblemDesc: 848, ContextOptions: 80, ForwardArgs: 96, BackwardArgs: 104,
+EXPECTED_SIZES = {TensorDesc: 136, ProblemDesc: 848, ContextOptions: 88, ForwardArgs: 96, BackwardArgs: 112,
                   CacheStats: 104}
 
 _SIGNATURES = {

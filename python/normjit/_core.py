@@ -219,9 +219,11 @@ def forward(x, spec, weight=None, bias=None, eps=1e-5, residual=None, want_resid
     return f(y), f(h), f(mean), f(rstd)
 
 
-def backward(dy, x, mean, rstd, spec, weight=None, bias=None, need_dx=True, need_dweight=True, need_dbias=True):
+def backward(dy, x, mean, rstd, spec, weight=None, bias=None, need_dx=True, need_dweight=True, need_dbias=True,
+             eps=None):
     """Gradients of forward(): (dx, dweight or None, dbias or None). x is the normalized (residual-summed)
-    input; mean (None under RMS) and rstd are what forward saved."""
+    input; mean (None under RMS) and rstd are what forward saved; eps the forward's (sets of one or two
+    elements need it for an exact dx; None: the general form there)."""
     vx = view(x, "x")
     vdy = _act_view(vx, dy, "dy")
     lshape, _ = spec.logical(vx)
@@ -250,7 +252,11 @@ def backward(dy, x, mean, rstd, spec, weight=None, bias=None, need_dx=True, need
         p.dy, p.dx = vdy.desc(spec.logical(vdy)), vdx.desc(spec.logical(vdx))
         plan = _plan(context(vx.device), p, _capi.PASS_BACKWARD)
         a = _capi.BackwardArgs()
-        a.struct_size = ctypes.sizeof(a)
+        a.struct_size = ctypes.sizeof(a) if eps is not None else _capi.BackwardArgs.eps.offset  # revision 2
+        if eps is not None:
+            if not eps >= 0:
+                raise ArgumentError("NJ_ERR_BAD_ARGUMENT", f"eps must be >= 0 (got {eps})")
+            a.eps = float(eps)
         a.dy, a.x, a.gamma = vdy.ptr, vx.ptr, _ptr(vw)
         a.beta = _ptr(vb) if spec.act else None
         a.mean, a.rstd = _ptr(stats[0]), _ptr(stats[1])

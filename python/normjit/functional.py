@@ -76,9 +76,9 @@ def norm(x, reduce_axes, feature_axes=None, weight=None, bias=None, eps=1e-5, *,
 
 
 def norm_backward(dy, x, mean, rstd, reduce_axes, feature_axes=None, weight=None, bias=None, *, rms=False,
-                  activation=None):
+                  activation=None, eps=None):
     spec = _norm_spec(x, reduce_axes, feature_axes, rms, activation)
-    return _core.backward(dy, x, mean, rstd, spec, weight, bias)
+    return _core.backward(dy, x, mean, rstd, spec, weight, bias, eps=eps)
 
 
 # ---- LayerNorm, RMSNorm ----
@@ -97,8 +97,8 @@ def layer_norm(x, axes=-1, weight=None, bias=None, eps=1e-5, *, residual=None, a
     return _fwd(x, spec, weight, bias, eps, residual, return_stats, return_residual)
 
 
-def layer_norm_backward(dy, x, mean, rstd, axes=-1, weight=None, bias=None, *, activation=None):
-    return _core.backward(dy, x, mean, rstd, _ln_spec(x, axes, False, activation), weight, bias)
+def layer_norm_backward(dy, x, mean, rstd, axes=-1, weight=None, bias=None, *, activation=None, eps=None):
+    return _core.backward(dy, x, mean, rstd, _ln_spec(x, axes, False, activation), weight, bias, eps=eps)
 
 
 def rms_norm(x, axes=-1, weight=None, eps=1e-6, *, bias=None, residual=None, activation=None,
@@ -108,8 +108,8 @@ def rms_norm(x, axes=-1, weight=None, eps=1e-6, *, bias=None, residual=None, act
     return _fwd(x, spec, weight, bias, eps, residual, return_stats, return_residual)
 
 
-def rms_norm_backward(dy, x, rstd, axes=-1, weight=None, bias=None, *, activation=None):
-    return _core.backward(dy, x, None, rstd, _ln_spec(x, axes, True, activation), weight, bias)
+def rms_norm_backward(dy, x, rstd, axes=-1, weight=None, bias=None, *, activation=None, eps=None):
+    return _core.backward(dy, x, None, rstd, _ln_spec(x, axes, True, activation), weight, bias, eps=eps)
 
 
 # ---- GroupNorm, InstanceNorm, BatchNorm: x is [N, C, spatial...] (any memory layout) ----
@@ -132,8 +132,8 @@ def group_norm(x, groups, weight=None, bias=None, eps=1e-5, *, residual=None, ac
     return _fwd(x, spec, weight, bias, eps, residual, return_stats, return_residual)
 
 
-def group_norm_backward(dy, x, mean, rstd, groups, weight=None, bias=None, *, activation=None):
-    return _core.backward(dy, x, mean, rstd, _gn_spec(x, groups, activation), weight, bias)
+def group_norm_backward(dy, x, mean, rstd, groups, weight=None, bias=None, *, activation=None, eps=None):
+    return _core.backward(dy, x, mean, rstd, _gn_spec(x, groups, activation), weight, bias, eps=eps)
 
 
 def _in_spec(x, activation):
@@ -148,8 +148,8 @@ def instance_norm(x, weight=None, bias=None, eps=1e-5, *, residual=None, activat
     return _fwd(x, spec, weight, bias, eps, residual, return_stats, return_residual)
 
 
-def instance_norm_backward(dy, x, mean, rstd, weight=None, bias=None, *, activation=None):
-    return _core.backward(dy, x, mean, rstd, _in_spec(x, activation), weight, bias)
+def instance_norm_backward(dy, x, mean, rstd, weight=None, bias=None, *, activation=None, eps=None):
+    return _core.backward(dy, x, mean, rstd, _in_spec(x, activation), weight, bias, eps=eps)
 
 
 def _bn_spec(x, activation):
@@ -164,5 +164,5 @@ def batch_norm(x, weight=None, bias=None, eps=1e-5, *, residual=None, activation
     return _fwd(x, spec, weight, bias, eps, residual, return_stats, return_residual)
 
 
-def batch_norm_backward(dy, x, mean, rstd, weight=None, bias=None, *, activation=None):
-    return _core.backward(dy, x, mean, rstd, _bn_spec(x, activation), weight, bias)
+def batch_norm_backward(dy, x, mean, rstd, weight=None, bias=None, *, activation=None, eps=None):
+    return _core.backward(dy, x, mean, rstd, _bn_spec(x, activation), weight, bias, eps=eps)

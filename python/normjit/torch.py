@@ -36,10 +36,10 @@ def _fwd_impl(x, weight, bias, residual, reduce, feature, rms, act, preset, grou
     return y, (h if h is not None else x.new_empty(0)), (mean if mean is not None else rstd.new_empty(0)), rstd
 
 
-def _bwd_impl(dy, x, mean, rstd, weight, bias, reduce, feature, rms, act, preset, groups, need_dw, need_db):
+def _bwd_impl(dy, x, mean, rstd, weight, bias, reduce, feature, rms, act, preset, groups, need_dw, need_db, eps):
     spec = _spec(reduce, feature, rms, act, preset, groups)
     dx, dw, db = _core.backward(_dense_grad(dy), x, None if rms else mean, rstd, spec, weight, bias,
-                                need_dweight=need_dw, need_dbias=need_db)
+                                need_dweight=need_dw, need_dbias=need_db, eps=eps)
     e = x.new_empty(0)
     return dx, (dw if dw is not None else e), (db if db is not None else e)
 
@@ -72,6 +72,7 @@ def _setup(ctx, inputs, output):
     _, h, mean, rstd = output
     ctx.save_for_backward(h if residual is not None else x, weight, bias, mean, rstd)
     ctx.spec = (reduce, feature, rms, act, preset, groups)
+    ctx.eps = eps
     ctx.has_residual = residual is not None
 
 
@@ -81,7 +82,7 @@ def _backward(ctx, gy, gh, gmean, grstd):
     if gy is None:  # only h = x + residual was used
         gy = torch.zeros_like(xs)
     need_dw, need_db = bool(w is not None and need[1]), bool(b is not None and need[2])
-    dx, dw, db = _BWD(gy, xs, mean, rstd, w, b, *ctx.spec, need_dw, need_db)
+    dx, dw, db = _BWD(gy, xs, mean, rstd, w, b, *ctx.spec, need_dw, need_db, ctx.eps)
     if ctx.has_residual and gh is not None and gh.numel():
         dx = dx + gh  # h = x + residual is an output too: its gradient flows to both
     return (dx, dw if need_dw else None, db if need_db else None, dx if ctx.has_residual else None,
@@ -109,12 +110,12 @@ def _register_library():
     @torch.library.custom_op("normjit::norm_bwd", mutates_args=())
     def norm_bwd(dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Optional[Tensor],
                  bias: Optional[Tensor], reduce: List[int], feature: List[int], rms: bool, act: int, preset: str,
-                 groups: int, need_dw: bool, need_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
+                 groups: int, need_dw: bool, need_db: bool, eps: float) -> Tuple[Tensor, Tensor, Tensor]:
         return _bwd_impl(dy, x, mean, rstd, weight, bias, reduce, feature, rms, act, preset, groups, need_dw,
-                         need_db)
+                         need_db, eps)
 
     @norm_bwd.register_fake
-    def _(dy, x, mean, rstd, weight, bias, reduce, feature, rms, act, preset, groups, need_dw, need_db):
+    def _(dy, x, mean, rstd, weight, bias, reduce, feature, rms, act, preset, groups, need_dw, need_db, eps):
         dx = torch.empty_like(x, memory_format=torch.preserve_format)
         dw = torch.empty_like(weight) if need_dw else x.new_empty(0)
         db = torch.empty_like(bias) if need_db else x.new_empty(0)

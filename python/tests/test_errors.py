@@ -1,5 +1,6 @@
 """Bad input is a normjit.Error subclass with the status name and a message, never a crash; a library of
 another version or struct layout is refused at import."""
+import ctypes
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import torch
 
 import normjit
 import normjit.torch as njt
+from normjit._capi import ContextOptions
 
 
 def _x(device, *shape, dtype=torch.float32):
@@ -106,7 +108,7 @@ _SHIM = """
 #include <string.h>
 const char *nj_version(void) { return "%s"; }
 uint32_t nj_version_number(void) { return %d; }
-void nj_context_options_init(void *o) { uint32_t s = %d; memset(o, 0, 80); memcpy(o, &s, 4); }
+void nj_context_options_init(void *o) { uint32_t s = %d; memset(o, 0, s); memcpy(o, &s, 4); }
 int nj_preset_layernorm(void *p, int d, int r, const int64_t *e, int k, unsigned f) { return 13; }
 #define STUB(n) int n(void) { return 33; }
 STUB(nj_status_name) STUB(nj_status_string) STUB(nj_last_error) STUB(nj_problem_validate)
@@ -116,10 +118,14 @@ STUB(nj_plan_describe) STUB(nj_plan_workspace_size) STUB(nj_forward) STUB(nj_bac
 """
 
 
+# The sizes follow the package's own struct so the cases stay right when the options grow.
+_OPTS = ctypes.sizeof(ContextOptions)
+
+
 @pytest.mark.parametrize("version,number,opts_size,message", [
-    ("0.2.0", 200, 80, "is normjit 0.2.0, this package needs 0.1.x"),
-    ("0.1.7", 107, 72, "nj_context_options is 72 bytes in the loaded library, 80"),
-    ("0.1.7", 107, 80, "nj_problem_desc is laid out differently"),
+    ("0.2.0", 200, _OPTS, "is normjit 0.2.0, this package needs 0.1.x"),
+    ("0.1.7", 107, _OPTS - 8, f"nj_context_options is {_OPTS - 8} bytes in the loaded library, {_OPTS}"),
+    ("0.1.7", 107, _OPTS, "nj_problem_desc is laid out differently"),
 ])
 @pytest.mark.skipif(not shutil.which("cc"), reason="needs a C compiler to build the stand-in library")
 def test_library_refused(tmp_path, version, number, opts_size, message):
