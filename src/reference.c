@@ -414,12 +414,17 @@ nj_status nj_ref_backward(const nj_problem_desc *p, const nj_ref_inputs *in, nj_
     ref_bwd_sums(&rp, in, &wk, sum1, sum2, out->dgamma, out->dbeta);
     /* The mean's gradient term exists only when the mean was subtracted. */
     double inv_n = 1.0 / (double)rp.nred, center = (rp.flags & NJ_FLAG_CENTER) ? 1.0 : 0.0;
+    /* A set of one element (two when centred) has xhat^2 = 1 - eps * rstd^2 exactly, so dx is
+     * rstd * (dxhat - mean) * eps * rstd^2; the general form reaches it as a difference whose double
+     * rounding, times rstd, is 1e15 at magnitude 1e-30 with eps 0 (where the exact dx is 0). */
+    int degenerate = rp.nred <= (center != 0.0 ? 2 : 1);
     if (out->dx) {
         ref_walk w;
         REF_FOR_EACH(w, &rp) {
             int64_t k = w.off[W_KEPT];
-            double xhat = (wk.xs[w.lin] - wk.mean[k]) * wk.rstd[k];
-            out->dx[w.lin] = wk.rstd[k] * (wk.aux[w.lin] - center * sum1[k] * inv_n - xhat * sum2[k] * inv_n);
+            double xhat = (wk.xs[w.lin] - wk.mean[k]) * wk.rstd[k], r = wk.rstd[k];
+            double gc = wk.aux[w.lin] - center * sum1[k] * inv_n;
+            out->dx[w.lin] = degenerate ? r * gc * (in->eps * r * r) : r * (gc - xhat * sum2[k] * inv_n);
         }
     }
     if (out->mean) memcpy(out->mean, wk.mean, (size_t)rp.kept * sizeof(double));
