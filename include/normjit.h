@@ -395,6 +395,11 @@ NJ_API nj_status nj_synchronize(nj_context *ctx, void *stream);
  * cache serves every call. Works with every backend, compile-only included; nothing is launched. */
 #define NJ_WARMUP_VERIFY 1u /* afterwards, look every warmed problem up again through a context that never
                                compiles, on the same cache (what a request path would meet) */
+/* By default each problem's generic modules (its passes, x dtype and gamma dtype: nj_context_warm_generic)
+ * are warmed too, so that an async or no-compile context on this cache serves unseen problems of those
+ * dtypes at once; they are shared, so a manifest compiles each once (counted in `compiled` where it is).
+ * This flag leaves them out. */
+#define NJ_WARMUP_NO_GENERIC 2u
 
 /* One problem's outcome. The layout is fixed within an ABI version (results are arrays). */
 typedef struct nj_warmup_result {

@@ -42,12 +42,13 @@ static void nj_warm_report(nj_warm_job *j, const nj_warmup_result *r)
     if (j->o->progress) j->o->progress(j->o->progress_user, r, j->done, j->total);
 }
 
-static void nj_warm_append(nj_warmup_result *r, uint32_t pass, nj_status s)
+static void nj_warm_fail(nj_warmup_result *r, uint32_t pass, const char *what, nj_status s)
 {
+    if (r->status == NJ_OK) r->status = s;
     size_t used = strlen(r->message);
     const char *detail = nj_last_error()[0] ? nj_last_error() : nj_status_string(s);
-    snprintf(r->message + used, sizeof r->message - used, "%s%s pass: %s: %s", used ? "; " : "",
-             pass == NJ_PASS_FORWARD ? "fwd" : "bwd", nj_status_name(s), detail);
+    snprintf(r->message + used, sizeof r->message - used, "%s%s %s: %s: %s", used ? "; " : "",
+             pass == NJ_PASS_FORWARD ? "fwd" : "bwd", what, nj_status_name(s), detail);
 }
 
 /* One problem, pass by pass (a failing pass does not hide the other's kernels). */
@@ -61,9 +62,15 @@ static void nj_warm_problem(nj_warm_job *j, int32_t i)
         nj_status s = nj_context_warm(j->ctx, &j->problems[i], pass, &c, &h);
         r->compiled += c;
         r->cached += h;
-        if (s == NJ_OK) continue;
-        if (r->status == NJ_OK) r->status = s;
-        nj_warm_append(r, pass, s);
+        if (s != NJ_OK) {
+            nj_warm_fail(r, pass, "pass", s);
+            continue;
+        }
+        if (j->o->flags & NJ_WARMUP_NO_GENERIC) continue;
+        /* shared by every problem of its dtypes: counted where compiled, like a library module */
+        s = nj_context_warm_generic(j->ctx, &j->problems[i], pass, &c);
+        r->compiled += s == NJ_OK ? c : 0;
+        if (s != NJ_OK) nj_warm_fail(r, pass, "generic module", s);
     }
     r->seconds = (double)(nj_now_ns() - t0) * 1e-9;
 }
@@ -123,6 +130,8 @@ static nj_status nj_warm_verify(nj_warm_job *j)
         nj_warmup_result *r = &j->res[i];
         if ((j->skip && j->skip[i]) || r->status != NJ_OK) continue;
         nj_status s = nj_context_warm(v, &j->problems[i], j->passes, NULL, NULL);
+        if (s == NJ_OK && !(j->o->flags & NJ_WARMUP_NO_GENERIC))
+            s = nj_context_warm_generic(v, &j->problems[i], j->passes, NULL);
         if (s == NJ_OK) continue;
         r->verify_status = s;
         snprintf(r->message, sizeof r->message, "%s: %s", nj_status_name(s),
@@ -140,8 +149,9 @@ static nj_status nj_warm_check(nj_context *ctx, const nj_warmup_options *o, uint
     uint32_t p = o && o->passes ? o->passes : NJ_PASS_FORWARD | NJ_PASS_BACKWARD;
     NJ_RETURN_IF(p & ~(uint32_t)(NJ_PASS_FORWARD | NJ_PASS_BACKWARD), NJ_ERR_BAD_ARGUMENT,
                  "nj_warmup: passes 0x%x: only NJ_PASS_FORWARD and NJ_PASS_BACKWARD", (unsigned)p);
-    NJ_RETURN_IF(o && (o->flags & ~NJ_WARMUP_VERIFY), NJ_ERR_BAD_FLAGS, "nj_warmup: unknown flags 0x%x",
-                 (unsigned)(o->flags & ~NJ_WARMUP_VERIFY));
+    const uint32_t known = NJ_WARMUP_VERIFY | NJ_WARMUP_NO_GENERIC;
+    NJ_RETURN_IF(o && (o->flags & ~known), NJ_ERR_BAD_FLAGS, "nj_warmup: unknown flags 0x%x",
+                 (unsigned)(o->flags & ~known));
     NJ_RETURN_IF(o && o->jobs < 0, NJ_ERR_BAD_ARGUMENT, "nj_warmup: negative jobs");
     NJ_RETURN_IF(o && (o->flags & NJ_WARMUP_VERIFY) && !nj_context_disk_cache(ctx), NJ_ERR_CACHE_IO,
                  "nj_warmup: the context has no disk cache: nothing would persist to verify");

@@ -53,7 +53,7 @@ static void test_usage_errors_fail(void **state)
     assert_int_equal(r.status, 2);
     assert_non_null(strstr(r.err, "no manifest"));
     nj_run_free(&r);
-    r = NJ_TOOL(NULL, "warmup", "--jobs", "zero", "m.txt");
+    r = NJ_TOOL(NULL, "warmup", "--no-generic", "--jobs", "zero", "m.txt");
     assert_int_equal(r.status, 2);
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "cache", "defrag");
@@ -76,7 +76,7 @@ static void test_warmup_missing_manifest_fail(void **state)
     char cache[512], man[512];
     nj_path(cache, sizeof cache, "cache");
     nj_path(man, sizeof man, "does-not-exist.txt");
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--cache", cache, man);
     assert_int_equal(r.status, 1);
     assert_non_null(strstr(r.err, "does-not-exist.txt"));
     nj_run_free(&r);
@@ -94,7 +94,7 @@ static void test_warmup_malformed_line_fail(void **state)
                        "# a comment\n"
                        "frobnorm f32 *x256 flags=scale\n"
                        "layernorm f16 *x512 flags=scale,bias\n");
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--jobs", "2", "--passes", "fwd", man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--cache", cache, "--jobs", "2", "--passes", "fwd", man);
     assert_int_equal(r.status, 1);
     snprintf(where, sizeof where, "%s:3:", man);
     assert_non_null(strstr(r.err, where));          /* file:line of the bad line */
@@ -120,9 +120,10 @@ static void test_warmup_twice_compiles_once(void **state)
     nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "problems"), 2);
-    /* 2 problems x 2 passes x 2 variants, and the library module their backward passes share (both with
-     * f32 gamma): counted where it is compiled, never as "already cached" */
-    assert_int_equal(nj_field(r.out, "kernels compiled"), 9);
+    /* 2 problems x 2 passes x 2 variants, the library module their backward passes share (both with
+     * f32 gamma), and the generic modules of each pass and x dtype (f32 and f16, both with f32 gamma):
+     * shared modules are counted where they are compiled, never as "already cached" */
+    assert_int_equal(nj_field(r.out, "kernels compiled"), 13);
     assert_int_equal(nj_field(r.out, "already cached"), 0);
     assert_int_equal(nj_field(r.out, "failed"), 0);
     nj_run_free(&r);
@@ -134,8 +135,9 @@ static void test_warmup_twice_compiles_once(void **state)
     /* the library module is an entry of its own, listed by kernel and gamma dtype */
     r = NJ_TOOL(NULL, "cache", "--cache", cache, "ls");
     assert_int_equal(r.status, 0);
-    assert_non_null(strstr(r.out, "9 entries"));
+    assert_non_null(strstr(r.out, "13 entries"));
     assert_non_null(strstr(r.out, "lib sm_90    colsum param=f32\n"));
+    assert_non_null(strstr(r.out, "gen sm_90    bwd x=f16 param=f32\n"));
     nj_run_free(&r);
 }
 
@@ -147,7 +149,7 @@ static void test_warmup_default_backend_falls_back(void **state)
     nj_path(cache, sizeof cache, "cache");
     nj_path(man, sizeof man, "small.txt");
     nj_write_file(man, "rmsnorm f32 *x256 flags=scale\n");
-    nj_run r = NJ_TOOL(NULL, "warmup", "--cache", cache, "--passes", "fwd", man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--no-generic", "--cache", cache, "--passes", "fwd", man);
     if (strstr(r.out, "backend            cuda")) {
         nj_run_free(&r);
         skip(); /* a real GPU here: no fallback to observe */
@@ -169,7 +171,7 @@ static void test_warmup_unsafe_cache_fail(void **state)
     nj_write_file(man, "rmsnorm f32 *x256 flags=scale\n");
     assert_int_equal(mkdir(cache, 0700), 0);
     assert_int_equal(chmod(cache, 0777), 0);
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--cache", cache, man);
     assert_int_equal(r.status, 1);
     assert_non_null(strstr(r.err, "NJ_ERR_CACHE_UNSAFE"));
     nj_run_free(&r);
@@ -182,7 +184,7 @@ static void test_warmup_default_cache_roots(void **state)
     char man[512], tree[512], p[600], want[700];
     nj_path(man, sizeof man, "small.txt");
     nj_write_file(man, "rmsnorm f32 *x256 flags=scale\n");
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--passes", "fwd", man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     snprintf(want, sizeof want, "cache              %s/xdg/normjit\n", nj_tmp);
     assert_non_null(strstr(r.out, want));
@@ -198,7 +200,7 @@ static void test_warmup_default_cache_roots(void **state)
     snprintf(p, sizeof p, "%s/cache/.gitkeep", tree);
     nj_write_file(p, "");
     nj_child_cwd = tree;
-    r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--passes", "fwd", man);
+    r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     snprintf(want, sizeof want, "cache              %s/cache\n", tree);
     assert_non_null(strstr(r.out, want));
@@ -218,7 +220,7 @@ static void test_cache_ls_merge_module(void **state)
     nj_path(cache, sizeof cache, "cache-merge");
     nj_path(man, sizeof man, "merge.txt");
     nj_write_file(man, "groupnorm f32 nhwc *x32x72x72 groups=4\n"); /* several tiles: past NJ_CL_FUSE */
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--passes", "fwd", man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--cache", cache, "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 3); /* main, unaligned, the merge */
     nj_run_free(&r);
@@ -266,7 +268,7 @@ static void test_plan_prints_signature(void **state)
     nj_run_free(&r);
     /* After a warmup the same plan reports cached. */
     nj_write_file(man, "rmsnorm f32 *x1024 flags=scale\n");
-    r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--passes", "fwd", man);
+    r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--cache", cache, "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     nj_run_free(&r);
     r = NJ_TOOL(NULL, "plan", "--arch", "sm_90", "--cache", cache, "--pass", "fwd", "rmsnorm f32 *x1024 flags=scale");
@@ -390,7 +392,7 @@ static void test_cache_export_import_round_trip(void **state)
     nj_run_free(&la);
     nj_run_free(&lb);
     /* The imported cache serves a warmup without compiling. */
-    r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", b, "--passes", "fwd", man);
+    r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--cache", b, "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 0);
     assert_int_equal(nj_field(r.out, "already cached"), 4);

@@ -102,13 +102,13 @@ static void test_warmup_full_disk_fail(void **state)
     snprintf(text, sizeof text, "%s\n%s\n%s\n", nj_three[0], nj_three[1], nj_three[2]);
     nj_write_file(man, text);
     /* the disk holds exactly the first problem's entries */
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--jobs", "1", "--passes", "fwd", "--cache", ref, man1);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--jobs", "1", "--passes", "fwd", "--cache", ref, man1);
     assert_int_equal(r.status, 0);
     nj_run_free(&r);
     long long budget = nj_du(ref);
     assert_true(budget > 0);
     nj_fault("enospc", cache, budget);
-    r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--jobs", "1", "--passes", "fwd", "--cache", cache, man);
+    r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--jobs", "1", "--passes", "fwd", "--cache", cache, man);
     nj_no_fault();
     assert_int_equal(r.status, 1);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 6);
@@ -124,7 +124,7 @@ static void test_warmup_full_disk_fail(void **state)
     assert_int_equal(nj_no_compile_plan(cache, nj_three[1]), NJ_ERR_NOT_CACHED);
     assert_int_equal(nj_no_compile_plan(cache, nj_three[2]), NJ_ERR_NOT_CACHED);
     /* with room again, a second warmup compiles only what is missing and succeeds */
-    r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--passes", "fwd", "--cache", cache, man);
+    r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--passes", "fwd", "--cache", cache, man);
     assert_int_equal(r.status, 0);
     assert_int_equal(nj_field(r.out, "kernels compiled"), 4);
     assert_int_equal(nj_field(r.out, "missing after"), 0);
@@ -145,7 +145,7 @@ static void test_warmup_read_only_root_fail(void **state)
     assert_int_equal(r.status, 0);
     nj_run_free(&r);
     nj_read_only_root(cache);
-    r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--passes", "fwd", "--cache", cache, man);
+    r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--passes", "fwd", "--cache", cache, man);
     nj_no_fault();
     chmod(cache, 0700);
     assert_int_equal(r.status, 1);
@@ -266,7 +266,7 @@ static void test_warmup_nul_in_manifest_fail(void **state)
     assert_non_null(f);
     fwrite(text, 1, sizeof text - 1, f);
     fclose(f);
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--cache", cache, man);
     assert_int_equal(r.status, 1);
     assert_non_null(strstr(r.err, ":1: a NUL byte inside the line"));
     assert_null(strstr(r.out, "kernels compiled"));

@@ -126,6 +126,46 @@ static void test_list_then_served(void **state)
     assert_int_equal(nj_warmup(f->ctx, d, 0, &o, NULL), NJ_OK);
 }
 
+static nj_status plan_status(const char *root, const char *text)
+{
+    nj_context *v = emu_context(root, NJ_CTX_NO_COMPILE);
+    nj_problem_desc d;
+    assert_int_equal(nj_problem_from_text(text, 3, &d), NJ_OK);
+    nj_plan *plan = NULL;
+    nj_status s = nj_plan_get(v, &d, NJ_PASS_FORWARD, &plan);
+    nj_context_destroy(v);
+    return s;
+}
+
+static int32_t warm_one(nj_context *ctx, const char *text, uint32_t flags)
+{
+    nj_problem_desc d;
+    assert_int_equal(nj_problem_from_text(text, 1, &d), NJ_OK);
+    nj_warmup_options o;
+    nj_warmup_options_init(&o);
+    o.passes = NJ_PASS_FORWARD;
+    o.flags = NJ_WARMUP_VERIFY | flags;
+    nj_warmup_result r;
+    assert_int_equal(nj_warmup(ctx, &d, 1, &o, &r), NJ_OK);
+    return r.compiled;
+}
+
+/* A warmup includes the generic modules of the problem's dtypes by default, so a no-compile context
+ * serves an unseen problem of those dtypes (on the generic kernels); NJ_WARMUP_NO_GENERIC leaves them
+ * out. The module is shared: the second problem of the same dtypes compiles its own kernels only. */
+static void test_generic_included(void **state)
+{
+    fx *f = *state;
+    const char *unseen_f16 = "layernorm f16 3x200 flags=scale", *unseen_bf16 = "layernorm bf16 3x200 flags=scale";
+    assert_int_equal(plan_status(f->root, unseen_f16), NJ_ERR_NOT_CACHED);
+    int32_t first = warm_one(f->ctx, "layernorm f16 *x64 flags=scale", 0);
+    int32_t second = warm_one(f->ctx, "layernorm f16 *x96 flags=scale", 0);
+    assert_int_equal(first, second + 1);
+    assert_int_equal(plan_status(f->root, unseen_f16), NJ_OK);
+    assert_int_equal(warm_one(f->ctx, "layernorm bf16 *x64 flags=scale", NJ_WARMUP_NO_GENERIC), second);
+    assert_int_equal(plan_status(f->root, unseen_bf16), NJ_ERR_NOT_CACHED);
+}
+
 static void test_manifest_lines(void **state)
 {
     fx *f = *state;
@@ -252,6 +292,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_list_then_served, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_generic_included, setup, teardown),
         cmocka_unit_test_setup_teardown(test_manifest_lines, setup, teardown),
         cmocka_unit_test_setup_teardown(test_manifest_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),

@@ -57,20 +57,24 @@ static void njt_cache_sig_field(const char *sig, const char *key, char *out, siz
 }
 
 /* What an entry holds, from its signature: "pass target problem", "lib target kernel param=dtype" for a
- * library module shared by many problems' passes (or its first line if unrecognized). */
+ * library module shared by many problems' passes, "generic pass target x=dtype param=dtype" for a
+ * generic module (or its first line if unrecognized). */
 static void njt_cache_sig_head(const char *sig, char *out, size_t cap)
 {
     if (!sig) {
         snprintf(out, cap, "(unreadable)");
         return;
     }
-    char prob[384], pass[16], target[48], lib[32], param[16];
+    char prob[384], pass[16], target[48], lib[32], param[16], generic[16], x[16];
     njt_cache_sig_field(sig, "problem", prob, sizeof prob);
     njt_cache_sig_field(sig, "pass", pass, sizeof pass);
     njt_cache_sig_field(sig, "target", target, sizeof target);
     njt_cache_sig_field(sig, "library", lib, sizeof lib);
     njt_cache_sig_field(sig, "param", param, sizeof param);
-    if (prob[0]) snprintf(out, cap, "%-3s %-8s %s", pass, target, prob);
+    njt_cache_sig_field(sig, "generic", generic, sizeof generic);
+    njt_cache_sig_field(sig, "x", x, sizeof x);
+    if (generic[0]) snprintf(out, cap, "gen %-8s %s x=%s param=%s", target, generic, x, param);
+    else if (prob[0]) snprintf(out, cap, "%-3s %-8s %s", pass, target, prob);
     else if (lib[0] && strcmp(param, "none") != 0) snprintf(out, cap, "lib %-8s %s param=%s", target, lib, param);
     else if (lib[0]) snprintf(out, cap, "lib %-8s %s", target, lib); /* one module for every gamma dtype */
     else snprintf(out, cap, "%.*s", (int)strcspn(sig, "\n"), sig);

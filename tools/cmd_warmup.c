@@ -17,7 +17,8 @@ static void njt_warmup_help(FILE *f)
             "blank lines are ignored, and a '*' batch extent is read as 1 (kernels do not depend on the batch).\n"
             "'-' reads a manifest from standard input. Each pass gets its main kernels and, where they use\n"
             "vector accesses, its unaligned variant (what a call with misaligned pointers runs), so a context\n"
-            "that never compiles serves every call.\n"
+            "that never compiles serves every call. The generic modules of each problem's dtypes are warmed\n"
+            "too (what an async or no-compile context runs for a problem it has not seen; shared, compiled once).\n"
             "\n"
             "options:\n"
             "  --arch sm_XX        target architecture (implies --backend compile-only unless --backend is given)\n"
@@ -27,6 +28,7 @@ static void njt_warmup_help(FILE *f)
             "  --passes P          fwd, bwd or fwd,bwd (default fwd,bwd)\n"
             "  --cache DIR         cache root (default: NORMJIT_CACHE_DIR, else ./cache in a normjit source tree,\n"
             "                      else $XDG_CACHE_HOME/normjit, else ~/.cache/normjit)\n"
+            "  --no-generic        leave out the generic modules\n"
             "  --quiet             no progress output\n"
             "  -h, --help          this text\n"
             "\n"
@@ -133,9 +135,19 @@ static char *njt_warm_text(const njt_manifest_line *lines, int n, size_t *len)
     return text;
 }
 
+typedef struct njt_warm_args {
+    njt_tool_target target;
+    uint32_t passes;
+    int quiet, no_generic;
+    int nfiles;
+    char **files;
+} njt_warm_args;
+
 /* Warms every line and reports problems not found again by a context that never compiles. */
-static int njt_warm_all(nj_context *ctx, const njt_manifest_line *lines, int n, uint32_t passes, int jobs, int quiet)
+static int njt_warm_all(nj_context *ctx, const njt_manifest_line *lines, int n, const njt_warm_args *a)
 {
+    uint32_t passes = a->passes;
+    int jobs = a->target.jobs, quiet = a->quiet;
     njt_warm_state st = {.lines = lines, .count = n, .quiet = quiet, .tty = isatty(STDERR_FILENO), .t0 = njt_tool_now()};
     size_t len = 0;
     char *text = njt_warm_text(lines, n, &len);
@@ -147,7 +159,7 @@ static int njt_warm_all(nj_context *ctx, const njt_manifest_line *lines, int n, 
     nj_warmup_options_init(&o);
     o.passes = passes;
     o.jobs = jobs;
-    o.flags = NJ_WARMUP_VERIFY;
+    o.flags = NJ_WARMUP_VERIFY | (a->no_generic ? NJ_WARMUP_NO_GENERIC : 0u);
     o.progress = njt_warm_progress;
     o.progress_user = &st;
     nj_warmup_result *res = NULL;
@@ -171,14 +183,6 @@ static int njt_warm_all(nj_context *ctx, const njt_manifest_line *lines, int n, 
     nj_warmup_results_free(res);
     return s != NJ_OK || accounted || missing || count != n ? NJT_EXIT_FAIL : NJT_EXIT_OK;
 }
-
-typedef struct njt_warm_args {
-    njt_tool_target target;
-    uint32_t passes;
-    int quiet;
-    int nfiles;
-    char **files;
-} njt_warm_args;
 
 static int njt_warm_parse_args(int argc, char **argv, njt_warm_args *a)
 {
@@ -212,6 +216,8 @@ static int njt_warm_parse_args(int argc, char **argv, njt_warm_args *a)
             a->target.cache_dir = v;
         } else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
             a->quiet = 1;
+        } else if (!strcmp(argv[i], "--no-generic")) {
+            a->no_generic = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return njt_tool_usage_error("warmup", "unknown option '%s'", argv[i]);
         } else {
@@ -248,7 +254,7 @@ int njt_cmd_warmup(int argc, char **argv)
     rc = NJT_EXIT_FAIL;
     if (njt_warm_load(&a, &lines, &n) == 0 && njt_tool_open_context(&a.target, NJT_TOOL_FALLBACK_COMPILE_ONLY, &ctx) == NJ_OK &&
         (nj_context_cache_dir(ctx)[0] || !njt_warm_explain_no_cache(a.target.cache_dir)))
-        rc = njt_warm_all(ctx, lines, n, a.passes, a.target.jobs, a.quiet);
+        rc = njt_warm_all(ctx, lines, n, &a);
     nj_context_destroy(ctx);
     njt_tool_free_manifest(lines, n);
     free(a.files);

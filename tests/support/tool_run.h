@@ -182,7 +182,7 @@ NJ_UNUSED static void nj_warm_small(const char *cache)
     char man[512];
     nj_path(man, sizeof man, "small.txt");
     nj_write_file(man, nj_small_manifest);
-    nj_run r = NJ_TOOL(NULL, "warmup", "--arch", "sm_90", "--cache", cache, "--passes", "fwd", man);
+    nj_run r = NJ_TOOL(NULL, "warmup", "--no-generic", "--arch", "sm_90", "--cache", cache, "--passes", "fwd", man);
     assert_int_equal(r.status, 0);
     nj_run_free(&r);
 }
