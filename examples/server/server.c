@@ -69,9 +69,12 @@ int main(int argc, char **argv)
     int64_t ext[2] = {8, 256};
     CHECK(nj_preset_layernorm(&p, NJ_F32, 2, ext, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS));
     p.param_dtype = NJ_F32;
-    nj_plan *plan;
-    CHECK(nj_plan_get(warm, &p, NJ_PASS_FORWARD, &plan)); /* a known shape */
-    CHECK(nj_context_warm_generic(warm, &p, NJ_PASS_FORWARD, NULL));
+    /* the known shape, and (by default) the generic modules of its dtypes, verified as a request sees them */
+    nj_warmup_options wo;
+    nj_warmup_options_init(&wo);
+    wo.passes = NJ_PASS_FORWARD;
+    wo.flags = NJ_WARMUP_VERIFY;
+    CHECK(nj_warmup(warm, &p, 1, &wo, NULL));
     nj_context_destroy(warm);
 
     o.flags = NJ_CTX_ASYNC_COMPILE | NJ_CTX_NO_COMPILE;
