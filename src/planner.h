@@ -88,13 +88,19 @@ typedef enum nj_role { NJ_ROLE_PART, NJ_ROLE_MAIN, NJ_ROLE_PGRAD, NJ_ROLE_MERGE,
  * rows, a partial row per block (pgrad_parts blocks) added by the column sum. FUSED: the dx walk also
  * sums them, a partial per (work item) added by the column sum (partials follow the batch). WALK: a
  * separate walk a feature element (bwd_pgrad.cuh), pgrad_parts pieces each (1: no column sum). TILES:
- * a separate column-tiled walk (bwd_pgrad_col.cuh), pgrad_parts pieces each (1: no column sum). */
-typedef enum nj_pgrad { NJ_PGRAD_NONE, NJ_PGRAD_SLOTS, NJ_PGRAD_FUSED, NJ_PGRAD_WALK, NJ_PGRAD_TILES, NJ_PGRAD_COUNT } nj_pgrad;
+ * a separate column-tiled walk (bwd_pgrad_col.cuh), pgrad_parts pieces each (1: no column sum). SETS:
+ * gamma is constant over each set, so the dx walk's own sums of dz and dz * xhat are the set's share
+ * of dgamma and dbeta: one pair a statistic (region SETS), added by the column sum over the statistics
+ * of each gamma element. */
+typedef enum nj_pgrad {
+    NJ_PGRAD_NONE, NJ_PGRAD_SLOTS, NJ_PGRAD_FUSED, NJ_PGRAD_WALK, NJ_PGRAD_TILES, NJ_PGRAD_SETS, NJ_PGRAD_COUNT
+} nj_pgrad;
 /* Named workspace regions. PGRAD: the dgamma/dbeta partials ([2][parts][param] floats: gamma's, then
  * beta's, except WALK's [parts][param][2] pairs and the layouts the FUSED families document). PARTS:
  * the pieces' partial sums of a split pass. MEANS: the statistics (forward) or means (backward) the merge
- * writes. DL: the saved-mean corrections a dx kernel leaves for a separate dgamma/dbeta walk. */
-typedef enum nj_ws_name { NJ_WS_PGRAD, NJ_WS_PARTS, NJ_WS_MEANS, NJ_WS_DL, NJ_WS_COUNT } nj_ws_name;
+ * writes. DL: the saved-mean corrections a dx kernel leaves for a separate dgamma/dbeta walk. SETS:
+ * a statistic's (sum dz * xhat, sum dz) pair under NJ_PGRAD_SETS. */
+typedef enum nj_ws_name { NJ_WS_PGRAD, NJ_WS_PARTS, NJ_WS_MEANS, NJ_WS_DL, NJ_WS_SETS, NJ_WS_COUNT } nj_ws_name;
 /* A region starts fixed + per_row * rows floats into the workspace (rows: the batch's), or, in a plan
  * with ws_stride, that far into each batch row's ws_stride floats. */
 typedef struct nj_ws_region {

@@ -65,13 +65,13 @@ const char *nj_role_name(int32_t role)
 
 const char *nj_pgrad_name(int32_t pgrad)
 {
-    static const char *const names[NJ_PGRAD_COUNT] = {"none", "slots", "fused", "walk", "tiles"};
+    static const char *const names[NJ_PGRAD_COUNT] = {"none", "slots", "fused", "walk", "tiles", "sets"};
     return pgrad >= 0 && pgrad < NJ_PGRAD_COUNT ? names[pgrad] : NULL;
 }
 
 const char *nj_ws_name_text(int32_t name)
 {
-    static const char *const names[NJ_WS_COUNT] = {"pgrad", "parts", "means", "dl"};
+    static const char *const names[NJ_WS_COUNT] = {"pgrad", "parts", "means", "dl", "sets"};
     return name >= 0 && name < NJ_WS_COUNT ? names[name] : NULL;
 }
 
@@ -273,6 +273,43 @@ void nj_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_plan_params
         nj_plan_add_colsum(pp, arg);
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }
+}
+
+/* Whether gamma is constant over each set and a statistic's kept index ends in gamma's index: no
+ * feature axis is reduced, the batch axis is none, the feature axes are the innermost kept axes and
+ * gamma's strides over them are row-major. Then statistic st = outer * param_size + gamma element. */
+bool nj_pgrad_sets_ok(const nj_canon *c)
+{
+    if (c->param_size <= 0 || c->axes[0].feature) return false;
+    int64_t expect = 1; /* gamma's stride of the next feature axis outward */
+    bool outer = false; /* a kept non-feature axis seen: no feature axis may follow it outward */
+    for (int a = c->rank - 1; a >= 1; a--) {
+        const nj_canon_axis *ax = &c->axes[a];
+        if (ax->reduce) {
+            if (ax->feature) return false;
+        } else if (!ax->feature) {
+            outer = true;
+        } else {
+            if (outer || ax->stride[NJ_OPD_PARAM] != expect) return false;
+            expect *= ax->extent;
+        }
+    }
+    return expect == c->param_size;
+}
+
+/* dgamma/dbeta under NJ_PGRAD_SETS: a pair a statistic after the workspace the plan has so far (its
+ * per-row part), column-summed over the statistics sharing a gamma element. No walk over x and dy. */
+void nj_plan_pgrad_sets(const nj_canon *c, nj_plan_params *pp)
+{
+    int64_t ps = c->param_size, outer = c->kept_inner / ps, base = (int64_t)(pp->workspace_per_row / sizeof(float));
+    nj_plan_ws(pp, NJ_WS_SETS, 0, base);
+    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {ps, 0},      [NJ_COLSUM_NPARTS] = {0, outer},
+                                         [NJ_COLSUM_S_OUTER] = {2 * ps, 0}, [NJ_COLSUM_S_COL] = {2, 0},
+                                         [NJ_COLSUM_BASE_A] = {0, base},    [NJ_COLSUM_BASE_B] = {1, base}};
+    nj_plan_add_colsum(pp, arg);
+    pp->pgrad = NJ_PGRAD_SETS;
+    pp->pgrad_parts = 1;
+    pp->workspace_per_row += (uint64_t)c->kept_inner * 2u * sizeof(float);
 }
 
 #define NJ_GRID_X_MAX 0x7fffffffLL

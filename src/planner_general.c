@@ -3,7 +3,9 @@
  *
  * Backward:
  *  - nj_bwd_dx: a block per statistic walking the reduction twice (two block sums, then dx);
- *  - with scale or bias, the separate dgamma/dbeta launches (nj_plan_pgrad): a block per feature
+ *  - with scale or bias constant over each set (InstanceNorm's, BatchNorm's channel: nj_pgrad_sets_ok),
+ *    dgamma/dbeta from the dx walk's own sums, a pair a statistic, and the library's column sum;
+ *  - with other scale or bias, the separate dgamma/dbeta launches (nj_plan_pgrad): a block per feature
  *    element walking the non-feature index space in a fixed order. Its grid is fixed (not a function of
  *    the batch), so the split of work between threads, and with it the rounding, is the same on every
  *    run: deterministic without atomics. */
@@ -55,7 +57,8 @@ nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_
         nj_plan_role(pp, NJ_ROLE_MAIN);
         nj_plan_grid_loop(pp, c->reduce_size, dev);
     }
-    nj_plan_pgrad(c, dev, pp);
+    if (nj_pgrad_sets_ok(c)) nj_plan_pgrad_sets(c, pp); /* after the parts: the pairs' base follows them */
+    else nj_plan_pgrad(c, dev, pp);
     /* [statistic][piece][WQ] sums, after the fixed region of the dgamma/dbeta launches */
     if (pp->split > 1) nj_plan_ws(pp, NJ_WS_PARTS, (int64_t)(pp->workspace_fixed / sizeof(float)), 0);
     return NJ_OK;

@@ -1,7 +1,10 @@
 {# Backward, any canonical problem (the fallback for every kind, and the only family for GENERAL).
    Launch 1 (nj_bwd_dx): a block per statistic (kept index) of the A.rows * kept_inner. The
    threads walk the reduction twice: first the two block sums of g = dz*gamma and g*xhat, then dx.
-   Launch 2 (only with scale or bias): bwd_pgrad.cuh, a block per feature element (looping over them
+   With scale or bias constant over each set (P.pgrad "sets"), launch 1 also leaves each statistic's
+   sums of dz and dz*xhat in the workspace, and the library's column sum (lib_colsum.cu) adds them over
+   the statistics of each gamma element: dgamma and dbeta without another walk over x and dy.
+   Otherwise launch 2 (only with scale or bias): bwd_pgrad.cuh, a block per feature element (looping over them
    past two waves) walks the non-feature index space (batch axis outermost) in a fixed order, recomputing
    xhat from x, mean and rstd, and reduces dz*xhat and dz with a fixed block tree. When the innermost axis
    is a feature axis, bwd_pgrad_col.cuh's column-tiled kernels replace it (coalesced walks). Fixed work
@@ -27,6 +30,11 @@ local WQ = F.center and 3 or 2
 -- the walk indices a block covers: the whole reduction, or its piece
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + threadIdx.x" or "threadIdx.x"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
+-- dgamma/dbeta from these walks (P.pgrad "sets": gamma constant over each set): the walks sum dz and
+-- dz * xhat, the set's shares of dbeta and dgamma, and gamma (gs_) scales the dx formula's two means
+local SETS = P.pgrad == "sets"
+local SG = SETS and "dz" or "g"
+local GS = (SETS and F.scale) and "gs_ * " or ""
 %}
 {{ bwd_typedefs() }}
 
@@ -37,6 +45,10 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 /* the pieces' sums, after the fixed region of the dgamma/dbeta launches */
 #define NJ_WS_DX ((float *)A.workspace{{ ws_plus("parts") }})
 #define NJ_WQ {{ WQ }}
+{% end %}
+{% if SETS then %}
+/* a statistic's (sum dz * xhat, sum dz): its set's shares of dgamma and dbeta, for the column sum */
+#define NJ_WS_SETS ((float *)A.workspace{{ ws_plus("sets") }})
 {% end %}
 
 {% local function dx_kernel(name, mode) %}
@@ -132,8 +144,8 @@ NJ_KERNEL({{ name }}, {{ B }})
             {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
                "op + " .. offset("param", red, "r"), "            ") }}
-            s1 += g;
-            s2 += g * {{ XU }};
+            s1 += {{ SG }};
+            s2 += {{ SG }} * {{ XU }};
 {% if mode == "part" and F.center then %}
             s3 += {{ XU }};
 {% end %}
@@ -156,10 +168,19 @@ NJ_KERNEL({{ name }}, {{ B }})
 }
 {% do return end %}
 {% end %}
-{% if F.center then %}
-        const float m1 = s1 * (1.0f / (float)NJ_N);
+{% if SETS then %}
+        if (threadIdx.x == 0{{ SPLIT > 1 and " && piece == 0" or "" }}) {
+            NJ_WS_SETS[st * 2] = s2;
+            NJ_WS_SETS[st * 2 + 1] = s1;
+        }
+{% if F.scale then %}
+        const float gs_ = nj_load_f32(GAMMA, op); /* the set's one gamma */
 {% end %}
-        const float m2 = s2 * (1.0f / (float)NJ_N);
+{% end %}
+{% if F.center then %}
+        const float m1 = {{ GS }}s1 * (1.0f / (float)NJ_N);
+{% end %}
+        const float m2 = {{ GS }}s2 * (1.0f / (float)NJ_N);
 {{ walk_unroll(2) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
             {{ split_index("i", red, "r", IT) }}

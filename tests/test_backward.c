@@ -581,21 +581,30 @@ static void test_plan_shape(void **state)
     assert_int_equal(nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1, 0, g1), NJ_OK);
     assert_int_equal(nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1 << 20, 0, g2), NJ_OK);
     assert_int_equal(g1[0], g2[0]);
-    /* BatchNorm NCHW: 64 channels (blocks) would leave SMs idle: each channel's dgamma/dbeta walk is
-     * split too, its pieces summed in order by a last launch with a fixed grid */
+    /* BatchNorm NCHW: gamma is constant over each channel's set, so the split dx walk's own sums are
+     * dgamma/dbeta (a pair a channel after the pieces' sums), added by a column sum with a fixed grid:
+     * no walk over x and dy of their own */
     static const int64_t bn[] = {256, 64, 56, 56};
     assert_int_equal(nj_preset_batchnorm(&p, NJ_F32, 4, bn, 0, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
-    assert_int_equal(pp.nlaunch, 4);
-    assert_string_equal(pp.launch[2].kernel, "nj_bwd_pgrad");
-    assert_int_equal(pp.launch[3].lib, NJ_LIB_COLSUM);
-    uint64_t pieces = pp.workspace_fixed / (64 * 2 * sizeof(float));
-    assert_true(pieces >= 2 && pieces * 64 >= (uint64_t)(4 * (s->dev.sm_count > 0 ? s->dev.sm_count : 132)));
-    assert_int_equal(pp.workspace_fixed, pieces * 64 * 2 * sizeof(float));
-    assert_int_equal(nj_launch_grid(&pp.launch[3], 1, 0, g1), NJ_OK);
-    assert_int_equal(nj_launch_grid(&pp.launch[3], 1 << 20, 0, g2), NJ_OK);
+    assert_int_equal(pp.nlaunch, 3);
+    assert_int_equal(pp.pgrad, NJ_PGRAD_SETS);
+    assert_string_equal(pp.launch[1].kernel, "nj_bwd_dx");
+    assert_int_equal(pp.launch[2].lib, NJ_LIB_COLSUM);
+    assert_true(pp.split >= 2);
+    assert_int_equal(pp.workspace_fixed, 0);
+    assert_int_equal(pp.workspace_per_row, 64 * ((uint64_t)pp.split * 3 + 2) * sizeof(float));
+    assert_int_equal(pp.ws[NJ_WS_SETS].per_row, 64 * pp.split * 3);
+    assert_int_equal(nj_launch_grid(&pp.launch[2], 1, 0, g1), NJ_OK);
+    assert_int_equal(nj_launch_grid(&pp.launch[2], 1 << 20, 0, g2), NJ_OK);
     assert_int_equal(g1[0], g2[0]);
+    /* a gamma that varies within the set (LayerNorm's) never takes the set sums */
+    static const int64_t lc[] = {2, 64, 128, 128};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 4, lc, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
+    assert_int_not_equal(pp.pgrad, NJ_PGRAD_SETS);
     /* channels-last InstanceNorm of 4608-pixel images: 36 pieces of 128 pixels a tile of 32 channels
      * (two tiles), dgamma/dbeta from a partial row per (image, piece) */
     assert_int_equal(nj_problem_from_text("instancenorm f32 ndhwc 2x16x16x18x40 flags=scale,bias", 2, &p), NJ_OK);
