@@ -91,9 +91,12 @@ typedef enum nj_role { NJ_ROLE_PART, NJ_ROLE_MAIN, NJ_ROLE_PGRAD, NJ_ROLE_MERGE,
  * a separate column-tiled walk (bwd_pgrad_col.cuh), pgrad_parts pieces each (1: no column sum). SETS:
  * gamma is constant over each set, so the dx walk's own sums of dz and dz * xhat are the set's share
  * of dgamma and dbeta: one pair a statistic (region SETS), added by the column sum over the statistics
- * of each gamma element. */
+ * of each gamma element. ROWS: the column walk's rows are gamma's elements (LayerNorm over the C of
+ * NCHW): the dx walk reduces each row's dz * xhat and dz over its tile (region PGRAD: [tile][row][2]),
+ * added by the column sum over the tiles. */
 typedef enum nj_pgrad {
-    NJ_PGRAD_NONE, NJ_PGRAD_SLOTS, NJ_PGRAD_FUSED, NJ_PGRAD_WALK, NJ_PGRAD_TILES, NJ_PGRAD_SETS, NJ_PGRAD_COUNT
+    NJ_PGRAD_NONE, NJ_PGRAD_SLOTS, NJ_PGRAD_FUSED, NJ_PGRAD_WALK, NJ_PGRAD_TILES, NJ_PGRAD_SETS, NJ_PGRAD_ROWS,
+    NJ_PGRAD_COUNT
 } nj_pgrad;
 /* Named workspace regions. PGRAD: the dgamma/dbeta partials ([2][parts][param] floats: gamma's, then
  * beta's, except WALK's [parts][param][2] pairs and the layouts the FUSED families document). PARTS:

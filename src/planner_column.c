@@ -176,6 +176,28 @@ static bool bwd_column_fused(const nj_canon *c)
     return c->param_size > 0 && in->feature && in->stride[NJ_OPD_PARAM] == 1 && c->param_size == in->extent;
 }
 
+/* dgamma/dbeta fused into the dx walk when the walk's rows are gamma's elements (LayerNorm over the C of
+ * NCHW: no kept axis a feature, every reduced axis one, gamma's strides row-major over them, so gamma's
+ * index is the walk index): each warp adds its row's dz*xhat and dz over the tile's columns (a warp sum a
+ * row) and writes the tile's pair; the library's column sum adds the tiles' pairs of each element. The
+ * separate dgamma walk read x and dy again (103 of the 217 MB of ConvNeXt's f16 *x96x56x56). Whole walks
+ * only, of at most 2048 rows (a split one, past 4096, keeps the separate walk). */
+static bool bwd_column_rows_fused(const nj_canon *c)
+{
+    /* the tile's pairs are staged in shared memory (2 floats a walk row, at most 16 KB) */
+    if (c->param_size <= 0 || c->param_size != c->reduce_size || c->reduce_size > 2048 || c->axes[0].feature)
+        return false;
+    int64_t expect = 1;
+    for (int a = c->rank - 1; a >= 1; a--) {
+        const nj_canon_axis *ax = &c->axes[a];
+        if (ax->reduce != ax->feature) return false;
+        if (!ax->reduce) continue;
+        if (ax->stride[NJ_OPD_PARAM] != expect) return false;
+        expect *= ax->extent;
+    }
+    return expect == c->param_size;
+}
+
 /* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_COLUMN_MIN neighbouring kept columns:
  * a block per tile of 32 x vec columns, 8 warps walking the reduction (coalesced), unroll loads deep. Long walks are split as the
  * forward's are (nj_plan_column_split): a piece's sums, a tile's means, a piece's dx. */
@@ -220,6 +242,19 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
         nj_plan_ws(pp, NJ_WS_PARTS, 0, sums);
         nj_plan_ws(pp, NJ_WS_MEANS, 0, sums + tiles * si * q);
         pp->workspace_per_row = (uint64_t)tiles * (s + 1) * (uint64_t)q * sizeof(float);
+    }
+    if (s == 1 && bwd_column_rows_fused(c)) {
+        /* [tiles a batch row x rows][n][2]: a tile's pair for each walk row (gamma element) */
+        int64_t n = c->reduce_size;
+        const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0},      [NJ_COLSUM_NPARTS] = {0, tiles},
+                                             [NJ_COLSUM_S_OUTER] = {2 * n, 0}, [NJ_COLSUM_S_COL] = {2, 0},
+                                             [NJ_COLSUM_BASE_B] = {1, 0}};
+        nj_plan_add_colsum(pp, arg);
+        pp->pgrad = NJ_PGRAD_ROWS;
+        pp->pgrad_parts = 1;
+        nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
+        pp->workspace_per_row += (uint64_t)tiles * (uint64_t)n * 2u * sizeof(float);
+        return NJ_OK;
     }
     if (fused) {
         /* [2][rows * ko * split][ec]: a partial row per outer index (kept_inner / ec a row) and piece */

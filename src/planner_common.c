@@ -65,7 +65,7 @@ const char *nj_role_name(int32_t role)
 
 const char *nj_pgrad_name(int32_t pgrad)
 {
-    static const char *const names[NJ_PGRAD_COUNT] = {"none", "slots", "fused", "walk", "tiles", "sets"};
+    static const char *const names[NJ_PGRAD_COUNT] = {"none", "slots", "fused", "walk", "tiles", "sets", "rows"};
     return pgrad >= 0 && pgrad < NJ_PGRAD_COUNT ? names[pgrad] : NULL;
 }
 

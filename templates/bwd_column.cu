@@ -39,6 +39,12 @@ local NT = ceil_div(EC, TC)
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 local FUSED = P.pgrad == "fused"
+-- dgamma/dbeta of the walk's rows (P.pgrad "rows": gamma's index is the walk index): the dx walk sums
+-- each row's dz*xhat and dz over the warp's lanes and lane 0 writes the tile's pair, [task][row][2] in
+-- the pgrad region; the whole warp takes part, so a lane past the tile's end walks a valid column of
+-- its own (column 0) with its contributions and stores masked
+local ROWS = P.pgrad == "rows"
+if ROWS and SPLIT > 1 then error("bwd_column: fused row sums need a whole walk") end
 local KO = P.kept_inner // EC -- outer indices per batch row
 local NTASK = KO * NT -- tiles per batch row
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
@@ -51,6 +57,12 @@ local Q = 2 * IPT
 -- the workspace regions (the planner's P.ws): with FUSED the partial rows (pgrad: [2][PROWS][EC]), and
 -- for split walks the pieces' sums (parts) and the tiles' means (means)
 local PROWS = "A.rows * " .. (KO * SPLIT) .. "LL" -- fused partial rows
+-- gamma (and beta, which only an activation reads) vary down the walk only (LayerNorm over the C of
+-- NCHW): a table of the walk's values in shared memory, filled once a block, as fwd_column.cu's PTAB
+local PG, PB = F.scale, F.bias and P.act ~= "none"
+local PTAB = (PG or PB) and P.reduce_size <= 2048
+for _, a in ipairs(kept) do if P.axes[a].stride.param ~= 0 then PTAB = false end end
+local PARAM = PTAB and {g = PG and "nj_ptab[ep[q]]" or nil, b = PB and ("nj_ptab[" .. (PG and "NJ_N + " or "") .. "ep[q]]") or nil}
 -- column c's offset from a lane's first column in operand opd
 local function colx(opd)
   if CPL == 1 then return "" end
@@ -104,7 +116,7 @@ end
 {{ ind }}    const {{ IT }} iq = i + ({{ IT }})q * NJ_BY;
 {{ ind }}    {{ split_index("iq", red, "r", IT) }}
 {% for _, e in ipairs(offs) do %}
-{{ ind }}    e{{ e }}[q] = {{ e == "p" and offset("param", red, "r") or offset(e, red, "r") }};
+{{ ind }}    e{{ e }}[q] = {{ e == "w" and "iq" or e == "p" and (PTAB and "iq" or offset("param", red, "r")) or offset(e, red, "r") }};
 {% end %}
 {{ ind }}    {{ load_cols("X", "x", "ox + " .. offset("x", red, "r"), "xv[q]") }}
 {{ ind }}    {{ load_cols("DY", "dy", "ody + " .. offset("dy", red, "r"), "dv[q]") }}
@@ -152,12 +164,30 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if mode ~= "dx" then %}
     NJ_SHARED(float, nj_part, {{ ((FUSED and 4 or 2) + (S3 and 1 or 0)) * B * CPL }});
 {% end %}
+{% if ROWS then %}
+    NJ_SHARED(float, nj_rows, 2 * NJ_N); /* the tile's (dz*xhat, dz) a walk row */
+{% end %}
 {% if mode == "full" or PRE then %}
     NJ_SHARED(float, nj_m, {{ 2 * TC }}); /* the tile's means of g and g*xhat ([column][lane]); first, its columns' dl */
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
 {{ bwd_pointers() }}
+{% if PTAB then %}
+    /* the walk's gamma, then beta, by walk index (PTAB above), before any block leaves */
+    NJ_SHARED(float, nj_ptab, {{ (PG and 1 or 0) + (PB and 1 or 0) }} * NJ_N);
+    for (unsigned i = threadIdx.x; i < (unsigned)NJ_N; i += {{ B }}) {
+        {{ split_index("i", red, "r", "unsigned") }}
+        const nj_i64 opi = {{ offset("param", red, "r") }};
+{% if PG then %}
+        nj_ptab[i] = nj_load_f32(GAMMA, opi);
+{% end %}
+{% if PB then %}
+        nj_ptab[{{ PG and "NJ_N + " or "" }}i] = nj_load_f32(BETA, opi);
+{% end %}
+    }
+    __syncthreads();
+{% end %}
 {% if SPLIT > 1 then %}
     {{ block_item("wi", "ntask * NJ_SPLIT") }}
         const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
@@ -167,8 +197,8 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
         const nj_i64 o = task / NJ_NT;
         const nj_i64 kb = (task % NJ_NT) * NJ_TC + tx * NJ_CPL; /* the lane's first column */
-        const nj_i64 k{{ cax }} = kb;
         const bool col_ok = kb < {{ EC }}; /* all of the lane's columns, or none (NJ_CPL divides EC) */
+        const nj_i64 k{{ cax }} = {{ ROWS and "col_ok ? kb : 0" or "kb" }};
         {{ split_index("o", outer, "k") }}
         const nj_i64 ox = {{ offset("x", kept, "k") }};
         const nj_i64 ody = {{ offset("dy", kept, "k") }};
@@ -282,7 +312,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 #pragma unroll
 {{ ind }}for (int c = 0; c < NJ_CPL; c++) {
 {% col_scope(ind) %}
-{{ bwd_element("xv[q][c]", "dv[q][c]", "op + ep[q]" .. colx("param"), ind .. "    ") }}
+{{ bwd_element("xv[q][c]", "dv[q][c]", PARAM or ("op + ep[q]" .. colx("param")), ind .. "    ") }}
 {{ ind }}    s1c[c] += g;
 {{ ind }}    s2c[c] += g * {{ XU }};
 {% if S3 then %}
@@ -343,30 +373,53 @@ NJ_KERNEL({{ name }}, {{ B }})
             m2c[c] = nj_m[NJ_TC + c * 32 + tx];
         }
 {% end %}
-        if (col_ok) {
+        if ({{ ROWS and "true" or "col_ok" }}) {
 {% local offs = {"dx"} %}
 {% if F.scale or F.bias then offs[#offs + 1] = "p" end %}
+{% if ROWS then offs[#offs + 1] = "w" end %}
+{% local SK = ROWS and "if (col_ok) " or "" %}
 {% walk(offs, function(ind) %}
 {% if VW > 1 then %}
 {{ ind }}float dxv[NJ_CPL];
+{% end %}
+{% if ROWS then %}
+{{ ind }}float r1 = 0.0f, r2 = 0.0f; /* the row's dz*xhat and dz over the lane's columns */
 {% end %}
 #pragma unroll
 {{ ind }}for (int c = 0; c < NJ_CPL; c++) {
 {% col_scope(ind) %}
 {{ ind }}    const float m1 = m1c[c], m2 = m2c[c];
 {{ ind }}    (void)m1;
-{{ bwd_element("xv[q][c]", "dv[q][c]", "op + ep[q]" .. colx("param"), ind .. "    ") }}
+{{ bwd_element("xv[q][c]", "dv[q][c]", PARAM or ("op + ep[q]" .. colx("param")), ind .. "    ") }}
+{% if ROWS then %}
+{{ ind }}    r1 += col_ok ? dz * xh : 0.0f;
+{{ ind }}    r2 += col_ok ? dz : 0.0f;
+{% end %}
 {% if VW > 1 then %}
 {{ ind }}    dxv[c] = {{ bwd_dx_expr("g", "xh", "m1", "m2") }};
 {% else %}
-{{ ind }}    nj_store_f32(DX, odx + edx[q]{{ colx("dx") }}, {{ bwd_dx_expr("g", "xh", "m1", "m2") }});
+{{ ind }}    {{ SK }}nj_store_f32(DX, odx + edx[q]{{ colx("dx") }}, {{ bwd_dx_expr("g", "xh", "m1", "m2") }});
 {% end %}
 {{ ind }}}
 {% if VW > 1 then %}
-{{ ind }}nj_store_vec<{{ VW }}>(DX, odx + edx[q], dxv);
+{{ ind }}{{ SK }}nj_store_vec<{{ VW }}>(DX, odx + edx[q], dxv);
+{% end %}
+{% if ROWS then %}
+{{ ind }}nj_warp_sum2(r1, r2);
+{{ ind }}if (tx == 0) {
+{{ ind }}    nj_rows[ew[q] * 2] = r1;
+{{ ind }}    nj_rows[ew[q] * 2 + 1] = r2;
+{{ ind }}}
 {% end %}
 {% end) %}
         }
+{% if ROWS then %}
+        /* the tile's pairs, stored as whole lines */
+        __syncthreads();
+        float *PR = (float *)A.workspace{{ ws_plus("pgrad") }} + task * (2 * NJ_N);
+        for (int j = threadIdx.x; j < 2 * (int)NJ_N; j += {{ B }}) PR[j] = nj_rows[j];
+        __syncthreads(); /* nj_rows: the next task's writers wait for these readers */
+{% end %}
     }
 }
 {% end %}

@@ -39,6 +39,15 @@ local SPLIT = P.split
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 local NTASK = P.kept_inner // EC * NT -- tiles per batch row
+-- gamma/beta vary down the walk only (LayerNorm over the C of NCHW: features among the reduced axes,
+-- none kept): a table of the walk's values in shared memory, filled once a block, so the normalizing
+-- walk issues its x loads only (a scalar global load of each parameter a walk step had cut the bytes
+-- a load request moves, and with them the bytes in flight, to a fifth)
+local PTAB = false
+if has_param and P.reduce_size <= 2048 then
+  PTAB = true
+  for _, a in ipairs(kept) do if P.axes[a].stride.param ~= 0 then PTAB = false end end
+end
 -- column c's offset from a lane's first column in operand opd
 local function colx(opd)
   if CPL == 1 then return "" end
@@ -85,7 +94,7 @@ end
 {{ ind }}    const {{ IT }} iq = i + ({{ IT }})q * NJ_BY;
 {{ ind }}    {{ split_index("iq", red, "r", IT) }}
 {% for _, e in ipairs(offs) do %}
-{{ ind }}    e{{ e }}[q] = {{ e == "p" and offset("param", red, "r") or offset(e, red, "r") }};
+{{ ind }}    e{{ e }}[q] = {{ e == "p" and (PTAB and "iq" or offset("param", red, "r")) or offset(e, red, "r") }};
 {% end %}
 {{ ind }}    {{ load_cols("X", "x", "ox + " .. offset("x", red, "r"), "v[q]") }}
 {% if F.residual then %}
@@ -146,13 +155,17 @@ end
 {{ ind }}    const float md = mdc[c], rstd = rstdc[c];
 {{ ind }}    (void)md;
 {{ ind }}    float u = {{ fwd_centered("v[q][c]") }} * rstd;
-{% if has_param then %}
+{% local ge, be %}
+{% if PTAB then %}
+{%   ge, be = F.scale and "nj_ptab[ep[q]]", F.bias and ("nj_ptab[" .. (F.scale and "NJ_N + " or "") .. "ep[q]]") %}
+{% elseif has_param then %}
 {{ ind }}    const nj_i64 opi = op + ep[q]{{ colx("param") }};
+{%   ge, be = F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)" %}
 {% end %}
 {% if VW > 1 then %}
-{% fwd_epilogue(ind .. "    ", F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)", {to = "yv[c]"}) %}
+{% fwd_epilogue(ind .. "    ", ge, be, {to = "yv[c]"}) %}
 {% else %}
-{% fwd_epilogue(ind .. "    ", F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)", {y = "ey[q]" .. colx("y")}) %}
+{% fwd_epilogue(ind .. "    ", ge, be, {y = "ey[q]" .. colx("y")}) %}
 {% end %}
 {{ ind }}}
 {% if VW > 1 then %}
@@ -176,6 +189,21 @@ NJ_KERNEL({{ name }}, {{ B }})
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
 {% fwd_pointers() %}
+{% if PTAB and mode ~= "part" then %}
+    /* the walk's gamma, then beta, by walk index (PTAB above), before any block leaves */
+    NJ_SHARED(float, nj_ptab, {{ (F.scale and 1 or 0) + (F.bias and 1 or 0) }} * NJ_N);
+    for (unsigned i = threadIdx.x; i < (unsigned)NJ_N; i += {{ B }}) {
+        {{ split_index("i", red, "r", "unsigned") }}
+        const nj_i64 opi = {{ offset("param", red, "r") }};
+{% if F.scale then %}
+        nj_ptab[i] = nj_load_f32(GAMMA, opi);
+{% end %}
+{% if F.bias then %}
+        nj_ptab[{{ F.scale and "NJ_N + " or "" }}i] = nj_load_f32(BETA, opi);
+{% end %}
+    }
+    __syncthreads();
+{% end %}
 {% if SPLIT > 1 then %}
     {{ block_item("wi", "ntask * NJ_SPLIT") }}
         const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
