@@ -63,6 +63,12 @@ local PG, PB = F.scale, F.bias and P.act ~= "none"
 local PTAB = (PG or PB) and P.reduce_size <= 2048
 for _, a in ipairs(kept) do if P.axes[a].stride.param ~= 0 then PTAB = false end end
 local PARAM = PTAB and {g = PG and "nj_ptab[ep[q]]" or nil, b = PB and ("nj_ptab[" .. (PG and "NJ_N + " or "") .. "ep[q]]") or nil}
+-- gamma/beta constant down the walk (channels-last InstanceNorm, BatchNorm NHWC): a lane's columns'
+-- values in registers, loaded once (as fwd_column.cu's PREG)
+local PREG = PG or PB
+for _, a in ipairs(red) do if P.axes[a].stride.param ~= 0 then PREG = false end end
+if PREG then PARAM = {g = PG and "gcol[c]" or nil, b = PB and "bcol[c]" or nil} end
+local POFF = (F.scale or F.bias) and not PREG -- the walks index gamma/beta (offs "p")
 -- column c's offset from a lane's first column in operand opd
 local function colx(opd)
   if CPL == 1 then return "" end
@@ -209,6 +215,17 @@ NJ_KERNEL({{ name }}, {{ B }})
         const nj_i64 op = {{ offset("param", kept, "k") }};
 {% end %}
         const nj_i64 os0 = {{ offset("stats", kept, "k") }};
+{% if PREG then %}
+        /* the lane's columns' gamma and beta (PREG above) */
+        float gcol[NJ_CPL], bcol[NJ_CPL];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) {
+            gcol[c] = {{ PG and ("col_ok ? nj_load_f32(GAMMA, op" .. colx("param") .. ") : 0.0f") or "0.0f" }};
+            bcol[c] = {{ PB and ("col_ok ? nj_load_f32(BETA, op" .. colx("param") .. ") : 0.0f") or "0.0f" }};
+        }
+        (void)gcol;
+        (void)bcol;
+{% end %}
         float meanc[NJ_CPL], rstdc[NJ_CPL];
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) {
@@ -307,7 +324,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         }
         if (col_ok) {
 {% local offs = {} %}
-{% if F.scale or F.bias then offs[#offs + 1] = "p" end %}
+{% if POFF then offs[#offs + 1] = "p" end %}
 {% walk(offs, function(ind) %}
 #pragma unroll
 {{ ind }}for (int c = 0; c < NJ_CPL; c++) {
@@ -375,7 +392,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
         if ({{ ROWS and "true" or "col_ok" }}) {
 {% local offs = {"dx"} %}
-{% if F.scale or F.bias then offs[#offs + 1] = "p" end %}
+{% if POFF then offs[#offs + 1] = "p" end %}
 {% if ROWS then offs[#offs + 1] = "w" end %}
 {% local SK = ROWS and "if (col_ok) " or "" %}
 {% walk(offs, function(ind) %}
