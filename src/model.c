@@ -405,6 +405,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         out->time += m->time;
     }
     out->pct_copy = out->time > 0 ? out->ideal_bytes / out->time / d->copy_bw * 100 : 0;
+    out->pct_same = out->time > 0 ? (d->launch_s + out->ideal_bytes / d->copy_bw) / out->time * 100 : 0;
     return NJ_OK;
 }
 

@@ -116,6 +116,9 @@ typedef struct nj_model_pass {
     double dram_bytes;       /* the plan's DRAM estimate */
     double time;             /* seconds */
     double pct_copy;         /* ideal_bytes / time / copy_bw * 100 */
+    /* a copy of the ideal bytes, one launch at copy bandwidth, over time * 100: what pct_copy would be were the
+     * launch cost free; the ceiling of pct_copy at this size is pct_copy / pct_same * 100 */
+    double pct_same;
     int32_t nlaunch;
     nj_model_launch launch[NJ_MAX_LAUNCHES];
 } nj_model_pass;

@@ -1,16 +1,12 @@
 /* Text of the model (model.h): the full report of a problem, its one-line form a pass (`--brief`, the
  * baseline file tests/model_baseline.txt) and the comparison of a line with its baseline. */
+#include "family.h"
 #include "model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *r_family(int32_t f)
-{
-    static const char *const names[] = {"?", "row", "general", "param_grad", "column", "channels_last", "library"};
-    return f >= 0 && f < (int32_t)NJ_ARRAY_LEN(names) ? names[f] : "?";
-}
 
 static double r_ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
@@ -109,11 +105,11 @@ void nj_model_report(nj_buf *b, const char *text, const nj_model_result *r, cons
         double eff, lanes;
         r_pass_eff(ps, &eff, &lanes);
         nj_buf_printf(b, "  %s family=%s, %d launches: %s\n", ps->pass == NJ_PASS_FORWARD ? "fwd" : "bwd",
-                      r_family(ps->family), r_launches(ps), ps->plan_text);
+                      nj_family_name(ps->family), r_launches(ps), ps->plan_text);
         nj_buf_printf(b, "    ideal %.2f MB, plan %.2f MB DRAM (%.2fx), sector efficiency %.0f%%, %.1f lanes a "
-                         "request; %.2f us, %.1f%% of copy\n",
+                         "request; %.2f us, %.1f%% of copy (%.1f%% of a copy of these bytes, launch included)\n",
                       ps->ideal_bytes / 1e6, ps->dram_bytes / 1e6, r_ratio(ps->dram_bytes, ps->ideal_bytes), 100 * eff,
-                      lanes, ps->time * 1e6, ps->pct_copy);
+                      lanes, ps->time * 1e6, ps->pct_copy, ps->pct_same);
         for (int32_t i = 0; i < ps->nlaunch; i++) r_launch(b, &ps->launch[i]);
     }
 }
@@ -125,9 +121,9 @@ void nj_model_brief(nj_buf *b, const char *text, const nj_model_result *r)
         double eff, lanes;
         r_pass_eff(ps, &eff, &lanes);
         nj_buf_printf(b, "%s | %s | launches %d | ideal_mb %.3f | dram_mb %.3f | sector_eff %.3f | lanes %.2f | "
-                         "pct_copy %.1f | us %.2f\n",
+                         "pct_copy %.1f | us %.2f | pct_same %.1f\n",
                       text, ps->pass == NJ_PASS_FORWARD ? "fwd" : "bwd", r_launches(ps), ps->ideal_bytes / 1e6,
-                      ps->dram_bytes / 1e6, eff, lanes, ps->pct_copy, ps->time * 1e6);
+                      ps->dram_bytes / 1e6, eff, lanes, ps->pct_copy, ps->time * 1e6, ps->pct_same);
     }
 }
 
