@@ -94,7 +94,7 @@ static const struct {
     bool typed;
 } nj_libs[NJ_LIB_COUNT] = {{NULL, NULL, NULL, 0, false},
                            {"colsum", "lib_colsum.cu", "nj_lib_colsum", 1024, true},
-                           {"merge", "lib_merge.cu", "nj_lib_merge", 256, false}};
+                           {"merge", "lib_merge.cu", "nj_lib_merge", 1024, false}};
 
 const char *nj_lib_name(int32_t lib) { return lib > 0 && lib < NJ_LIB_COUNT ? nj_libs[lib].name : NULL; }
 
@@ -140,8 +140,12 @@ void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
 
 void nj_plan_add_merge(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
 {
-    /* a block per 32 items (its 8 warps over the parts), items a batch row times the rows */
-    plan_add_lib(pp, NJ_LIB_MERGE, arg[NJ_MERGE_NITEMS][1], 32, 0, arg);
+    /* a block per 32 items, items a batch row times the rows; its warps over the parts, as the column
+     * sum's: about 16 parts a warp (4 loads in flight a thread, lib_merge.cu), 8 to 32 warps */
+    int64_t parts = arg[NJ_MERGE_NPARTS][0] + 8 * arg[NJ_MERGE_NPARTS][1];
+    int64_t warps = (parts + 15) / 16 < 8 ? 8 : (parts + 15) / 16 > 32 ? 32 : (parts + 15) / 16;
+    nj_launch *l = plan_add_lib(pp, NJ_LIB_MERGE, arg[NJ_MERGE_NITEMS][1], 32, 0, arg);
+    l->block[0] = (int32_t)warps * 32;
     nj_plan_role(pp, NJ_ROLE_MERGE);
 }
 

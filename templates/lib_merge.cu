@@ -2,11 +2,36 @@
    split column walks' tiles and the channels-last images' groups, forward (the mean and variance of the
    scaled shifted values from each piece's (sum, m2); the normalizing kernel finishes them) and backward (the means of g and g * xhat from each piece's sums). One module a
    gamma dtype (it touches no gamma) serves every plan: the layout and extents come in A.lib.
-   A block per 32 items: lane l owns item 32 * block + l, warp w adds parts w, w + 8, ... and warp 0 then
-   the 8 warp sums, in that order: a fixed split and order, deterministic. P.mode: the modes' numbers. #}
+   A block per 32 items: lane l owns item 32 * block + l, warp w of the block's NW adds parts w, w + NW,
+   ... and warp 0 then the NW warp sums, in that order: a fixed split and order, deterministic. NW comes
+   with the launch (blockDim.x / 32, at most the library table's block / 32), sized by the plan to the
+   parts; a thread issues NJ_MU parts' loads before adding them. P.mode: the modes' numbers. #}
 {% include("prelude.cuh") %}
 {% local B = P.block %}
-{% local NW = B // 32 %}
+
+/* parts a thread loads before it adds them: with 8 warps and one part at a time, a thread's chain of
+   dependent L2 loads was parts / 8 long (GroupNorm NHWC f16 4x1280x64x64: 228 tiles an image, a
+   forward merge of ~11 us, most of it latency; the backward's 15) */
+{% local MU = 4 %}
+#define NJ_MU {{ MU }}
+{# the NJ_MU parts' loads from part q on, written out (not a loop: the emulator's host compiler, whose
+   code the performance model traces, then issues them as the GPU does) #}
+{% local function load_parts(ind) %}
+{% for u = 0, MU - 1 do %}
+{{ ind }}va[{{ u }}] = W[(q + {{ u }} * nw) * sp];
+{{ ind }}vb[{{ u }}] = W[(q + {{ u }} * nw) * sp + ob];
+{% end %}
+{% end %}
+
+/* part q's term of m2: m2_q + n_q * (mean_q - mean)^2, n_q its element count (the planner leaves no
+   part empty) */
+NJ_DEVICE float nj_merge_dev(float sum, float m2, nj_i64 q, nj_i64 plen, nj_i64 cmul, nj_i64 total, float mean)
+{
+    const nj_i64 left = total - q * plen;
+    const float nq = (float)((left < plen ? left : plen) * cmul);
+    const float d = __fdividef(sum, nq) - mean;
+    return m2 + nq * d * d;
+}
 
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {
@@ -14,7 +39,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     NJ_SHARED(float, nj_mean, 32);
     const nj_i64 nitems = A.lib[{{ P.merge.nitems }}], first = nj_block_item() * 32;
     if (first >= nitems) return; /* a surplus block of a 2-D grid, whole: before any barrier */
-    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, mode = (int)A.lib[{{ P.merge.mode }}];
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5, mode = (int)A.lib[{{ P.merge.mode }}];
     const nj_i64 item = first + lane, nparts = A.lib[{{ P.merge.nparts }}], radix = A.lib[{{ P.merge.radix }}];
     const bool ok = item < nitems;
     const nj_i64 hi = item / radix, lo = item - hi * radix;
@@ -23,10 +48,22 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     const float inv_n = 1.0f / (float)A.lib[{{ P.merge.n }}];
     float a = 0.0f, b = 0.0f;
     if (ok) {
+        /* the forward's m2 sum (b) is not used: the deviations are summed below */
+        nj_i64 q = wp;
 #pragma unroll 1
-        for (nj_i64 q = wp; q < nparts; q += {{ NW }}) {
+        for (; q + (NJ_MU - 1) * nw < nparts; q += NJ_MU * nw) {
+            float va[NJ_MU], vb[NJ_MU];
+{% load_parts("            ") %}
+#pragma unroll
+            for (int u = 0; u < NJ_MU; u++) {
+                a += va[u];
+                b += vb[u];
+            }
+        }
+#pragma unroll 1
+        for (; q < nparts; q += nw) {
             a += W[q * sp];
-            b += W[q * sp + ob]; /* the forward's m2 sum is not used: the deviations are summed below */
+            b += W[q * sp + ob];
         }
     }
     nj_red[threadIdx.x] = a;
@@ -34,7 +71,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     __syncthreads();
     if (wp == 0) {
 #pragma unroll 1
-        for (int v = 1; v < {{ NW }}; v++) {
+        for (int v = 1; v < nw; v++) {
             a += nj_red[v * 32 + lane];
             b += nj_red[{{ B }} + v * 32 + lane];
         }
@@ -47,19 +84,22 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         const float mean = nj_mean[lane];
         const nj_i64 plen = A.lib[{{ P.merge.plen }}], cmul = A.lib[{{ P.merge.cmul }}], total = A.lib[{{ P.merge.n }}] / cmul;
         if (ok) {
+            nj_i64 q = wp;
 #pragma unroll 1
-            for (nj_i64 q = wp; q < nparts; q += {{ NW }}) {
-                const nj_i64 left = total - q * plen;
-                const float nq = (float)((left < plen ? left : plen) * cmul); /* the planner leaves no part empty */
-                const float d = __fdividef(W[q * sp], nq) - mean;
-                m2 += W[q * sp + ob] + nq * d * d;
+            for (; q + (NJ_MU - 1) * nw < nparts; q += NJ_MU * nw) {
+                float va[NJ_MU], vb[NJ_MU];
+{% load_parts("                ") %}
+#pragma unroll
+                for (int u = 0; u < NJ_MU; u++) m2 += nj_merge_dev(va[u], vb[u], q + u * nw, plen, cmul, total, mean);
             }
+#pragma unroll 1
+            for (; q < nparts; q += nw) m2 += nj_merge_dev(W[q * sp], W[q * sp + ob], q, plen, cmul, total, mean);
         }
         nj_red[threadIdx.x] = m2; /* warp 0 read the sums before the barrier above */
         __syncthreads();
         if (wp == 0) {
 #pragma unroll 1
-            for (int v = 1; v < {{ NW }}; v++) m2 += nj_red[v * 32 + lane];
+            for (int v = 1; v < nw; v++) m2 += nj_red[v * 32 + lane];
         }
     }
     if (wp == 0 && ok) {

@@ -563,7 +563,7 @@ static void test_library_render(void **state)
     assert_int_equal(nj_lib_dtype(NJ_LIB_COLSUM, NJ_BF16), NJ_BF16);
     assert_int_equal(nj_plan_library(NJ_LIB_MERGE, &pp), NJ_OK);
     assert_int_equal(nj_codegen_library(&pp, NJ_DTYPE_NONE, &src), NJ_OK);
-    assert_non_null(strstr(src, "NJ_KERNEL(nj_lib_merge, 256)"));
+    assert_non_null(strstr(src, "NJ_KERNEL(nj_lib_merge, 1024)"));
     assert_non_null(strstr(src, "if (mode == 1)")); /* NJ_MERGE_STATS, from the environment */
     assert_null(strstr(src, "nj_tparam"));
     free(src);
