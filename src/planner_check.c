@@ -2,11 +2,12 @@
  * assume of every plan, checked once on each finished plan rather than trusted. A broken invariant is a
  * planner bug (NJ_ERR_INTERNAL, naming it); a grid or workspace that the problem's own batch would
  * overflow is the caller's input (NJ_ERR_OVERFLOW). */
+#include "family.h"
 #include "planner.h"
 
 #define NJ_CHECK_GRID_YZ_MAX 65535
 
-static nj_status check_launch(const nj_plan_params *pp, int32_t i, int32_t maxt)
+static nj_status check_launch(const nj_plan_params *pp, int32_t i, int32_t maxt, int32_t max_shared)
 {
     const nj_launch *l = &pp->launch[i];
     NJ_RETURN_IF(!l->kernel[0], NJ_ERR_INTERNAL, "planner: launch %d has no kernel", (int)i);
@@ -26,8 +27,8 @@ static nj_status check_launch(const nj_plan_params *pp, int32_t i, int32_t maxt)
                      NJ_ERR_INTERNAL, "planner: %s: grid %d, %lld blocks per %lld rows, cap %lld", l->kernel,
                      l->grid_x, (long long)l->row_mult, (long long)l->row_div, (long long)l->grid_x_cap);
     }
-    NJ_RETURN_IF(l->shmem > 0xC000u, NJ_ERR_INTERNAL, "planner: %s: %u bytes of dynamic shared memory", l->kernel,
-                 l->shmem);
+    NJ_RETURN_IF(l->shmem > (uint32_t)max_shared, NJ_ERR_INTERNAL,
+                 "planner: %s: %u bytes of dynamic shared memory, at most %d", l->kernel, l->shmem, (int)max_shared);
     return NJ_OK;
 }
 
@@ -73,7 +74,13 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                  "planner: split %d, rows per block %d, registers %d", (int)pp->split, (int)pp->rows_per_block,
                  (int)pp->regs_cache);
     int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
-    for (int32_t i = 0; i < pp->nlaunch; i++) NJ_TRY(check_launch(pp, i, maxt));
+    int32_t maxs = dev->max_shared_per_block > 0xC000 ? dev->max_shared_per_block : 0xC000;
+    for (int32_t i = 0; i < pp->nlaunch; i++) NJ_TRY(check_launch(pp, i, maxt, maxs));
+    /* a staged tile (P.stage): a whole forward column walk whose main launch holds it */
+    NJ_RETURN_IF(pp->stage != 0 && (pp->stage != 1 || pp->family != NJ_FAMILY_COLUMN || pp->pass != NJ_PASS_FORWARD ||
+                                    pp->split != 1 || !pp->role[NJ_ROLE_MAIN] ||
+                                    pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0),
+                 NJ_ERR_INTERNAL, "planner: stage %d on a %s plan", (int)pp->stage, nj_family_name(pp->family));
     NJ_TRY(check_named(c, pp));
     /* The problem's own batch: every grid within CUDA's limits, the workspace within 64 bits. */
     int64_t rows = c->axes[0].extent;

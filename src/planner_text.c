@@ -47,6 +47,7 @@ char *nj_plan_text(const nj_plan_params *pp)
     if (pp->chans) nj_buf_printf(&b, "chans=%d tile=%d ", pp->chans, pp->tile); /* channels-last family only */
     else if (pp->tile) nj_buf_printf(&b, "tile=%d ", pp->tile);                  /* column family */
     if (pp->unroll) nj_buf_printf(&b, "unroll=%d ", pp->unroll);
+    if (pp->stage) nj_buf_printf(&b, "stage=%d ", pp->stage);
     /* the named fields templates read (planner.h): in the signature like every other decision */
     if (pp->pgrad != NJ_PGRAD_NONE) nj_buf_printf(&b, "pgrad=%s:%d ", nj_pgrad_name(pp->pgrad), pp->pgrad_parts);
     nj_buf_append(&b, "roles=", 6);

@@ -33,6 +33,12 @@ local VW = P.vec
 if TC % 32 ~= 0 or (VW ~= CPL and VW ~= 1) or EC % CPL ~= 0 then error("fwd_column: tile " .. TC .. ", vec " .. VW) end
 local U = P.unroll
 local NT = ceil_div(EC, TC)
+-- the tile's x (x + the residual, as a float, with one) kept in dynamic shared memory by the statistics
+-- walk, [walk index][column of the tile], for the normalizing walk: where the tiles of all resident
+-- blocks outgrow the caches, the second walk read x from DRAM again (LayerNorm over the C of NCHW,
+-- f16 *x768x7x7: 105 MB read for 34 MB of x)
+local STAGE = P.stage == 1
+if STAGE and P.split > 1 then error("fwd_column: a staged tile needs a whole walk") end
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 -- the walk indices a block covers: the whole reduction, or its piece
@@ -89,7 +95,9 @@ end
 
 {# A walk down the lane's columns over [LO, HI) with step NJ_BY, n walk steps a group: the group's
    offsets and loads first (v[q][c]: x, plus the residual), then use(q) on each in walk order. #}
-{% local function walk_group(n, ind, offs, use) %}
+{# stage: nil, "fill" (the loads also go to the staged tile, after the group's loads are issued) or
+   "read" (the values come from the staged tile) #}
+{% local function walk_group(n, ind, offs, use, stage) %}
 {{ ind }}float v[{{ n }}][NJ_CPL];
 {% for _, e in ipairs(offs) do %}
 {{ ind }}nj_i64 e{{ e }}[{{ n }}];
@@ -101,6 +109,10 @@ end
 {% for _, e in ipairs(offs) do %}
 {{ ind }}    e{{ e }}[q] = {{ e == "p" and (PTAB and "iq" or offset("param", red, "r")) or offset(e, red, "r") }};
 {% end %}
+{% if stage == "read" then %}
+#pragma unroll
+{{ ind }}    for (int c = 0; c < NJ_CPL; c++) v[q][c] = nj_to_f32(nj_stage[iq * NJ_TC + tx * NJ_CPL + c]);
+{% else %}
 {{ ind }}    {{ load_cols("X", "x", "ox + " .. offset("x", red, "r"), "v[q]") }}
 {% if F.residual then %}
 {{ ind }}    float rv[NJ_CPL];
@@ -108,23 +120,29 @@ end
 #pragma unroll
 {{ ind }}    for (int c = 0; c < NJ_CPL; c++) v[q][c] += rv[c];
 {% end %}
+{% end %}
 {{ ind }}}
 #pragma unroll
 {{ ind }}for (int q = 0; q < {{ n }}; q++) {
+{% if stage == "fill" then %}
+#pragma unroll
+{{ ind }}    for (int c = 0; c < NJ_CPL; c++)
+{{ ind }}        nj_stage[(i + ({{ IT }})q * NJ_BY) * NJ_TC + tx * NJ_CPL + c] = nj_from_f32<nj_tstage>(v[q][c]);
+{% end %}
 {% use(ind .. "    ") %}
 {{ ind }}}
 {% end %}
-{% local function walk(offs, use) %}
+{% local function walk(offs, use, stage) %}
             {{ IT }} i = {{ LO }};
 {% if U > 1 then %}
 #pragma unroll 1
             for (; i + ({{ U - 1 }}u * NJ_BY) < {{ HI }}; i += {{ U }}u * NJ_BY) {
-{% walk_group(U, "                ", offs, use) %}
+{% walk_group(U, "                ", offs, use, stage) %}
             }
 {% end %}
 #pragma unroll 1
             for (; i < {{ HI }}; i += NJ_BY) {
-{% walk_group(1, "                ", offs, use) %}
+{% walk_group(1, "                ", offs, use, stage) %}
             }
 {% end %}
 {# the statistics walk's use of a group's step q: the residual sum's store, then each column's sums #}
@@ -193,6 +211,10 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if mode == "full" then %}
     NJ_SHARED(float, nj_stat, {{ 2 * TC }}); /* md[column][lane], rstd[column][lane] of the tile's columns */
 {% end %}
+{% if STAGE then %}
+    typedef {{ F.residual and "float" or "nj_tx" }} nj_tstage;
+    NJ_DYN_SHARED(nj_tstage, nj_stage); /* the tile's values, [walk index][column] (STAGE above) */
+{% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
 {% fwd_pointers() %}
@@ -253,7 +275,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         for (int c = 0; c < NJ_CPL; c++) sc[c] = 0.0f;
 {% end %}
         if (col_ok) {
-{% walk(F.resout and {"resout"} or {}, use_stats) %}
+{% walk(F.resout and {"resout"} or {}, use_stats, STAGE and "fill" or nil) %}
         }
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) nj_part[(ty * NJ_CPL + c) * 32 + tx] = {{ F.center and "wc[c]" or "sc[c]" }};
@@ -326,7 +348,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         if (col_ok) {
 {% local offs = {"y"} %}
 {% if has_param and not PREG then offs[#offs + 1] = "p" end %}
-{% walk(offs, use_norm) %}
+{% walk(offs, use_norm, STAGE and "read" or nil) %}
         }
     }
 }

@@ -140,7 +140,8 @@ static void test_layernorm(void **state)
         "layernorm %s 0x256",       /* zero-size batch */
         "layernorm %s 2x3x5x6 last=2",
         "layernorm %s nchw 2x24x7x5 axes=1", /* ConvNeXt: the channel of NCHW */
-        "layernorm %s nchw 2x24x16x16 axes=1", /* 256 pixels: 16-byte column vectors */
+        "layernorm %s nchw 2x24x16x16 axes=1", /* 256 pixels: 16-byte column vectors, the tile staged */
+        "layernorm %s nchw 2x200x7x5 axes=1",  /* a staged tile of 32 columns, the second one 3 wide */
         "layernorm %s 2x6x5x4 axes=0,2",     /* Keras: non-adjacent axes */
     };
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
@@ -180,6 +181,8 @@ static void test_instancenorm(void **state)
     /* column vectors with the residual fused: split (2 f16 columns a lane) and whole walks (4 bf16) */
     check_line(m, "instancenorm f16 ndhwc 2x16x16x16x256 flags=scale,bias,residual,resout,stats act=silu", 0.0, 28);
     check_line(m, "rmsnorm bf16 nchw 3x40x8x16 axes=1 flags=scale,residual,resout,stats", 0.0, 29);
+    /* a staged tile of x + residual, kept as floats */
+    check_line(m, "layernorm f16 nchw 2x128x7x5 axes=1 flags=scale,bias,residual,resout,stats", 1e3, 30);
     assert_int_equal(m->failed - before, 0);
 }
 
