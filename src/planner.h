@@ -124,8 +124,8 @@ typedef struct nj_plan_params {
                             family: columns of a block's tile (32 x the columns a lane owns); else 0 */
     int32_t unroll;      /* column family: independent loads a thread issues per walk step group (its walks
                             unrolled that far); else 0 */
-    int32_t stage;       /* column family, whole walks: 1 = the statistics walk keeps the tile's x in dynamic
-                            shared memory (the main launch's shmem) and the normalizing walk reads it there */
+    int32_t stage;       /* column family, whole walks: 1 = the first walk keeps the tile's x (backward: and
+                            dy) in dynamic shared memory (the main launch's shmem), the second reads it there */
     int32_t unaligned;   /* 1: the variant for arguments the main plan's vector width does not fit */
     int32_t grid_loop;   /* 1: a block's work item is tiny (a few hundred elements): the launches that scale
                             with the batch get at most two waves of blocks, each looping over items, where

@@ -36,6 +36,10 @@ local VW = P.vec
 if TC % 32 ~= 0 or (VW ~= CPL and VW ~= 1) or EC % CPL ~= 0 then error("bwd_column: tile " .. TC .. ", vec " .. VW) end
 local U = P.unroll
 local NT = ceil_div(EC, TC)
+-- the tile's x and dy kept in dynamic shared memory by the sums walk, [walk index][column of the tile]
+-- each (x first, then dy), for the dx walk (as fwd_column.cu's STAGE)
+local STAGE = P.stage == 1
+if STAGE and P.split > 1 then error("bwd_column: a staged tile needs a whole walk") end
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 local FUSED = P.pgrad == "fused"
@@ -112,7 +116,10 @@ end
 
 {# A walk down the lane's columns over [LO, HI) with step NJ_BY, n walk steps a group: the group's
    offsets and loads of x and dy first (xv[q][c], dv[q][c]), then use(q) on each in walk order. #}
-{% local function walk_group(n, ind, offs, use) %}
+{# stage: nil, "fill" (the loads also go to the staged tile, after the group's loads are issued) or
+   "read" (the values come from the staged tile; a lane past the tile's end, which a ROWS walk keeps,
+   reads zeros) #}
+{% local function walk_group(n, ind, offs, use, stage) %}
 {{ ind }}float xv[{{ n }}][NJ_CPL], dv[{{ n }}][NJ_CPL];
 {% for _, e in ipairs(offs) do %}
 {{ ind }}nj_i64 e{{ e }}[{{ n }}];
@@ -124,25 +131,44 @@ end
 {% for _, e in ipairs(offs) do %}
 {{ ind }}    e{{ e }}[q] = {{ e == "w" and "iq" or e == "p" and (PTAB and "iq" or offset("param", red, "r")) or offset(e, red, "r") }};
 {% end %}
+{% if stage == "read" then %}
+#pragma unroll
+{{ ind }}    for (int c = 0; c < NJ_CPL; c++) {
+{{ ind }}        const unsigned si = (unsigned)iq * NJ_TC + tx * NJ_CPL + c;
+{{ ind }}        xv[q][c] = {{ ROWS and "col_ok ? " or "" }}nj_to_f32(nj_sx[si]){{ ROWS and " : 0.0f" or "" }};
+{{ ind }}        dv[q][c] = {{ ROWS and "col_ok ? " or "" }}nj_to_f32(nj_sdy[si]){{ ROWS and " : 0.0f" or "" }};
+{{ ind }}    }
+{% else %}
 {{ ind }}    {{ load_cols("X", "x", "ox + " .. offset("x", red, "r"), "xv[q]") }}
 {{ ind }}    {{ load_cols("DY", "dy", "ody + " .. offset("dy", red, "r"), "dv[q]") }}
+{% end %}
 {{ ind }}}
 #pragma unroll
 {{ ind }}for (int q = 0; q < {{ n }}; q++) {
+{% if stage == "fill" then %}
+#pragma unroll
+{{ ind }}    for (int c = 0; c < NJ_CPL; c++) {
+{{ ind }}        const unsigned si = (unsigned)(i + ({{ IT }})q * NJ_BY) * NJ_TC + tx * NJ_CPL + c;
+{{ ind }}        nj_sx[si] = nj_from_f32<nj_tx>(xv[q][c]);
+{{ ind }}        nj_sdy[si] = nj_from_f32<nj_tdy>(dv[q][c]);
+{{ ind }}    }
+{% end %}
 {% use(ind .. "    ") %}
 {{ ind }}}
 {% end %}
-{% local function walk(offs, use) %}
+{% local function walk(offs, use, stage) %}
             {{ IT }} i = {{ LO }};
-{% if U > 1 then %}
+{# a walk over the staged tile reads shared memory: no loads to keep in flight, so no unrolled groups
+   (their code cost NVRTC 10-45 ms a kernel) #}
+{% if U > 1 and stage ~= "read" then %}
 #pragma unroll 1
             for (; i + ({{ U - 1 }}u * NJ_BY) < {{ HI }}; i += {{ U }}u * NJ_BY) {
-{% walk_group(U, "                ", offs, use) %}
+{% walk_group(U, "                ", offs, use, stage) %}
             }
 {% end %}
 #pragma unroll 1
             for (; i < {{ HI }}; i += NJ_BY) {
-{% walk_group(1, "                ", offs, use) %}
+{% walk_group(1, "                ", offs, use, stage) %}
             }
 {% end %}
 {# the per-column scope of a use: the column's mean, rstd (and dl) under the names bwd_element reads #}
@@ -172,6 +198,11 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
 {% if ROWS then %}
     NJ_SHARED(float, nj_rows, 2 * NJ_N); /* the tile's (dz*xhat, dz) a walk row */
+{% end %}
+{% if STAGE then %}
+    /* the tile's x, then its dy, [walk index][column] each (STAGE above) */
+    NJ_DYN_SHARED(nj_tx, nj_sx);
+    nj_tdy *nj_sdy = reinterpret_cast<nj_tdy *>(nj_sx + NJ_N * NJ_TC);
 {% end %}
 {% if mode == "full" or PRE then %}
     NJ_SHARED(float, nj_m, {{ 2 * TC }}); /* the tile's means of g and g*xhat ([column][lane]); first, its columns' dl */
@@ -340,7 +371,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {{ ind }}    p2c[c] += dz;
 {% end %}
 {{ ind }}}
-{% end) %}
+{% end, STAGE and "fill" or nil) %}
         }
 {% local cv = FUSED and {"s1c", "s2c", "p1c", "p2c"} or {"s1c", "s2c"} %}
 {% if S3 then cv[#cv + 1] = "s3c" end %}
@@ -428,7 +459,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {{ ind }}    nj_rows[ew[q] * 2 + 1] = r2;
 {{ ind }}}
 {% end %}
-{% end) %}
+{% end, STAGE and "read" or nil) %}
         }
 {% if ROWS then %}
         /* the tile's pairs, stored as whole lines */

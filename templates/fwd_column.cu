@@ -134,7 +134,9 @@ end
 {% end %}
 {% local function walk(offs, use, stage) %}
             {{ IT }} i = {{ LO }};
-{% if U > 1 then %}
+{# a walk over the staged tile reads shared memory: no loads to keep in flight, so no unrolled groups
+   (their code cost NVRTC 10-45 ms a kernel) #}
+{% if U > 1 and stage ~= "read" then %}
 #pragma unroll 1
             for (; i + ({{ U - 1 }}u * NJ_BY) < {{ HI }}; i += {{ U }}u * NJ_BY) {
 {% walk_group(U, "                ", offs, use, stage) %}

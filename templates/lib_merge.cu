@@ -17,9 +17,13 @@
 {# the NJ_MU parts' loads from part q on, written out (not a loop: the emulator's host compiler, whose
    code the performance model traces, then issues them as the GPU does) #}
 {% local function load_parts(ind) %}
+{{ ind }}const float *w = W + q * sp;
 {% for u = 0, MU - 1 do %}
-{{ ind }}va[{{ u }}] = W[(q + {{ u }} * nw) * sp];
-{{ ind }}vb[{{ u }}] = W[(q + {{ u }} * nw) * sp + ob];
+{{ ind }}va[{{ u }}] = w[0];
+{{ ind }}vb[{{ u }}] = w[ob];
+{% if u < MU - 1 then %}
+{{ ind }}w += nws;
+{% end %}
 {% end %}
 {% end %}
 
@@ -44,7 +48,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     const bool ok = item < nitems;
     const nj_i64 hi = item / radix, lo = item - hi * radix;
     const float *W = (const float *)A.workspace + A.lib[{{ P.merge.in_base }}] + hi * A.lib[{{ P.merge.s_hi }}] + lo * A.lib[{{ P.merge.s_lo }}];
-    const nj_i64 sp = A.lib[{{ P.merge.s_part }}], ob = A.lib[{{ P.merge.off_b }}];
+    const nj_i64 sp = A.lib[{{ P.merge.s_part }}], ob = A.lib[{{ P.merge.off_b }}], nws = nw * sp;
     const float inv_n = 1.0f / (float)A.lib[{{ P.merge.n }}];
     float a = 0.0f, b = 0.0f;
     if (ok) {

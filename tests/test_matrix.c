@@ -142,6 +142,7 @@ static void test_layernorm(void **state)
         "layernorm %s nchw 2x24x7x5 axes=1", /* ConvNeXt: the channel of NCHW */
         "layernorm %s nchw 2x24x16x16 axes=1", /* 256 pixels: 16-byte column vectors, the tile staged */
         "layernorm %s nchw 2x200x7x5 axes=1",  /* a staged tile of 32 columns, the second one 3 wide */
+        "layernorm %s nchw 2x64x16x16 axes=1", /* f32 backward: 2 columns a lane, so that x and dy stage */
         "layernorm %s 2x6x5x4 axes=0,2",     /* Keras: non-adjacent axes */
     };
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
