@@ -34,6 +34,9 @@ local WSUM, WSUM2 = GROUPS and "nj_group_sum" or "nj_warp_sum", GROUPS and "nj_g
 local CHUNK_OK = GROUPS and "live && (NCH % NJ_TPR == 0 || ch < NCH)" or "NCH % NJ_TPR == 0 || ch < NCH"
 local N = P.reduce_size
 local NSLOT = PGRAD and P.pgrad_parts or 0
+-- the slot rows stored as float vectors: V floats at a multiple of V from the (16-byte aligned)
+-- workspace, whose pgrad region starts at a multiple of 4 floats
+local SLOT_VEC = PGRAD and P.vec > 1 and P.ws.pgrad and P.ws.pgrad.fixed % 4 == 0 and P.ws.pgrad.per_row % 4 == 0
 -- full unrolling keeps the column sums in registers; without them a huge row must not unroll its chunks
 local CUNROLL = (PGRAD or ceil_div(N, TPR) <= 64) and "#pragma unroll" or "#pragma unroll 4"
 if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error("bwd_row: params must span the row") end
@@ -355,15 +358,22 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         WS[(nj_i64)NJ_NSLOT * NJ_N + j] = pshared[NJ_N + j];
     }
 {% else %}
+    /* a lane's V columns as float vectors (16-byte pieces): one float a store put 32 lanes' stores of
+       one element in 32 sectors, the slot rows' L2 traffic four times their bytes (LLM rows) */
 #pragma unroll
     for (int c = 0; c < CPT; c++) {
         const int ch = lane + c * NJ_TPR;
         if (NCH % NJ_TPR == 0 || ch < NCH) {
+{% if SLOT_VEC then %}
+            nj_store_vec<V>(WS, ch * V, pg[c]);
+            nj_store_vec<V>(WS, (nj_i64)NJ_NSLOT * NJ_N + ch * V, pb[c]);
+{% else %}
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 WS[ch * V + k] = pg[c][k];
                 WS[(nj_i64)NJ_NSLOT * NJ_N + ch * V + k] = pb[c][k];
             }
+{% end %}
         }
     }
 {% end %}
