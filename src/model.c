@@ -432,9 +432,10 @@ nj_status nj_model_problem(nj_context *ctx, const nj_problem_desc *p, const nj_m
     nj_status s = m_alloc_all(p, ws, &b);
     if (s == NJ_OK) s = nj_trace_create(o->sample, o->dev->l1_bytes, o->dev->l2_bytes, &tr);
     for (int i = 0; s == NJ_OK && i < MB_N; i++)
-        if (i != MB_GAMMA && i != MB_BETA && i != MB_DGAMMA && i != MB_DBETA) nj_trace_add_buffer(tr, b.p[i], b.bytes[i]);
+        if (i != MB_GAMMA && i != MB_BETA && i != MB_DGAMMA && i != MB_DBETA) nj_trace_add_buffer(tr, b.p[i], b.bytes[i], false);
     /* the parameters too: their reads are part of what a kernel moves */
-    for (int i = MB_GAMMA; s == NJ_OK && i <= MB_DBETA; i++) nj_trace_add_buffer(tr, b.p[i], b.bytes[i]);
+    for (int i = MB_GAMMA; s == NJ_OK && i <= MB_DBETA; i++)
+        nj_trace_add_buffer(tr, b.p[i], b.bytes[i], i == MB_GAMMA || i == MB_BETA);
     for (uint32_t pass = NJ_PASS_FORWARD; s == NJ_OK && pass <= NJ_PASS_BACKWARD; pass <<= 1)
         if (passes & pass) s = m_pass(ctx, plan, p, (nj_pass)pass, o, tr, &b, &out->pass[out->npass++]);
     nj_trace_destroy(tr);

@@ -57,6 +57,10 @@ typedef struct nj_trace_launch {
     double l1_hit;            /* load bytes a block reads again while its SM's L1 still holds them */
     double unique_bytes;      /* distinct sectors touched this launch, in bytes */
     double dram_read_once, dram_write_once, unique_once; /* of sectors several clusters share: not scaled */
+    /* first reads of the parameters (buffers added as shared): scaled, then capped at the parameters'
+     * bytes where those fit in half the L2 (every block reads the same gamma, so the grid fetches each
+     * sector once, whichever traced blocks saw it first) */
+    double dram_read_param, param_cap;
     int32_t load_sites;       /* distinct load instructions that reached global memory */
 } nj_trace_launch;
 
@@ -67,7 +71,7 @@ typedef struct nj_trace nj_trace;
 NJ_HIDDEN nj_status nj_trace_create(uint32_t sample, double l1_bytes, double l2_bytes, nj_trace **out);
 NJ_HIDDEN void nj_trace_destroy(nj_trace *t);
 /* Only accesses inside registered buffers count (the tensors and the workspace). */
-NJ_HIDDEN void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes);
+NJ_HIDDEN void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes, bool param);
 /* Blocks of a kernel resident on the whole device and on one SM at once (reuse distances in a block). */
 NJ_HIDDEN void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm);
 /* Starts a pass: forgets launches and the sector history (a pass starts with a cold L2). */

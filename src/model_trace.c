@@ -50,7 +50,9 @@ struct nj_trace {
     nj_status status;
     struct {
         uintptr_t lo, hi;
+        bool param;
     } buf[TR_MAX_BUFS];
+    double param_bytes; /* of the buffers added as parameters */
     int32_t nbuf;
     struct {
         char name[48];
@@ -125,6 +127,7 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     memcpy(r->block, l->block, sizeof r->block);
     r->shmem = l->shmem;
     r->clusters = (uint64_t)(l->grid[0] / l->cluster[0]) * (l->grid[1] / l->cluster[1]) * (l->grid[2] / l->cluster[2]);
+    r->param_cap = t->param_bytes <= NJ_MODEL_L2_HIT * t->l2_bytes ? t->param_bytes : 0;
     t->scale = 1;
 }
 
@@ -277,6 +280,15 @@ static tr_sector *tr_sec(nj_trace *t, uint64_t s, bool *fresh)
     return &t->sec[j];
 }
 
+/* Whether a sector lies in a parameter buffer. */
+static bool tr_param(const nj_trace *t, uint64_t sector)
+{
+    uintptr_t a = (uintptr_t)sector * 32;
+    for (int32_t i = 0; i < t->nbuf; i++)
+        if (t->buf[i].param && a + 32 > t->buf[i].lo && a < t->buf[i].hi) return true;
+    return false;
+}
+
 /* One request's sectors through the L2 model. */
 static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const uint64_t *s, int32_t n, int store)
 {
@@ -299,6 +311,7 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
              * grid, not once a traced cluster, so it leaves the part that scales with the sample */
             if (x->first_launch == t->nlaunch - 1 && x->cluster != cluster) {
                 if (x->first_store) r->dram_write -= 32, r->dram_write_once += 32;
+                else if (tr_param(t, s[i])) r->dram_read_param -= 32, r->dram_read_once += 32;
                 else r->dram_read -= 32, r->dram_read_once += 32;
                 r->unique_bytes -= 32, r->unique_once += 32;
                 x->first_launch = -1;
@@ -321,6 +334,7 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
             miss = nj_model_l2_miss(d, t->l2_bytes);
         }
         if (store) r->dram_write += 32 * miss;
+        else if (fresh && tr_param(t, s[i])) r->dram_read_param += 32;
         else r->dram_read += 32 * miss * (1 - l1);
         x->at_global = t->global_bytes;
         x->at_block = t->block_bytes;
@@ -448,13 +462,16 @@ void nj_trace_destroy(nj_trace *t)
     free(t);
 }
 
-void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes)
+void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes, bool param)
 {
     if (!p || !bytes || t->nbuf == TR_MAX_BUFS) return;
     t->buf[t->nbuf].lo = (uintptr_t)p;
     t->buf[t->nbuf].hi = (uintptr_t)p + bytes;
+    t->buf[t->nbuf].param = param;
+    if (param) t->param_bytes += (double)bytes;
     t->nbuf++;
 }
+
 
 void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm)
 {
@@ -495,7 +512,10 @@ nj_trace_launch nj_trace_scaled(const nj_trace_launch *l)
         for (int w = 0; w < NJ_TRACE_WIDTHS; w++) r.width[d][w] *= f;
     }
     r.l1_hit *= f;
-    r.dram_read = r.dram_read * f + r.dram_read_once, r.dram_write = r.dram_write * f + r.dram_write_once;
+    double param = r.dram_read_param * f;
+    if (r.param_cap > 0 && param > r.param_cap) param = r.param_cap;
+    r.dram_read = r.dram_read * f + r.dram_read_once + param, r.dram_write = r.dram_write * f + r.dram_write_once;
+    r.dram_read_param = 0;
     r.unique_bytes = r.unique_bytes * f + r.unique_once;
     r.dram_read_once = r.dram_write_once = r.unique_once = 0;
     return r;

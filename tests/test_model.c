@@ -101,6 +101,23 @@ static void test_row_backward(void **state)
     assert_true(sum_dir(ps, NJ_TRACE_ST, 0) >= x + 2 * param);
 }
 
+/* Long rows split over blocks, 8 of 248 traced: every block of a row's pieces reads its piece of gamma
+ * and beta, the same 8 MB for all 8 rows, which stay in L2. The normalizing launch reads x once more
+ * (the statistics launch read it first) but the parameters from DRAM at most once: counted per traced
+ * block and scaled to the grid, they had made it 2.1x x. */
+static void test_param_reads_capped(void **state)
+{
+    (void)state;
+    nj_model_result r = model_of("layernorm f32 8x1000000 flags=scale,bias", NJ_PASS_FORWARD, 8);
+    const nj_model_pass *ps = &r.pass[0];
+    double x = 8.0 * 1e6 * 4, param = 2 * 1e6 * 4;
+    assert_true(ps->nlaunch >= 2);
+    const nj_model_launch *norm = &ps->launch[ps->nlaunch - 1];
+    assert_true(norm->t.run < norm->t.clusters); /* a sample, scaled */
+    assert_true(norm->t.dram_read <= x + 1.5 * param); /* scaled per block: about x + 8 param */
+    assert_true(norm->t.dram_read >= 0.9 * x);
+}
+
 /* A kernel built without counting has no hook: a counter sees its launch but no access. */
 static void test_counting_off(void **state)
 {
@@ -118,8 +135,8 @@ static void test_counting_off(void **state)
     float *x = calloc(1024, 4), *y = calloc(1024, 4), *rstd = calloc(4 + 256, 4);
     nj_trace *t;
     assert_int_equal(nj_trace_create(8, 1e5, 1e6, &t), NJ_OK);
-    nj_trace_add_buffer(t, x, 4096);
-    nj_trace_add_buffer(t, y, 4096);
+    nj_trace_add_buffer(t, x, 4096, false);
+    nj_trace_add_buffer(t, y, 4096, false);
     nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .y = y};
     if (p.flags & NJ_FLAG_SAVE_STATS) a.rstd = rstd;
     if (p.flags & NJ_FLAG_SCALE) a.gamma = rstd + 4; /* 256 floats of zeros past the statistics */
@@ -194,7 +211,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_f32_forward), cmocka_unit_test(test_sample_scales),
         cmocka_unit_test(test_row_backward),    cmocka_unit_test(test_counting_off),
-        cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_param_reads_capped), cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_compare),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
