@@ -50,7 +50,7 @@ static nj_status check_named(const nj_canon *c, const nj_plan_params *pp)
     NJ_RETURN_IF(pp->pgrad < NJ_PGRAD_NONE || pp->pgrad >= NJ_PGRAD_COUNT || params != (pp->pgrad != NJ_PGRAD_NONE),
                  NJ_ERR_INTERNAL, "planner: dgamma/dbeta strategy %d", (int)pp->pgrad);
     bool sums = pp->pgrad == NJ_PGRAD_FUSED || pp->pgrad == NJ_PGRAD_SLOTS || pp->pgrad == NJ_PGRAD_SETS ||
-                pp->pgrad == NJ_PGRAD_ROWS || pp->pgrad_parts > 1;
+                pp->pgrad == NJ_PGRAD_ROWS || pp->pgrad == NJ_PGRAD_PIECES || pp->pgrad_parts > 1;
     NJ_RETURN_IF(pp->pgrad != NJ_PGRAD_NONE && sums != (pp->role[NJ_ROLE_COLSUM] != 0), NJ_ERR_INTERNAL,
                  "planner: dgamma/dbeta %s with%s a column sum", nj_pgrad_name(pp->pgrad),
                  pp->role[NJ_ROLE_COLSUM] ? "" : "out");

@@ -65,7 +65,8 @@ const char *nj_role_name(int32_t role)
 
 const char *nj_pgrad_name(int32_t pgrad)
 {
-    static const char *const names[NJ_PGRAD_COUNT] = {"none", "slots", "fused", "walk", "tiles", "sets", "rows"};
+    static const char *const names[NJ_PGRAD_COUNT] = {"none", "slots", "fused", "walk", "tiles", "sets", "rows",
+                                                              "pieces"};
     return pgrad >= 0 && pgrad < NJ_PGRAD_COUNT ? names[pgrad] : NULL;
 }
 
@@ -314,6 +315,52 @@ void nj_plan_pgrad_sets(const nj_canon *c, nj_plan_params *pp)
     pp->pgrad = NJ_PGRAD_SETS;
     pp->pgrad_parts = 1;
     pp->workspace_per_row += (uint64_t)c->kept_inner * 2u * sizeof(float);
+}
+
+/* NJ_PGRAD_PIECES: a split walk (split pieces of each set) whose pieces each lie where gamma is
+ * constant (GroupNorm of NCHW: a set of several channels, a piece within one channel). Axes, innermost
+ * first: reduced non-feature axes (their product: the run of one gamma element), then reduced feature
+ * axes, then kept feature axes, gamma row-major over the features; the batch axis no feature. Returns
+ * the run when a piece divides it, else 0. */
+int64_t nj_pgrad_pieces_run(const nj_canon *c, int32_t split)
+{
+    if (c->param_size <= 0 || c->axes[0].feature || split < 2 || c->reduce_size % split != 0) return 0;
+    int64_t run = 1, expect = 1;
+    int stage = 0; /* 0: reduced non-feature, 1: reduced feature, 2: kept feature */
+    for (int a = c->rank - 1; a >= 1; a--) {
+        const nj_canon_axis *ax = &c->axes[a];
+        int k = ax->reduce ? (ax->feature ? 1 : 0) : (ax->feature ? 2 : 3);
+        if (k == 3 || k < stage) return 0;
+        stage = k;
+        if (k == 0) {
+            run *= ax->extent;
+            continue;
+        }
+        if (ax->stride[NJ_OPD_PARAM] != expect) return 0;
+        expect *= ax->extent;
+    }
+    int64_t piece = c->reduce_size / split;
+    return expect == c->param_size && stage >= 1 && run % piece == 0 ? run : 0;
+}
+
+/* dgamma/dbeta under NJ_PGRAD_PIECES: the dx launch leaves a (sum dz * xhat, sum dz) pair a piece, after
+ * the workspace the plan has so far (its per-row part): statistic st's piece q at pair st * split + q.
+ * Gamma element col = kept feature index * RF + the piece's reduced feature index (RF: their count), so
+ * its pairs are those of pieces col * PPC + j (PPC = run / piece, j < PPC) of each batch row: the column
+ * sum's parts, PPC inner ones a row. */
+void nj_plan_pgrad_pieces(const nj_canon *c, int64_t run, nj_plan_params *pp)
+{
+    int64_t ps = c->param_size, split = pp->split, ppc = run / (c->reduce_size / split);
+    int64_t base = (int64_t)(pp->workspace_per_row / sizeof(float)), row = c->kept_inner * split;
+    nj_plan_ws(pp, NJ_WS_SETS, 0, base);
+    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {ps, 0},       [NJ_COLSUM_NPARTS] = {0, ppc},
+                                         [NJ_COLSUM_INNER] = {ppc, 0},      [NJ_COLSUM_S_OUTER] = {2 * row, 0},
+                                         [NJ_COLSUM_S_INNER] = {2, 0},      [NJ_COLSUM_S_COL] = {2 * ppc, 0},
+                                         [NJ_COLSUM_BASE_A] = {0, base},    [NJ_COLSUM_BASE_B] = {1, base}};
+    nj_plan_add_colsum(pp, arg);
+    pp->pgrad = NJ_PGRAD_PIECES;
+    pp->pgrad_parts = 1;
+    pp->workspace_per_row += (uint64_t)row * 2u * sizeof(float);
 }
 
 #define NJ_GRID_X_MAX 0x7fffffffLL

@@ -5,6 +5,8 @@
  *  - nj_bwd_dx: a block per statistic walking the reduction twice (two block sums, then dx);
  *  - with scale or bias constant over each set (InstanceNorm's, BatchNorm's channel: nj_pgrad_sets_ok),
  *    dgamma/dbeta from the dx walk's own sums, a pair a statistic, and the library's column sum;
+ *  - split sets whose pieces each lie where gamma is constant (GroupNorm of NCHW: nj_pgrad_pieces_run),
+ *    the same from the dx launch's walk, a pair a piece;
  *  - with other scale or bias, the separate dgamma/dbeta launches (nj_plan_pgrad): a block per feature
  *    element walking the non-feature index space in a fixed order. Its grid is fixed (not a function of
  *    the batch), so the split of work between threads, and with it the rounding, is the same on every
@@ -57,7 +59,9 @@ nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_
         nj_plan_role(pp, NJ_ROLE_MAIN);
         nj_plan_grid_loop(pp, c->reduce_size, dev);
     }
+    int64_t run = nj_pgrad_pieces_run(c, pp->split);
     if (nj_pgrad_sets_ok(c)) nj_plan_pgrad_sets(c, pp); /* after the parts: the pairs' base follows them */
+    else if (run > 0) nj_plan_pgrad_pieces(c, run, pp);
     else nj_plan_pgrad(c, dev, pp);
     /* [statistic][piece][WQ] sums, after the fixed region of the dgamma/dbeta launches */
     if (pp->split > 1) nj_plan_ws(pp, NJ_WS_PARTS, (int64_t)(pp->workspace_fixed / sizeof(float)), 0);

@@ -39,6 +39,8 @@ NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props 
 NJ_HIDDEN void nj_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
 NJ_HIDDEN bool nj_pgrad_sets_ok(const nj_canon *c);
 NJ_HIDDEN void nj_plan_pgrad_sets(const nj_canon *c, nj_plan_params *pp);
+NJ_HIDDEN int64_t nj_pgrad_pieces_run(const nj_canon *c, int32_t split);
+NJ_HIDDEN void nj_plan_pgrad_pieces(const nj_canon *c, int64_t run, nj_plan_params *pp);
 
 /* The families (family_list.h): whether one applies to a pass of c, and its planners. A planner fills
  * blocks, launches and workspace; the driver (planner.c) has set pass, family and template. */

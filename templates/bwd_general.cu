@@ -33,6 +33,11 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 -- dgamma/dbeta from these walks (P.pgrad "sets": gamma constant over each set): the walks sum dz and
 -- dz * xhat, the set's shares of dbeta and dgamma, and gamma (gs_) scales the dx formula's two means
 local SETS = P.pgrad == "sets"
+-- dgamma/dbeta from the dx launch's walk (P.pgrad "pieces": split sets, each piece within one gamma
+-- element, GroupNorm of NCHW): it sums dz * xhat and dz over its piece and writes the pair, statistic
+-- st's piece q at pair st * NJ_SPLIT + q, which the column sum adds per gamma element
+local PIECES = P.pgrad == "pieces"
+if PIECES and SPLIT < 2 then error("bwd_general: pieces need a split walk") end
 local SG = SETS and "dz" or "g"
 local GS = (SETS and F.scale) and "gs_ * " or ""
 %}
@@ -46,8 +51,8 @@ local GS = (SETS and F.scale) and "gs_ * " or ""
 #define NJ_WS_DX ((float *)A.workspace{{ ws_plus("parts") }})
 #define NJ_WQ {{ WQ }}
 {% end %}
-{% if SETS then %}
-/* a statistic's (sum dz * xhat, sum dz): its set's shares of dgamma and dbeta, for the column sum */
+{% if SETS or PIECES then %}
+/* a statistic's (or piece's) (sum dz * xhat, sum dz): its shares of dgamma and dbeta, for the column sum */
 #define NJ_WS_SETS ((float *)A.workspace{{ ws_plus("sets") }})
 {% end %}
 
@@ -181,13 +186,28 @@ NJ_KERNEL({{ name }}, {{ B }})
         const float m1 = {{ GS }}s1 * (1.0f / (float)NJ_N);
 {% end %}
         const float m2 = {{ GS }}s2 * (1.0f / (float)NJ_N);
+{% if PIECES then %}
+        float p1 = 0.0f, p2 = 0.0f; /* the piece's sums of dz * xhat and dz */
+{% end %}
 {{ walk_unroll(2) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
             {{ split_index("i", red, "r", IT) }}
 {{ bwd_element("X[ox + " .. offset("x", red, "r") .. "]", "DY[ody + " .. offset("dy", red, "r") .. "]",
                "op + " .. offset("param", red, "r"), "            ") }}
             nj_store_f32(DX, odx + {{ offset("dx", red, "r") }}, {{ bwd_dx_expr("g", "xh", "m1", "m2") }});
+{% if PIECES then %}
+            p1 += dz * xh;
+            p2 += dz;
+{% end %}
         }
+{% if PIECES then %}
+        __syncthreads(); /* nj_scratch: the statistic's sums above are read */
+        nj_block_sum2<{{ NW }}>(p1, p2, nj_scratch);
+        if (threadIdx.x == 0) {
+            NJ_WS_SETS[wi * 2] = p1;
+            NJ_WS_SETS[wi * 2 + 1] = p2;
+        }
+{% end %}
     }
 }
 {% end %}

@@ -195,6 +195,14 @@ static void test_groupnorm(void **state)
                                         "groupnorm %s nhwc 1x320x16x16 groups=32", /* the UNet's, 8-channel vectors */
                                         "groupnorm %s nhwc 2x64x50x50 groups=8" /* 10 tiles, the last one short */};
     run_family(*state, bases, sizeof bases / sizeof bases[0]);
+    /* split sets of 4 channels, each piece within one channel: dgamma/dbeta from the dx launch's pieces
+     * (pgrad "pieces"), the column sum adding 2 pieces of each of 2 images a channel */
+    matrix_state *m = *state;
+    int before = m->failed;
+    check_line(m, "groupnorm f32 nchw 2x8x256x256 groups=2 flags=scale,bias", 0.0, 44);
+    check_line(m, "groupnorm bf16 nchw 2x8x256x256 groups=2 flags=scale,bias,stats act=silu", 1e3, 45);
+    check_line(m, "groupnorm f16 nchw 2x8x256x256 groups=2 flags=scale", 0.0, 46);
+    assert_int_equal(m->failed - before, 0);
 }
 
 static void test_batchnorm(void **state)
