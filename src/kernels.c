@@ -339,7 +339,12 @@ static nj_status nj_kernelset_get(nj_context *ctx, const nj_unit *u, const nj_pl
     }
     if (ks && ks->state != 2) {
         nj_status s = nj_kernelset_wait(ctx, ks);
-        if (s != NJ_OK || !load || ks->module) { /* else a warmup built it without loading: load one */
+        /* The build waited for was a request's probe or a no-compile lookup, refused for want of a cached
+         * binary (NJ_ERR_NOT_CACHED): a thread that may compile (a background worker) builds it anew
+         * rather than inherit the refusal, which had left a pass on the generic kernels for good. */
+        bool rebuild = s == NJ_ERR_NOT_CACHED && !nj_serve_compile_refused(ctx);
+        if (rebuild) nj_error_clear();
+        else if (s != NJ_OK || !load || ks->module) { /* else a warmup built it without loading: load one */
             pthread_mutex_unlock(&ctx->lock);
             if (s == NJ_OK) atomic_fetch_add(&ctx->hits_memory, 1);
             *out = ks;

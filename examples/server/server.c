@@ -33,6 +33,14 @@ static int cmp(const void *a, const void *b)
         }                                                                                          \
     } while (0)
 
+/* The library is silent unless given a log function: a server wants its warnings (a background build
+ * that failed leaves a shape on the generic kernels), so it prints them. */
+static void print_log(void *user, nj_log_level level, const char *message)
+{
+    (void)user;
+    fprintf(stderr, "normjit %s: %s\n", level <= NJ_LOG_ERROR ? "error" : "warning", message);
+}
+
 /* One request: plan (a table hit after the first) and forward, timed. */
 static double request(nj_context *ctx, int64_t batch, int64_t hidden, float *x, float *y, float *g, float *b)
 {
@@ -79,6 +87,8 @@ int main(int argc, char **argv)
 
     o.flags = NJ_CTX_ASYNC_COMPILE | NJ_CTX_NO_COMPILE;
     o.max_background_compiles = 1;
+    o.log_level = NJ_LOG_WARN;
+    o.log_fn = print_log;
     nj_context *ctx;
     CHECK(nj_context_create(&o, &ctx));
     float *x, *y, *g, *b;
