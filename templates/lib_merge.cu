@@ -5,7 +5,8 @@
    A block per 32 items: lane l owns item 32 * block + l, warp w of the block's NW adds parts w, w + NW,
    ... and warp 0 then the NW warp sums, in that order: a fixed split and order, deterministic. NW comes
    with the launch (blockDim.x / 32, at most the library table's block / 32), sized by the plan to the
-   parts; a thread issues NJ_MU parts' loads before adding them. P.mode: the modes' numbers. #}
+   parts; a thread issues NJ_MU parts' loads before adding them in the sums' loop (the forward's deviations
+   loop takes a part at a time: unrolled, it cost NVRTC 18 ms and the model no time). P.mode: the modes' numbers. #}
 {% include("prelude.cuh") %}
 {% local B = P.block %}
 
@@ -29,10 +30,8 @@
 
 /* part q's term of m2: m2_q + n_q * (mean_q - mean)^2, n_q its element count (the planner leaves no
    part empty) */
-NJ_DEVICE float nj_merge_dev(float sum, float m2, nj_i64 q, nj_i64 plen, nj_i64 cmul, nj_i64 total, float mean)
+NJ_DEVICE float nj_merge_dev(float sum, float m2, float nq, float mean)
 {
-    const nj_i64 left = total - q * plen;
-    const float nq = (float)((left < plen ? left : plen) * cmul);
     const float d = __fdividef(sum, nq) - mean;
     return m2 + nq * d * d;
 }
@@ -45,6 +44,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     if (first >= nitems) return; /* a surplus block of a 2-D grid, whole: before any barrier */
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5, mode = (int)A.lib[{{ P.merge.mode }}];
     const nj_i64 item = first + lane, nparts = A.lib[{{ P.merge.nparts }}], radix = A.lib[{{ P.merge.radix }}];
+    const int np = (int)nparts; /* at most NJ_SPLIT_MAX pieces or an image's tiles: well within an int */
     const bool ok = item < nitems;
     const nj_i64 hi = item / radix, lo = item - hi * radix;
     const float *W = (const float *)A.workspace + A.lib[{{ P.merge.in_base }}] + hi * A.lib[{{ P.merge.s_hi }}] + lo * A.lib[{{ P.merge.s_lo }}];
@@ -53,9 +53,9 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
     float a = 0.0f, b = 0.0f;
     if (ok) {
         /* the forward's m2 sum (b) is not used: the deviations are summed below */
-        nj_i64 q = wp;
+        int q = wp;
 #pragma unroll 1
-        for (; q + (NJ_MU - 1) * nw < nparts; q += NJ_MU * nw) {
+        for (; q + (NJ_MU - 1) * nw < np; q += NJ_MU * nw) {
             float va[NJ_MU], vb[NJ_MU];
 {% load_parts("            ") %}
 #pragma unroll
@@ -65,7 +65,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
             }
         }
 #pragma unroll 1
-        for (; q < nparts; q += nw) {
+        for (; q < np; q += nw) {
             a += W[q * sp];
             b += W[q * sp + ob];
         }
@@ -87,17 +87,12 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         /* m2 = sum over the parts of m2_q + n_q * (mean_q - mean)^2: every term >= 0, nothing cancels */
         const float mean = nj_mean[lane];
         const nj_i64 plen = A.lib[{{ P.merge.plen }}], cmul = A.lib[{{ P.merge.cmul }}], total = A.lib[{{ P.merge.n }}] / cmul;
+        /* every part counts plen * cmul elements but the last, which holds the rest */
+        const float nq_full = (float)(plen * cmul), nq_last = (float)((total - (nparts - 1) * plen) * cmul);
         if (ok) {
-            nj_i64 q = wp;
+            int q = wp;
 #pragma unroll 1
-            for (; q + (NJ_MU - 1) * nw < nparts; q += NJ_MU * nw) {
-                float va[NJ_MU], vb[NJ_MU];
-{% load_parts("                ") %}
-#pragma unroll
-                for (int u = 0; u < NJ_MU; u++) m2 += nj_merge_dev(va[u], vb[u], q + u * nw, plen, cmul, total, mean);
-            }
-#pragma unroll 1
-            for (; q < nparts; q += nw) m2 += nj_merge_dev(W[q * sp], W[q * sp + ob], q, plen, cmul, total, mean);
+            for (; q < np; q += nw) m2 += nj_merge_dev(W[q * sp], W[q * sp + ob], q == np - 1 ? nq_last : nq_full, mean);
         }
         nj_red[threadIdx.x] = m2; /* warp 0 read the sums before the barrier above */
         __syncthreads();
