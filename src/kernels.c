@@ -351,15 +351,27 @@ static nj_status nj_kernelset_get(nj_context *ctx, const nj_unit *u, const nj_pl
             return s;
         }
     }
-    ks = calloc(1, sizeof *ks);
-    if (!ks) {
-        pthread_mutex_unlock(&ctx->lock);
-        return nj_fail(NJ_ERR_OUT_OF_MEMORY, "kernel set");
+    if (ks && ks->state == 2) {
+        /* A failed set of this signature (it holds no module) is built again in place: a context that
+         * never compiles, asked again and again for a kernel it lacks, had added a set a miss, so its
+         * memory and every lookup's walk of the list grew without bound. */
+        free(ks->error_detail);
+        ks->error_detail = NULL;
+        ks->error = NJ_OK;
+        memset(ks->fn, 0, sizeof ks->fn);
+        ks->params = *pp;
+        ks->state = 0; /* being built again: other threads wait */
+    } else {
+        ks = calloc(1, sizeof *ks);
+        if (!ks) {
+            pthread_mutex_unlock(&ctx->lock);
+            return nj_fail(NJ_ERR_OUT_OF_MEMORY, "kernel set");
+        }
+        memcpy(ks->hash, hash, sizeof hash);
+        ks->params = *pp;
+        ks->next = ctx->sets;
+        ctx->sets = ks; /* visible as "being built": other threads wait instead of compiling again */
     }
-    memcpy(ks->hash, hash, sizeof hash);
-    ks->params = *pp;
-    ks->next = ctx->sets;
-    ctx->sets = ks; /* visible as "being built": other threads wait instead of compiling again */
     pthread_mutex_unlock(&ctx->lock);
 
     nj_status s = u->c ? nj_kernels_build_pass(ctx, u, sig, ks, load, st)

@@ -33,7 +33,8 @@ typedef enum nj_lib_kernel {
     NJ_LIB_NONE = 0,
     /* out_a[col], out_b[col] (dgamma, dbeta; col < lib[0]) = the sums over the parts i < lib[1] of
      * WS[lib[6 or 7] + (i / lib[2]) * lib[3] + (i % lib[2]) * lib[4] + col * lib[5]] (floats): warp w of
-     * a block of 32 columns adds parts w, w + 8, ..., warp 0 the 8 warp sums, in that order */
+     * a block of 32 columns and NW warps (the launch's, 8 to 32) adds parts w, w + NW, ..., warp 0 the NW
+     * warp sums, in that order */
     NJ_LIB_COLSUM = 1,
     /* A statistic's (or two sums') pieces combined, item by item: for item i < NITEMS (hi = i / RADIX,
      * lo = i % RADIX), part q < NPARTS holds a at WS[IN_BASE + hi * S_HI + lo * S_LO + q * S_PART] and b
@@ -41,8 +42,8 @@ typedef enum nj_lib_kernel {
      * NJ_MERGE_SUMS: sum(a) / N, sum(b) / N (the backward's means of g and g * xhat). NJ_MERGE_STATS:
      * mean and rstd from each part's (sum, m2), part q counting min(PLEN, N / CMUL - q * PLEN) * CMUL
      * elements (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels). NJ_MERGE_RMS: 0 and
-     * rstd from sum(a) / N, the mean square. A block per 32 items, warp w adding parts w, w + 8, ...,
-     * warp 0 the 8 warp sums, in that order */
+     * rstd from sum(a) / N, the mean square. A block per 32 items and NW warps (the launch's, 8 to 32),
+     * warp w adding parts w, w + NW, ..., warp 0 the NW warp sums, in that order */
     NJ_LIB_MERGE = 2
 } nj_lib_kernel;
 #define NJ_LIB_COUNT 3

@@ -306,6 +306,13 @@ static void test_no_compile_miss_fail(void **state)
     nj_plan *plan;
     assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_ERR_NOT_CACHED);
     assert_non_null(strstr(nj_last_error(), "warmup"));
+    /* asked again and again, the context keeps one failed kernel set for the signature, not one a miss */
+    int before = 0, after = 0;
+    for (nj_kernelset *k = ctx->sets; k; k = k->next) before++;
+    for (int i = 0; i < 100; i++) assert_int_equal(nj_plan_get(ctx, &p, NJ_PASS_FORWARD, &plan), NJ_ERR_NOT_CACHED);
+    for (nj_kernelset *k = ctx->sets; k; k = k->next) after++;
+    assert_int_equal(after, before);
+    assert_non_null(strstr(nj_last_error(), "warmup")); /* the detail of the latest miss */
     nj_context_destroy(ctx);
 }
 
