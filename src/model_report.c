@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static double r_ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
 /* "16B:100%" pieces of the widths that occur, largest first */

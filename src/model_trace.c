@@ -472,7 +472,6 @@ void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes, bool param)
     t->nbuf++;
 }
 
-
 void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm)
 {
     int32_t i = 0;

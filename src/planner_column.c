@@ -138,13 +138,31 @@ static int32_t col_vec(const nj_canon *c, const nj_device_props *dev, nj_pass pa
 #define NJ_COL_STAGE_MIN (8 * 1024)
 #define NJ_COL_STAGE_MAX (24 * 1024)
 #define NJ_COL_STAGE_WIDE (48 * 1024)
+/* The bytes of a whole walk's tile of `elem` bytes an element when staged, or 0: below NJ_COL_STAGE_MIN,
+ * above max, or where `blocks` blocks, each with `reserve` bytes of its own shared arrays beside the tile,
+ * would not fit an SM. */
+static uint32_t col_stage_fit(const nj_canon *c, const nj_device_props *dev, int32_t tile, int64_t elem, int64_t max,
+                              int64_t blocks, int64_t reserve)
+{
+    int64_t b = c->reduce_size * tile * elem;
+    if (b < NJ_COL_STAGE_MIN || b > max || blocks * (b + reserve) > (int64_t)dev->max_shared_per_block) return 0;
+    return (uint32_t)b;
+}
+
+/* The forward's staged tile: x (x + the residual as floats); four blocks an SM, 8 KB each beside the
+ * tile (the statistics' shared arrays and the gamma/beta table). */
 static uint32_t col_stage_bytes(const nj_canon *c, const nj_device_props *dev, int32_t tile)
 {
     int64_t es = (c->flags & NJ_FLAG_RESIDUAL) ? 4 : nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
-    int64_t b = c->reduce_size * tile * es, max = es == 4 ? NJ_COL_STAGE_WIDE : NJ_COL_STAGE_MAX;
-    /* 8 KB a block beside the tile: the statistics' own shared arrays and the gamma/beta table */
-    if (b < NJ_COL_STAGE_MIN || b > max || 4 * (b + 8192) > (int64_t)dev->max_shared_per_block) return 0;
-    return (uint32_t)b;
+    return col_stage_fit(c, dev, tile, es, es == 4 ? NJ_COL_STAGE_WIDE : NJ_COL_STAGE_MAX, 4, 8192);
+}
+
+/* The plan's last launch (its main one) stages its tile of `bytes` (none when 0). */
+static void col_stage_set(nj_plan_params *pp, uint32_t bytes)
+{
+    if (bytes == 0) return;
+    pp->stage = 1;
+    pp->launch[pp->nlaunch - 1].shmem = bytes;
 }
 
 nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
@@ -161,11 +179,7 @@ nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     if (pp->split == 1) {
         nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles, 1, 0);
         nj_plan_role(pp, NJ_ROLE_MAIN);
-        uint32_t st = col_stage_bytes(c, dev, pp->tile);
-        if (st > 0) {
-            pp->stage = 1;
-            pp->launch[pp->nlaunch - 1].shmem = st;
-        }
+        col_stage_set(pp, col_stage_bytes(c, dev, pp->tile));
         return NJ_OK;
     }
     /* partials per (tile, piece), statistics per tile, then the pieces normalized (fwd_column.cu); the
@@ -194,12 +208,10 @@ nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
 #define NJ_COL_STAGE_BWD_MAX (48 * 1024)
 static uint32_t col_stage_bwd_bytes(const nj_canon *c, const nj_device_props *dev, int32_t tile)
 {
+    /* three blocks an SM, 12 KB each beside the tile: the sums' shared arrays, the row pairs and the
+     * gamma/beta table */
     int64_t es = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]);
-    int64_t b = c->reduce_size * tile * es;
-    /* 12 KB a block beside the tile: the sums' shared arrays, the row pairs and the gamma/beta table */
-    if (b < NJ_COL_STAGE_MIN || b > NJ_COL_STAGE_BWD_MAX || 3 * (b + 12288) > (int64_t)dev->max_shared_per_block)
-        return 0;
-    return (uint32_t)b;
+    return col_stage_fit(c, dev, tile, es, NJ_COL_STAGE_BWD_MAX, 3, 12288);
 }
 
 /* dgamma/dbeta fused into the column walk when the tile's columns are the only feature axis (channels-last
@@ -263,11 +275,7 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     if (s == 1) {
         nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles, 1, 0);
         nj_plan_role(pp, NJ_ROLE_MAIN);
-        uint32_t st = col_stage_bwd_bytes(c, dev, pp->tile);
-        if (st > 0) {
-            pp->stage = 1;
-            pp->launch[pp->nlaunch - 1].shmem = st;
-        }
+        col_stage_set(pp, col_stage_bwd_bytes(c, dev, pp->tile));
     } else {
         /* a piece's two sums per column, then a tile's two means: [tile][piece][2][tc], [tile][2][tc] over
          * the batch, after the fused partial rows (2 x ec a row, outer index and piece) when fused, and

@@ -59,9 +59,9 @@ nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_
         nj_plan_role(pp, NJ_ROLE_MAIN);
         nj_plan_grid_loop(pp, c->reduce_size, dev);
     }
-    int64_t run = nj_pgrad_pieces_run(c, pp->split);
+    int64_t run = 0;
     if (nj_pgrad_sets_ok(c)) nj_plan_pgrad_sets(c, pp); /* after the parts: the pairs' base follows them */
-    else if (run > 0) nj_plan_pgrad_pieces(c, run, pp);
+    else if ((run = nj_pgrad_pieces_run(c, pp->split)) > 0) nj_plan_pgrad_pieces(c, run, pp);
     else nj_plan_pgrad(c, dev, pp);
     /* [statistic][piece][WQ] sums, after the fixed region of the dgamma/dbeta launches */
     if (pp->split > 1) nj_plan_ws(pp, NJ_WS_PARTS, (int64_t)(pp->workspace_fixed / sizeof(float)), 0);

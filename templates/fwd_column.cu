@@ -221,19 +221,7 @@ NJ_KERNEL({{ name }}, {{ B }})
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
 {% fwd_pointers() %}
 {% if PTAB and mode ~= "part" then %}
-    /* the walk's gamma, then beta, by walk index (PTAB above), before any block leaves */
-    NJ_SHARED(float, nj_ptab, {{ (F.scale and 1 or 0) + (F.bias and 1 or 0) }} * NJ_N);
-    for (unsigned i = threadIdx.x; i < (unsigned)NJ_N; i += {{ B }}) {
-        {{ split_index("i", red, "r", "unsigned") }}
-        const nj_i64 opi = {{ offset("param", red, "r") }};
-{% if F.scale then %}
-        nj_ptab[i] = nj_load_f32(GAMMA, opi);
-{% end %}
-{% if F.bias then %}
-        nj_ptab[{{ F.scale and "NJ_N + " or "" }}i] = nj_load_f32(BETA, opi);
-{% end %}
-    }
-    __syncthreads();
+{% param_table(F.scale, F.bias) %}
 {% end %}
 {% if SPLIT > 1 then %}
     {{ block_item("wi", "ntask * NJ_SPLIT") }}

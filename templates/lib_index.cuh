@@ -141,3 +141,21 @@ NJ_DEVICE nj_welford nj_group_welford(nj_welford w)
     return r;
 }
 {% end %}
+{# The column templates' table of the walk's gamma (g) and then beta (b) values by walk index, in shared
+   memory nj_ptab, filled by the block before any of it leaves (where the parameters vary down the walk
+   only: LayerNorm over the C of NCHW). g, b: whether each is in it. #}
+{% function param_table(g, b) %}
+    /* the walk's gamma, then beta, by walk index (PTAB above), before any block leaves */
+    NJ_SHARED(float, nj_ptab, {{ (g and 1 or 0) + (b and 1 or 0) }} * NJ_N);
+    for (unsigned i = threadIdx.x; i < (unsigned)NJ_N; i += {{ P.block }}) {
+        {{ split_index("i", reduced_axes(), "r", "unsigned") }}
+        const nj_i64 opi = {{ offset("param", reduced_axes(), "r") }};
+{% if g then %}
+        nj_ptab[i] = nj_load_f32(GAMMA, opi);
+{% end %}
+{% if b then %}
+        nj_ptab[{{ g and "NJ_N + " or "" }}i] = nj_load_f32(BETA, opi);
+{% end %}
+    }
+    __syncthreads();
+{% end %}
