@@ -320,9 +320,15 @@ static void m_time(nj_model_launch *m, const nj_model_device *d)
     m->t_lat = inflight > 0 ? wait / inflight : 0;
     m->t_l2 = (t->sectors[0] + t->sectors[1]) * 32 / d->l2_bw;
     /* a block that walks rows one after another waits a load latency and a reduction each row: the rows
-     * of one resident block do not overlap (only the blocks resident beside it do) */
+     * of one resident block do not overlap (only the blocks resident beside it do). One that fetches the
+     * next row before this row's reduction waits the longer of the two a row, and one latency first. */
     double resident = m->blocks < per_sm_slots ? m->blocks : per_sm_slots;
-    m->t_rows = m->row_sync && resident > 0 ? ceil(m->rows / resident) * (d->latency_s + d->row_sync_s) : 0;
+    /* a persistent grid's rounds are rows: the last round is as full as the rows' remainder */
+    if (m->row_fetch && m->row_sync && resident > 0 && m->rows > resident)
+        m->tail = m->rows / resident / ceil(m->rows / resident);
+    double per_row = m->row_fetch ? fmax(d->latency_s, d->row_sync_s) : d->latency_s + d->row_sync_s;
+    double first = m->row_fetch ? d->latency_s : 0;
+    m->t_rows = m->row_sync && resident > 0 ? ceil(m->rows / resident) * per_row + first : 0;
     double body = m->t_dram, tail = m->tail > 0 ? m->tail : 1;
     m->bound = "dram";
     if (m->t_lat > body) body = m->t_lat, m->bound = "latency";
@@ -374,11 +380,14 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             m->rows = (double)plan->rows;
             m->rows_per_block = pp->rows_per_block > 1 ? pp->rows_per_block : 1;
             m->row_sync = pp->rows_per_block <= 1;
+            m->row_fetch = pp->persist > 0;
         }
         m->regs_cache = pp->regs_cache, m->vec = pp->vec, m->chans = pp->chans, m->split = pp->split;
         m->unroll = pp->unroll;
         double resident = m->blocks < (double)m->blocks_sm * d->sms ? m->blocks : (double)m->blocks_sm * d->sms;
         nj_trace_set_resident(tr, l->kernel, resident, resident / d->sms > 1 ? resident / d->sms : 1);
+        if (m->row_fetch) /* a persistent row walk: rows c, c + blocks, ... */
+            nj_trace_set_items(tr, l->kernel, (double)plan->rows * (double)l->row_mult / (double)l->row_div);
         snprintf(m->t.kernel, sizeof m->t.kernel, "%s", l->kernel);
     }
     nj_pass_info_free(&pi);

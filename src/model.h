@@ -62,6 +62,10 @@ typedef struct nj_trace_launch {
      * sector once, whichever traced blocks saw it first) */
     double dram_read_param, param_cap;
     int32_t load_sites;       /* distinct load instructions that reached global memory */
+    /* a grid-stride walk over work_total items (nj_trace_set_items): items the traced clusters took;
+     * nj_trace_scaled then scales by work_total / work_run, not by clusters (the clusters of an even
+     * persistent grid take one item more or fewer) */
+    double work_run, work_total;
 } nj_trace_launch;
 
 #define NJ_TRACE_MAX_LAUNCHES 16
@@ -74,6 +78,8 @@ NJ_HIDDEN void nj_trace_destroy(nj_trace *t);
 NJ_HIDDEN void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes, bool param);
 /* Blocks of a kernel resident on the whole device and on one SM at once (reuse distances in a block). */
 NJ_HIDDEN void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm);
+/* A kernel whose clusters walk `items` work items with a grid stride (item c, c + clusters, ...). */
+NJ_HIDDEN void nj_trace_set_items(nj_trace *t, const char *kernel, double items);
 /* Starts a pass: forgets launches and the sector history (a pass starts with a cold L2). */
 NJ_HIDDEN void nj_trace_reset(nj_trace *t);
 /* The launches recorded since the reset; *n their count. */
@@ -109,6 +115,7 @@ typedef struct nj_model_launch {
     double t_dram, t_l2, t_lat, t_rows, time; /* seconds */
     double rows;             /* rows of a row-family kernel (block-per-row ones walk theirs in turn) */
     int32_t rows_per_block, row_sync; /* rows a block holds at once; 1: a block reduction each row */
+    int32_t row_fetch;                /* 1: the next row's loads are in flight during this row (P.persist) */
     const char *bound;       /* "dram", "latency", "l2", "rows", "launch" */
 } nj_model_launch;
 

@@ -11,6 +11,7 @@
 #include "model.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,13 +57,13 @@ struct nj_trace {
     int32_t nbuf;
     struct {
         char name[48];
-        double resident, per_sm;
+        double resident, per_sm, items;
     } res[TR_MAX_KERNELS];
     int32_t nres;
     /* the launch being run */
     const nj_emu_launch *l;
     uint32_t nthr, nwarps;
-    double resident, per_sm, scale;
+    double resident, per_sm, scale, items;
     uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
     uint64_t load_site_seen[TR_MAX_SITES / 64];
     uint64_t *pick;       /* clusters to trace after the first, ascending */
@@ -105,8 +106,10 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     memset(t->site_slot, 0, sizeof t->site_slot);
     memset(t->load_site_seen, 0, sizeof t->load_site_seen);
     t->resident = t->per_sm = 1;
+    t->items = 0;
     for (int32_t i = 0; i < t->nres; i++)
-        if (strcmp(t->res[i].name, l->name) == 0) t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm;
+        if (strcmp(t->res[i].name, l->name) == 0)
+            t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm, t->items = t->res[i].items;
     size_t threads = (size_t)t->nthr * l->cluster[0] * l->cluster[1] * l->cluster[2];
     if (threads * TR_MAX_SITES > t->occ_cap) {
         free(t->occ);
@@ -128,6 +131,7 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     r->shmem = l->shmem;
     r->clusters = (uint64_t)(l->grid[0] / l->cluster[0]) * (l->grid[1] / l->cluster[1]) * (l->grid[2] / l->cluster[2]);
     r->param_cap = t->param_bytes <= NJ_MODEL_L2_HIT * t->l2_bytes ? t->param_bytes : 0;
+    r->work_total = t->items;
     t->scale = 1;
 }
 
@@ -392,6 +396,11 @@ static void tr_cluster_done(void *u, uint64_t cluster)
     r->run++;
     if (r->run == 1) t->first_accesses = t->ne ? t->ne : 1;
     t->scale = r->run ? (double)r->clusters / (double)r->run : 1;
+    if (r->work_total > 0) { /* a grid-stride walk: cluster c takes items c, c + clusters, ... */
+        double c = (double)cluster, n = (double)r->clusters;
+        r->work_run += c < r->work_total ? ceil((r->work_total - c) / n) : 0;
+        if (r->work_run > 0) t->scale = r->work_total / r->work_run;
+    }
     if (t->ne == 0) return;
     qsort(t->e, t->ne, sizeof *t->e, tr_cmp_entry);
     size_t nreq = 0;
@@ -482,6 +491,18 @@ void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, dou
     t->res[i].per_sm = per_sm;
 }
 
+void nj_trace_set_items(nj_trace *t, const char *kernel, double items)
+{
+    int32_t i = 0;
+    while (i < t->nres && strcmp(t->res[i].name, kernel) != 0) i++;
+    if (i == TR_MAX_KERNELS) return;
+    if (i == t->nres) {
+        snprintf(t->res[t->nres++].name, sizeof t->res[0].name, "%s", kernel);
+        t->res[i].resident = t->res[i].per_sm = 1;
+    }
+    t->res[i].items = items;
+}
+
 void nj_trace_reset(nj_trace *t)
 {
     t->nlaunch = 0;
@@ -506,6 +527,7 @@ nj_trace_launch nj_trace_scaled(const nj_trace_launch *l)
 {
     nj_trace_launch r = *l;
     double f = l->run ? (double)l->clusters / (double)l->run : 0;
+    if (l->work_total > 0) f = l->work_run > 0 ? l->work_total / l->work_run : 0;
     for (int d = 0; d < 2; d++) {
         r.req[d] *= f, r.lanes[d] *= f, r.bytes[d] *= f, r.sectors[d] *= f;
         for (int w = 0; w < NJ_TRACE_WIDTHS; w++) r.width[d][w] *= f;

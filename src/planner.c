@@ -76,6 +76,11 @@ void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out)
     out->vec = 1;
     out->regs_cache = 0;
     if (out->unroll > 1) out->unroll = 1; /* a rare path that only has to be right: walks rolled */
+    if (out->persist) { /* streamed rows: a block a row again */
+        out->persist = 0;
+        out->launch[out->role[NJ_ROLE_MAIN] - 1].grid_x_cap = 0;
+        out->launch[out->role[NJ_ROLE_MAIN] - 1].even = 0;
+    }
     out->unaligned = 1;
     out->align_opds = 0;
 }

@@ -77,6 +77,8 @@ typedef struct nj_launch {
     int32_t grid_x, grid_y, grid_z;
     int64_t row_mult, row_div, grid_x_cap;
     uint32_t shmem;     /* dynamic shared memory bytes */
+    int32_t even;       /* 1 (with grid_x_cap): as few blocks as keep the rounds of the capped grid, so that
+                           every block walks the same number of rows, or one fewer (P.persist) */
 } nj_launch;
 
 /* What the templates read by name (codegen_env.c: P.role, P.pgrad, P.ws), so that none infers a decision
@@ -127,6 +129,10 @@ typedef struct nj_plan_params {
                             unrolled that far); else 0 */
     int32_t stage;       /* column family, whole walks: 1 = the first walk keeps the tile's x (backward: and
                             dy) in dynamic shared memory (the main launch's shmem), the second reads it there */
+    int32_t persist;     /* row family forward: n > 0 = n blocks an SM held resident (__launch_bounds__(block,
+                            n)), the grid at most SMs x n blocks that walk the rows in turn, each holding
+                            gamma/beta from its first row and fetching the next row while it reduces this
+                            one; 0 = a block a row */
     int32_t unaligned;   /* 1: the variant for arguments the main plan's vector width does not fit */
     int32_t grid_loop;   /* 1: a block's work item is tiny (a few hundred elements): the launches that scale
                             with the batch get at most two waves of blocks, each looping over items, where

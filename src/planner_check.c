@@ -17,6 +17,8 @@ static nj_status check_launch(const nj_plan_params *pp, int32_t i, int32_t maxt,
                      l->block[2] != 1,
                  NJ_ERR_INTERNAL, "planner: %s: block %dx%dx%d (1-D, whole warps, at most %d threads)", l->kernel,
                  l->block[0], l->block[1], l->block[2], (int)maxt);
+    NJ_RETURN_IF(l->even && (l->even != 1 || l->grid_x > 0 || l->grid_x_cap == 0), NJ_ERR_INTERNAL,
+                 "planner: %s: even rounds without a capped grid", l->kernel);
     if (l->grid_x > 0) {
         NJ_RETURN_IF(l->grid_y < 1 || l->grid_y > NJ_CHECK_GRID_YZ_MAX || l->grid_z < 1 ||
                          l->grid_z > NJ_CHECK_GRID_YZ_MAX,
@@ -81,6 +83,12 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                                     pp->split != 1 || !pp->role[NJ_ROLE_MAIN] ||
                                     pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0),
                  NJ_ERR_INTERNAL, "planner: stage %d on a %s plan", (int)pp->stage, nj_family_name(pp->family));
+    /* a persistent row forward (P.persist): blocks an SM that a device can hold, a block a row */
+    NJ_RETURN_IF(pp->persist != 0 && (pp->persist < 0 || pp->persist > 32 || pp->family != NJ_FAMILY_ROW ||
+                                      pp->pass != NJ_PASS_FORWARD || pp->rows_per_block != 1 ||
+                                      pp->split != 1 || pp->regs_cache <= 0 || pp->unaligned ||
+                                      (int64_t)pp->persist * pp->block > 2048),
+                 NJ_ERR_INTERNAL, "planner: persist %d on a %s plan", (int)pp->persist, nj_family_name(pp->family));
     NJ_TRY(check_named(c, pp));
     /* The problem's own batch: every grid within CUDA's limits, the workspace within 64 bits. */
     int64_t rows = c->axes[0].extent;

@@ -380,7 +380,10 @@ nj_status nj_launch_grid(const nj_launch *l, int64_t rows, int32_t max_x, uint32
                  (long long)rows, (long long)mult);
     int64_t need = rows <= 0 ? 0 : rows * mult;
     int64_t n = need / div + (need % div != 0);
-    if (l->grid_x_cap > 0 && n > l->grid_x_cap) n = l->grid_x_cap; /* the kernel loops over the rest */
+    if (l->grid_x_cap > 0 && n > l->grid_x_cap) { /* the kernel loops over the rest */
+        int64_t rounds = (n + l->grid_x_cap - 1) / l->grid_x_cap;
+        n = l->even ? (n + rounds - 1) / rounds : l->grid_x_cap;
+    }
     if (n < 1) n = 1; /* an empty batch still launches (every block skips), never a zero grid */
     int64_t wide = max_x > 0 ? max_x : NJ_GRID_X_MAX;
     int64_t gy = (n + wide - 1) / wide;

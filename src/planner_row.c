@@ -120,6 +120,47 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
     return m;
 }
 
+/* Resident blocks an SM of a persistent block-per-row forward (P.persist), or 0 for a block a row.
+ * A block a row re-read gamma and beta from L2 for every row (LayerNorm bf16 rows of 4096: 100 MB of L2
+ * reads for 67 MB of DRAM traffic, the model's bound) and waited for each row's loads after the last
+ * row's reduction. A persistent block loads its share of gamma/beta once and fetches the next row's x
+ * while it reduces this one (as the row backward does: on the H200 that took its LayerNorm bf16 32768 x
+ * 4096 from 2.18 to 3.11 TB/s). A thread's share is one vector (8 elements of 16-bit x): with two
+ * (bf16 rows of 1100, vec 4; f32 rows) ptxas, held to the registers below, gave the reduction's call
+ * a 16-byte stack frame (sm_90). Where NJ_PERSIST_REGS registers a thread are enough for the row, the fetched words and
+ * gamma/beta, __launch_bounds__(block, persist) holds the kernel to them, so the grid the plan counts
+ * on is resident. Blocks above 512 threads would keep fewer than 1536 threads an SM, and the
+ * fused residual add already runs near copy speed (89.8% of copy, H200, 2026-12-04): both stay a block
+ * a row. */
+#define NJ_PERSIST_REGS 40
+static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp)
+{
+    if (pp->rows_per_block != 1 || pp->regs_cache != pp->vec || pp->block > 512 ||
+        (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) || c->kind != NJ_KIND_ROW)
+        return 0;
+    const nj_canon_axis *in = &c->axes[c->rank - 1];
+    if (!in->reduce || in->stride[NJ_OPD_X] != 1 || in->stride[NJ_OPD_Y] != 1) return 0;
+    for (int a = 1; a < c->rank - 1; a++)
+        if (c->axes[a].reduce) return 0; /* one reduced axis: a row is contiguous */
+    if (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) {
+        if (in->stride[NJ_OPD_PARAM] != 1) return 0;
+        for (int a = 0; a < c->rank - 1; a++)
+            if (c->axes[a].stride[NJ_OPD_PARAM] != 0) return 0; /* one gamma/beta for every row */
+    }
+    /* registers: the share (floats), its fetched words, gamma's and beta's held words, and 16 more
+     * (indices, statistics, epilogue). NVRTC sm_90: 36 estimated, 39-40 taken (16-bit x and gamma/beta,
+     * 256 and 512 threads, with stats and GELU); 44 and 48 (f32 gamma/beta or x) spilled 32-56 bytes
+     * at 40: those stay a block a row. */
+    int32_t share = pp->regs_cache, xb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    int32_t pb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]);
+    int32_t nparam = !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
+    int32_t regs = share + share * xb / 4 + nparam * share * pb / 4 + 16;
+    if (regs > NJ_PERSIST_REGS) return 0;
+    int32_t by_threads = 2048 / pp->block, by_regs = 65536 / (NJ_PERSIST_REGS * pp->block);
+    int32_t n = by_threads < by_regs ? by_threads : by_regs;
+    return n > 32 ? 32 : n;
+}
+
 nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
@@ -159,6 +200,13 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     }
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
+    pp->persist = plan_fwd_persist(c, pp);
+    if (pp->persist) {
+        int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+        pp->launch[0].grid_x_cap = (int64_t)sms * pp->persist;
+        pp->launch[0].even = 1;
+        return NJ_OK;
+    }
     nj_plan_grid_loop(pp, (int64_t)pp->rows_per_block * n, dev);
     /* The loop's cap is two waves of 16 blocks of 128 threads an SM (32 registers a thread); the row
      * kernels that loop take 40-56 (NVRTC sm_90: f32 rows of 10, 43; of 100, 56), 9-10 blocks an SM:

@@ -11,6 +11,7 @@ static void plan_launch_text(nj_buf *b, const nj_launch *l)
     nj_buf_printf(b, "%s %d %d %d %d %d %d %lld %lld %lld %u", l->kernel, l->block[0], l->block[1], l->block[2],
                   l->grid_x, l->grid_y, l->grid_z, (long long)l->row_mult, (long long)l->row_div,
                   (long long)l->grid_x_cap, l->shmem);
+    if (l->even) nj_buf_append(b, " even", 5);
     if (l->lib == NJ_LIB_NONE) return;
     nj_buf_printf(b, " lib %d", (int)l->lib);
     for (int k = 0; k < NJ_LIB_NARGS; k++)
@@ -48,6 +49,7 @@ char *nj_plan_text(const nj_plan_params *pp)
     else if (pp->tile) nj_buf_printf(&b, "tile=%d ", pp->tile);                  /* column family */
     if (pp->unroll) nj_buf_printf(&b, "unroll=%d ", pp->unroll);
     if (pp->stage) nj_buf_printf(&b, "stage=%d ", pp->stage);
+    if (pp->persist) nj_buf_printf(&b, "persist=%d ", pp->persist);
     /* the named fields templates read (planner.h): in the signature like every other decision */
     if (pp->pgrad != NJ_PGRAD_NONE) nj_buf_printf(&b, "pgrad=%s:%d ", nj_pgrad_name(pp->pgrad), pp->pgrad_parts);
     nj_buf_append(&b, "roles=", 6);
@@ -115,6 +117,8 @@ nj_status nj_launches_from_text(const char *text, nj_plan_params *pp)
         int got = sscanf(p, "%63s %d %d %d %d %d %d %lld %lld %lld %u%n", name, &l->block[0], &l->block[1],
                          &l->block[2], &l->grid_x, &l->grid_y, &l->grid_z, &rm, &rd, &cap, &shmem, &k);
         int tail = 0;
+        if (got == 11 && k > 0 && strncmp(p + k, " even", 5) == 0 && (p[k + 5] == ' ' || p[k + 5] == '\n'))
+            l->even = 1, k += 5;
         if (got == 11 && k > 0 && p[k] == ' ' && !plan_parse_lib(p + k, l, &tail))
             return nj_fail(NJ_ERR_PARSE, "launches: bad library arguments on line %d", i + 1);
         k += tail;

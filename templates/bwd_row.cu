@@ -72,32 +72,6 @@ if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats 
 #define NJ_NSLOT {{ NSLOT }}
 {% end %}
 
-{% if PF then %}
-/* Fetched words as floats (nj_vec_io::convert), bf16 with the shift and the mask in asm: written in C,
- * the compiler unpacked the next row's words where they were fetched and carried 8 floats instead of 4
- * words across the row, for x and for dy (bf16 rows of 2048 and 4096: 75-77 registers, with this 64, as
- * f16 rows take; 256- and 512-thread blocks: 3 -> 4 and 1 -> 2 resident an SM, the plan's slots). */
-template <int V, typename T> NJ_DEVICE void nj_row_convert(const unsigned *w, float *out, const T *)
-{
-    nj_vec_io<V, T>::convert(w, out);
-}
-template <int V> NJ_DEVICE void nj_row_convert(const unsigned *w, float *out, const nj_bf16 *)
-{
-#ifndef NJ_EMU
-    if (V == 1) {
-        asm("shl.b32 %0, %1, 16;" : "=f"(out[0]) : "r"(w[0]));
-        return;
-    }
-#pragma unroll
-    for (int k = 0; k < V / 2; k++) {
-        asm("shl.b32 %0, %1, 16;" : "=f"(out[2 * k]) : "r"(w[k]));
-        asm("and.b32 %0, %1, 0xffff0000;" : "=f"(out[2 * k + 1]) : "r"(w[k]));
-    }
-#else
-    nj_vec_io<V, nj_bf16>::convert(w, out);
-#endif
-}
-{% end %}
 {% local BETA_USED = F.bias and P.act ~= "none" %}
 {% BWD_DL = "dl" %}
 {% local function element(c, k) %}

@@ -72,6 +72,20 @@ local n_pvec = (F.scale and not param_row and 1 or 0) + (F.bias and not param_ro
 local PEARLY = P.regs_cache > 0 and P.split == 1 and n_pvec > 0 and RPB > 1 and P.regs_cache * (1 + n_pvec) <= 48
 local PPREF = P.regs_cache > 0 and P.split == 1 and param_vec and RPB == 1 and roff("param") == "j"
 local SPLIT = P.split
+-- PERSIST (P.persist): the plan's grid of resident blocks walks the rows in turn. A block loads its
+-- threads' gamma/beta once, and fetches row r + 1's x (as raw words) and first element before row r's
+-- reduction, so its loads stay in flight through the barriers; the planner (plan_fwd_persist) keeps it
+-- to contiguous rows without the residual add, whose gamma/beta serve every row.
+local PERSIST = P.persist > 0
+if PERSIST then
+  if RPB ~= 1 or SPLIT ~= 1 or P.regs_cache == 0 or F.residual or F.resout or roff("x") ~= "j" or
+     roff("y") ~= "j" or (has_param and not param_vec) or (has_param and roff("param") ~= "j") then
+    error("fwd_row: persist needs contiguous rows held in registers, gamma/beta along them, no residual")
+  end
+  for _, a in ipairs(kept) do
+    if has_param and P.axes[a].stride.param ~= 0 then error("fwd_row: persist needs one gamma/beta for all rows") end
+  end
+end
 if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or not P.role.part) then error("fwd_row: split rows are streamed, a block a piece") end
 -- the chunk range a thread streams: the whole row, or its piece of a split row
 local LO = SPLIT > 1 and "ch_lo + lane" or "lane"
@@ -105,6 +119,53 @@ NJ_DEVICE void nj_prefetch_l1(const void *p)
 #define NJ_SPLIT {{ SPLIT }}
 {% end %}
 
+{# PERSIST: the loop over the rows a block walks, its gamma/beta's words loaded before it (gw_, bw_),
+   row r + 1's words (xw_) and first element (k_n) fetched before row r's work; opens the loop's body. #}
+{% function persist_head() %}
+    typedef nj_vec_io<V, nj_tx> nj_iox;
+    constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
+{% if has_param then %}
+    typedef nj_vec_io<V, nj_tparam> nj_iop;
+{% end %}
+{% for _, pr in ipairs({{F.scale, "gw_", "GAMMA"}, {F.bias, "bw_", "BETA"}}) do %}
+{%   if pr[1] then %}
+    unsigned {{ pr[2] }}[CPT][nj_iop::W];
+#pragma unroll
+    for (int c = 0; c < CPT; c++) {
+        const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
+        if (NCH % NJ_TPR == 0 || ch < NCH) nj_iop::fetch({{ pr[3] }}, ch * V, {{ pr[2] }}[c]);
+    }
+{%   end %}
+{% end %}
+    unsigned xw_[CPT][nj_iox::W];
+    float k_n = 0.0f;
+    const nj_i64 rstep = (nj_i64)gridDim.x * gridDim.y; /* a grid laid out in 2-D: nj_launch_grid */
+    nj_i64 row = nj_block_item();
+{% local function fetch(var) %}
+        {
+        {{ split_index(var, kept, "q") }}
+        const nj_i64 fx = {{ offset("x", kept, "q") }};
+        k_n = nj_load_f32(X, fx);
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+            const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
+            if (NCH % NJ_TPR == 0 || ch < NCH) nj_iox::fetch(X, fx + ch * V, xw_[c]);
+        }
+        }
+{% end %}
+    if (row < nrows)
+{% fetch("row") %}
+    for (; row < nrows; row += rstep) {
+        unsigned xc_[CPT][nj_iox::W];
+#pragma unroll
+        for (int c = 0; c < CPT; c++)
+#pragma unroll
+            for (int k = 0; k < nj_iox::W; k++) xc_[c][k] = xw_[c][k];
+        const float kx_ = k_n;
+        const nj_i64 nrow = row + rstep;
+        if (nrow < nrows)
+{% fetch("nrow") %}
+{% end %}
 {# mode: nil (statistics and normalization), "part" (split rows: a piece's partial statistics) or
    "norm" (split rows: the row's statistics from the pieces', then normalization) #}
 {% local function row_body(name, V, cache, mode) %}
@@ -119,7 +180,9 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
     const int lane = threadIdx.x % NJ_TPR;
     const nj_i64 nrows = A.rows * {{ P.kept_inner }}LL;
 {% fwd_pointers() %}
-{% if SPLIT > 1 then %}
+{% if PERSIST then %}
+{% persist_head() %}
+{% elseif SPLIT > 1 then %}
     constexpr nj_i64 CPS = (NCH + NJ_SPLIT - 1) / NJ_SPLIT; /* chunks a piece */
     {{ block_item("wi", "nrows * NJ_SPLIT") }}
         const nj_i64 row = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
@@ -133,7 +196,11 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% end %}
         {{ split_index("row", kept, "k") }}
 {% fwd_offsets(kept, "k") %}
+{% if PERSIST then %}
+        const nj_shift sh = nj_shift_of(kx_, {{ F.center and "true" or "false" }});
+{% else %}
 {% fwd_shift() %}
+{% end %}
 {% if F.scale and param_row then %}
         const float g_row = nj_load_f32(GAMMA, op);
 {% end %}
@@ -179,9 +246,11 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {%   end %}
         }
 {% end %}
+{% if not PERSIST then %}
         constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
+{% end %}
         float v[CPT][V];
-{% if PEARLY then %}
+{% if PEARLY and not PERSIST then %}
 {% if F.scale then %}
         float gp_[CPT]{{ param_vec and "[V]" or "" }};
 {% end %}
@@ -194,9 +263,13 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
         for (int c = 0; c < CPT; c++) {
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
             if ({{ CHUNK_OK }}) {
+{% if PERSIST then %}
+                nj_row_convert<V>(xc_[c], v[c], (const nj_tx *)0);
+{% else %}
                 const nj_i64 j = ch * V;
 {% load_x("v[c]") %}
-{% if PEARLY then %}
+{% end %}
+{% if PEARLY and not PERSIST then %}
 {% param_loads("                ") %}
 {% end %}
 {% fwd_resout("                ", roff("resout"), "v[c]", "V") %}
@@ -307,6 +380,14 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {#------------------------------------------------ second pass: normalize, affine, activation #}
 {% local function normalize(src, early) %}
             float o_[V];
+{% if PERSIST and F.scale then %}
+            float gh_[V];
+            nj_held_convert<V>(gw_[c], gh_, (const nj_tparam *)0);
+{% end %}
+{% if PERSIST and F.bias then %}
+            float bh_[V];
+            nj_held_convert<V>(bw_[c], bh_, (const nj_tparam *)0);
+{% end %}
 {% if early then %}
 {% elseif F.scale and param_vec then %}
             float g_[V];
@@ -325,8 +406,8 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             for (int k = 0; k < V; k++) {
                 float u = {{ fwd_centered(src .. "[k]") }} * rstd;
 {% if early then %}
-{% fwd_epilogue("                ", F.scale and (param_vec and "gp_[c][k]" or param_row and "g_row" or "gp_[c]"),
-                F.bias and (param_vec and "bp_[c][k]" or param_row and "b_row" or "bp_[c]"), {to = "o_[k]"}) %}
+{% fwd_epilogue("                ", F.scale and (PERSIST and "gh_[k]" or param_vec and "gp_[c][k]" or param_row and "g_row" or "gp_[c]"),
+                F.bias and (PERSIST and "bh_[k]" or param_vec and "bp_[c][k]" or param_row and "b_row" or "bp_[c]"), {to = "o_[k]"}) %}
 {% else %}
 {% fwd_epilogue("                ", F.scale and (param_vec and "g_[k]" or param_row and "g_row" or "g_chunk"),
                 F.bias and (param_vec and "b_[k]" or param_row and "b_row" or "b_chunk"), {to = "o_[k]"}) %}
@@ -340,7 +421,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             const nj_i64 ch = lane + (nj_i64)c * NJ_TPR;
             if ({{ CHUNK_OK }}) {
                 const nj_i64 j = ch * V;
-{% normalize("v[c]", PEARLY) %}
+{% normalize("v[c]", PEARLY or PERSIST) %}
             }
         }
 {% else %}
@@ -373,7 +454,11 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {% else %}
 {% row_body("nj_fwd_row_body", P.vec, P.regs_cache > 0) %}
 
+{% if PERSIST then %}
+NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ P.persist }})
+{% else %}
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
+{% end %}
 {
 {% if RPB == 1 then %}
     NJ_SHARED(float, nj_scratch, {{ NW }});

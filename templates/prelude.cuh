@@ -12,6 +12,10 @@
  * sm_80 ptxas held 512-thread kernels to 64 registers and spilled) */
 #define NJ_KERNEL_REGS(name, max_threads) \
     extern "C" __global__ void __launch_bounds__(max_threads, 1) name(const nj_kargs A)
+/* n blocks an SM must fit: ptxas holds the kernel to 65536 / (max_threads * n) registers (row forward,
+ * P.persist: the plan's grid counts on them being resident) */
+#define NJ_KERNEL_OCC(name, max_threads, n) \
+    extern "C" __global__ void __launch_bounds__(max_threads, n) name(const nj_kargs A)
 #define NJ_DEVICE static __device__ __forceinline__
 /* called, not inlined: one copy of a helper a kernel uses at several places (compile time; the call
  * costs a few cycles per row) */
@@ -267,6 +271,57 @@ template <typename T> struct nj_vec_io<1, T> {
     NJ_DEVICE void load(const T *p, nj_i64 i, float *out) { out[0] = nj_to_f32(p[i]); }
     NJ_DEVICE void store(T *p, nj_i64 i, const float *in) { p[i] = nj_from_f32<T>(in[0]); }
 };
+/* Fetched words as floats (nj_vec_io::convert), bf16 with the shift and the mask in asm: written in C,
+ * the compiler unpacked a next row's words where they were fetched and carried 8 floats instead of 4
+ * words across the row (row backward, bf16 rows of 2048 and 4096: 75-77 registers, with this 64, as
+ * f16 rows take; 256- and 512-thread blocks: 3 -> 4 and 1 -> 2 resident an SM, the plan's slots). */
+template <int V, typename T> NJ_DEVICE void nj_row_convert(const unsigned *w, float *out, const T *)
+{
+    nj_vec_io<V, T>::convert(w, out);
+}
+template <int V> NJ_DEVICE void nj_row_convert(const unsigned *w, float *out, const nj_bf16 *)
+{
+#ifndef NJ_EMU
+    if (V == 1) {
+        asm("shl.b32 %0, %1, 16;" : "=f"(out[0]) : "r"(w[0]));
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < V / 2; k++) {
+        asm("shl.b32 %0, %1, 16;" : "=f"(out[2 * k]) : "r"(w[k]));
+        asm("and.b32 %0, %1, 0xffff0000;" : "=f"(out[2 * k + 1]) : "r"(w[k]));
+    }
+#else
+    nj_vec_io<V, nj_bf16>::convert(w, out);
+#endif
+}
+/* Words held across a loop (a persistent row forward's gamma/beta: P.persist), converted where they are
+ * used, each time: in volatile asm the conversion of 16-bit words cannot be hoisted out of the loop, where
+ * the compiler would carry 8 floats for 4 words. Floats are their words. */
+template <int V, typename T> NJ_DEVICE void nj_held_convert(const unsigned *w, float *out, const T *)
+{
+    nj_vec_io<V, T>::convert(w, out);
+}
+#ifndef NJ_EMU
+template <int V> NJ_DEVICE void nj_held_convert(const unsigned *w, float *out, const nj_bf16 *)
+{
+#pragma unroll
+    for (int k = 0; k < (V + 1) / 2; k++) {
+        asm volatile("shl.b32 %0, %1, 16;" : "=f"(out[2 * k]) : "r"(w[k]));
+        if (2 * k + 1 < V) asm volatile("and.b32 %0, %1, 0xffff0000;" : "=f"(out[2 * k + 1]) : "r"(w[k]));
+    }
+}
+template <int V> NJ_DEVICE void nj_held_convert(const unsigned *w, float *out, const nj_f16 *)
+{
+#pragma unroll
+    for (int k = 0; k < (V + 1) / 2; k++) {
+        float hi;
+        asm volatile("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+                     : "=f"(out[2 * k]), "=f"(hi) : "r"(w[k]));
+        if (2 * k + 1 < V) out[2 * k + 1] = hi;
+    }
+}
+#endif
 template <int N, typename T> NJ_DEVICE void nj_load_vec(const T *p, nj_i64 i, float *out)
 {
     nj_vec_io<N, T>::load(p, i, out);

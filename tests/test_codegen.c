@@ -254,6 +254,19 @@ static void build_cases(void)
     /* 1024 threads of 8 elements: gamma's and beta's lines prefetched before the reduction */
     tc_row(add_case("row_block_bf16_params_prefetch_1024"), NJ_BF16, 8192, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_block_odd_cached"), NJ_F32, 4097, NJ_FLAG_CENTER);
+    /* persistent blocks (P.persist): the next row's words fetched, gamma/beta held as words */
+    c = add_case("row_persist_bf16_4096_stats");
+    tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_NONE, 64);
+    tc_axis(c, 4096, true, true);
+    tc_finish(c);
+    c = add_case("row_persist_f16_rms_3000_partial"); /* 375 vectors over 384 threads */
+    tc_begin(c, NJ_F16, NJ_F16, NJ_FLAG_SCALE, NJ_ACT_NONE, 64);
+    tc_axis(c, 3000, true, true);
+    tc_finish(c);
+    c = add_case("row_persist_f16_2048_gelu_erf_stats");
+    tc_begin(c, NJ_F16, NJ_F16, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_ERF, 64);
+    tc_axis(c, 2048, true, true);
+    tc_finish(c);
     tc_row(add_case("row_stream_f32"), NJ_F32, 1 << 20, ln | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_stream_rms_bf16"), NJ_BF16, 100003, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
     c = add_case("row_kept_axis_silu_scalar_gamma");
@@ -401,7 +414,9 @@ static void test_forward_variants(void **state)
         char regs[128]; /* the kernel macro: NJ_KERNEL, or NJ_KERNEL_REGS where registers matter more */
         snprintf(want, sizeof want, "NJ_KERNEL(%s, %d)", pp.launch[0].kernel, pp.block);
         snprintf(regs, sizeof regs, "NJ_KERNEL_REGS(%s, %d)", pp.launch[0].kernel, pp.block);
-        assert_true(strstr(src, want) || strstr(src, regs));
+        if (pp.persist) snprintf(want, sizeof want, "NJ_KERNEL_OCC(%s, %d, %d)", pp.launch[0].kernel, pp.block,
+                                 pp.persist);
+        assert_true(strstr(src, want) || (!pp.persist && strstr(src, regs)));
         snprintf(want, sizeof want, "#define NJ_N %lldLL", (long long)fwd[i].c.reduce_size);
         assert_non_null(strstr(src, want));
         static const char *const acts[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
@@ -611,6 +626,10 @@ static void test_forward_compile_nvrtc(void **state)
                     fail_msg("%s %s sm_%d: %d spill stores, %d spill loads, %d stack bytes", fwd[i].name, k->kernel,
                              arch, k->spill_stores, k->spill_loads, k->stack_bytes);
                 assert_true(k->registers > 0 && (int64_t)k->registers * pp.block <= 65536);
+                /* a persistent plan's grid counts on pp.persist blocks an SM (registers allocated 8 at a time) */
+                if (pp.persist && j == 0 && (int64_t)(k->registers + 7) / 8 * 8 * pp.block * pp.persist > 65536)
+                    fail_msg("%s sm_%d: %d registers, %d threads: fewer than %d blocks an SM", fwd[i].name, arch,
+                             k->registers, pp.block, pp.persist);
                 if (getenv("NJ_DUMP_DIR"))
                     fprintf(stderr, "sm_%d %-32s %-14s block %4d vec %d regs_cache %2d%s: %3d registers, %5d B smem, "
                             "%.0f ms\n", arch, fwd[i].name, k->kernel, pp.block, pp.vec, pp.regs_cache,

@@ -163,6 +163,21 @@ static void test_rmsnorm(void **state)
     assert_int_equal(m->failed - before, 0);
 }
 
+/* Persistent row forwards (P.persist): more rows than the plan's resident blocks (396 of 512 threads,
+ * 792 of 256, 264 of 384 for 132 SMs), so each block walks several rows with the next one's words
+ * fetched; gamma/beta held as words across them; a 1e4 offset takes the shift from the fetched first
+ * element; stats and GELU share the epilogue. */
+static void test_row_persist(void **state)
+{
+    matrix_state *m = *state;
+    int before = m->failed;
+    check_line(m, "layernorm bf16 900x4096 flags=scale,bias,stats", 0.0, 51);
+    check_line(m, "layernorm f16 900x4096 flags=scale,bias act=gelu_erf", 1e4, 52);
+    check_line(m, "rmsnorm f16 1700x2048 flags=scale,stats", 0.0, 53);
+    check_line(m, "layernorm bf16 450x3000", 1e4, 54); /* 375 vectors over 384 threads */
+    assert_int_equal(m->failed - before, 0);
+}
+
 static void test_instancenorm(void **state)
 {
     static const char *const bases[] = {"instancenorm %s nchw 2x6x9x7", "instancenorm %s nhwc 2x9x7x6",
@@ -469,7 +484,7 @@ static void test_generic_kernels(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_row_persist),
         cmocka_unit_test(test_instancenorm), cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
         cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),

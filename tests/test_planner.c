@@ -552,6 +552,70 @@ static void test_launch_grid(void **state)
     assert_int_equal(g[1], 3);
 }
 
+/* Persistent row forwards (P.persist): 16-bit rows of 2048 and 4096 with gamma/beta, a block a row
+ * before, become SMs x n blocks that walk the rows; f32 gamma/beta (more registers than 40), the fused
+ * residual add, 1024-thread blocks, warp rows and the unaligned variant stay a block a row. */
+/* A row problem whose gamma/beta have x's dtype (tc_row's are f32). */
+static void row_same_params(nj_canon *c, nj_dtype dt, int64_t n, uint32_t flags)
+{
+    tc_begin(c, dt, dt, flags, NJ_ACT_NONE, 64);
+    tc_axis(c, n, true, (flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0);
+    tc_finish(c);
+}
+
+static void test_row_persist(void **state)
+{
+    (void)state;
+    const uint32_t ln = NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS;
+    nj_canon c;
+    row_same_params(&c, NJ_BF16, 4096, ln);
+    nj_plan_params pp = plan_fwd(&c);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.persist, 3); /* 40 registers: 65536 / (40 x 512) */
+    assert_int_equal(pp.launch[0].grid_x_cap, 132 * 3);
+    assert_int_equal(pp.grid_loop, 0);
+    uint32_t g[3];
+    assert_int_equal(pp.launch[0].even, 1);
+    /* 4096 rows take 11 rounds of 396 blocks: 373 blocks walk 10 or 11 rows each (not 260 of 396 idle
+     * in the last round) */
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 4096, 0, g), NJ_OK);
+    assert_int_equal(g[0], 373);
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 396 * 20, 0, g), NJ_OK);
+    assert_int_equal(g[0], 396);
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 397, 0, g), NJ_OK);
+    assert_int_equal(g[0], 199);
+    assert_int_equal(nj_launch_grid(&pp.launch[0], 8, 0, g), NJ_OK); /* a decode step: a block a row */
+    assert_int_equal(g[0], 8);
+    char *text = nj_plan_text(&pp);
+    assert_non_null(strstr(text, " persist=3 "));
+    free(text);
+    nj_plan_params un;
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.persist, 0);
+    assert_int_equal(un.launch[0].grid_x_cap, 0);
+    assert_int_equal(un.launch[0].even, 0);
+    assert_int_equal(nj_plan_check(&c, &un, &dev90), NJ_OK);
+    row_same_params(&c, NJ_F16, 2048, NJ_FLAG_SCALE);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.block, 256);
+    assert_int_equal(pp.persist, 6);
+    row_same_params(&c, NJ_BF16, 8192, ln); /* 1024 threads */
+    assert_int_equal(plan_fwd(&c).persist, 0);
+    row_same_params(&c, NJ_F32, 4096, ln); /* f32 x and gamma/beta: 48 registers estimated */
+    assert_int_equal(plan_fwd(&c).persist, 0);
+    tc_row(&c, NJ_BF16, 4096, ln); /* bf16 x, f32 gamma/beta: 44 */
+    assert_int_equal(plan_fwd(&c).persist, 0);
+    row_same_params(&c, NJ_BF16, 4096, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT);
+    assert_int_equal(plan_fwd(&c).persist, 0);
+    row_same_params(&c, NJ_BF16, 1024, ln); /* a warp a row */
+    assert_int_equal(plan_fwd(&c).persist, 0);
+    /* a broken persist field is refused */
+    row_same_params(&c, NJ_BF16, 4096, ln);
+    pp = plan_fwd(&c);
+    pp.persist = 5; /* 5 x 512 threads exceed an SM */
+    assert_int_equal(nj_plan_check(&c, &pp, &dev90), NJ_ERR_INTERNAL);
+}
+
 static void test_launches_round_trip(void **state)
 {
     (void)state;
@@ -564,8 +628,10 @@ static void test_launches_round_trip(void **state)
         l->block[0] = 128 * (i + 1), l->block[1] = 1 + i, l->block[2] = 1;
         l->grid_x = i, l->grid_y = 2, l->grid_z = 1 + i;
         l->row_mult = (1LL << 40) + i, l->row_div = 4, l->grid_x_cap = 1000 * i, l->shmem = 4096u * i;
+        l->even = i == 2; /* a persistent grid's even rounds */
     }
     char *t = nj_launches_to_text(&pp);
+    assert_non_null(strstr(t, " 8192 even\n"));
     assert_non_null(t);
     nj_plan_params back;
     memset(&back, 0xff, sizeof back);
@@ -926,7 +992,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_kernel_count),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
     };

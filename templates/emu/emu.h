@@ -73,6 +73,7 @@ extern "C" __attribute__((no_sanitize_address)) void __asan_handle_no_return(voi
     extern "C" __attribute__((visibility("default"))) const int nj_emu_bound_##name = (max_threads); \
     extern "C" __attribute__((visibility("default"))) void name(const nj_kargs A)
 #define NJ_KERNEL_REGS(name, max_threads) NJ_KERNEL(name, max_threads)
+#define NJ_KERNEL_OCC(name, max_threads, n) NJ_KERNEL(name, max_threads)
 /* A kernel whose blocks run in clusters of cx*cy*cz (CUDA: __cluster_dims__); the grid must be a multiple. */
 #define NJ_CLUSTER_KERNEL(name, max_threads, cx, cy, cz)                                     \
     extern "C" __attribute__((visibility("default"))) const int nj_emu_cluster_##name[3] = {cx, cy, cz}; \
