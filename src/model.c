@@ -386,8 +386,12 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         m->unroll = pp->unroll;
         double resident = m->blocks < (double)m->blocks_sm * d->sms ? m->blocks : (double)m->blocks_sm * d->sms;
         nj_trace_set_resident(tr, l->kernel, resident, resident / d->sms > 1 ? resident / d->sms : 1);
-        if (m->row_fetch) /* a persistent row walk: rows c, c + blocks, ... */
-            nj_trace_set_items(tr, l->kernel, (double)plan->rows * (double)l->row_mult / (double)l->row_div);
+        if (m->row_fetch) { /* a persistent row walk: block c takes rows c, c + blocks, ... (a fixed grid:
+                                rows_per_block at a time) */
+            double steps = (double)plan->rows * (double)l->row_mult;
+            steps = ceil(steps / (double)(l->grid_x > 0 ? m->rows_per_block : l->row_div));
+            nj_trace_set_items(tr, l->kernel, steps);
+        }
         snprintf(m->t.kernel, sizeof m->t.kernel, "%s", l->kernel);
     }
     nj_pass_info_free(&pi);

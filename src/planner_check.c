@@ -83,10 +83,12 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                                     pp->split != 1 || !pp->role[NJ_ROLE_MAIN] ||
                                     pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0),
                  NJ_ERR_INTERNAL, "planner: stage %d on a %s plan", (int)pp->stage, nj_family_name(pp->family));
-    /* a persistent row forward (P.persist): blocks an SM that a device can hold, a block a row */
+    /* a persistent row walk (P.persist): blocks an SM that a device can hold; forward: a block a row held
+     * in registers; backward: the slots' walk */
+    bool fwd_ok = pp->pass == NJ_PASS_FORWARD && pp->rows_per_block == 1 && pp->regs_cache > 0 && !pp->unaligned;
+    bool bwd_ok = pp->pass == NJ_PASS_BACKWARD && pp->pgrad == NJ_PGRAD_SLOTS;
     NJ_RETURN_IF(pp->persist != 0 && (pp->persist < 0 || pp->persist > 32 || pp->family != NJ_FAMILY_ROW ||
-                                      pp->pass != NJ_PASS_FORWARD || pp->rows_per_block != 1 ||
-                                      pp->split != 1 || pp->regs_cache <= 0 || pp->unaligned ||
+                                      !(fwd_ok || bwd_ok) || pp->split != 1 ||
                                       (int64_t)pp->persist * pp->block > 2048),
                  NJ_ERR_INTERNAL, "planner: persist %d on a %s plan", (int)pp->persist, nj_family_name(pp->family));
     NJ_TRY(check_named(c, pp));

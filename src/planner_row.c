@@ -262,6 +262,27 @@ static int32_t bwd_row_vec(const nj_canon *c)
     return 1;
 }
 
+/* Whether the slots' row loop fetches the next row's x, dy, mean and rstd (raw words) while it works on
+ * this one (P.persist on a backward plan). On the H200 that took the LayerNorm bf16 32768 x 4096
+ * backward from 2.18 to 3.11 TB/s. Where a thread's share of a row is at most 8 elements (16 registers
+ * of fetched words at most) and a warp or more takes a row, with these exceptions (NVRTC 13.0, sm_80 and
+ * sm_90):
+ * - 1024-thread blocks (64 registers a thread) spilled with it under GELU erf; blocks of 544-768 threads
+ *   (rows of 4352-6144, one block an SM: 85 registers or more) have room;
+ * - groups of lanes: f32 rows of 10 took 66 registers with it (51 without), so 3 of the plan's 4 blocks of
+ *   256 threads an SM were resident; their lanes keep the chunks of 16 rows a warp in flight without it;
+ * - blocks under 512 threads (the plan counts on 1024 threads an SM: 64 registers) whose fetched words
+ *   exceed 8 (f32 rows of 512 to 2048: 72-80 registers with it, 48-64 without, and 64 KB an SM in flight
+ *   anyway), or under GELU erf (bf16 rows of 2048: 80 registers with it, 64 without). */
+static bool plan_bwd_fetch(const nj_canon *c, const nj_plan_params *pp)
+{
+    int64_t tpr = pp->block / pp->rows_per_block, nch = c->reduce_size / pp->vec;
+    int64_t share = (nch + tpr - 1) / tpr * pp->vec;
+    if (tpr < 32 || share > 8 || pp->block > 768) return false;
+    int64_t words = share * (nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY])) / 4;
+    return pp->block >= 512 || (words <= 8 && c->act != NJ_ACT_GELU_ERF && c->act != NJ_ACT_GELU_TANH);
+}
+
 nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
@@ -316,6 +337,7 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     int32_t nslot = sms * per_sm;
     nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot);
     nj_plan_role(pp, NJ_ROLE_MAIN);
+    if (plan_bwd_fetch(c, pp)) pp->persist = per_sm;
     pp->pgrad = NJ_PGRAD_SLOTS;
     pp->pgrad_parts = nslot;
     nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);

@@ -43,21 +43,13 @@ if PGRAD and (P.param_size ~= N or P.axes[P.rank].stride.param ~= 1) then error(
 -- Up to 16 values a thread, the first pass keeps xhat and g for the second (no re-read of x, dy and
 -- gamma, no recomputation): 32 more registers beside the 32 column sums at most.
 local CACHE = ceil_div(N // P.vec, TPR) * P.vec <= 16
--- PF: the row loop fetches the next row while it works on this one, where a thread's share of a row is
--- at most 8 elements (16 registers of fetched words at most). Not in 1024-thread blocks (64 registers a
--- thread: they spilled with it under GELU erf), nor at 16 elements a thread (f32 rows of 8192 spilled at
--- 128 registers with the saved-mean correction and GELU erf, sm_80 and sm_90). Nor for groups of lanes:
--- f32 rows of 10 took 66 registers with it (51 without), so 3 of the plan's 4 blocks of 256 threads an SM
--- were resident and its slots ran in a second, partial wave; the group's lanes keep their chunks of 16
--- rows a warp in flight without it. Nor in blocks of fewer than 512 threads (the plan counts on 1024
--- threads an SM: 64 registers) whose fetched words exceed 8 (f32 rows, 8 elements a thread): f32 rows of
--- 512 to 2048 took 72-80 registers with them, 48-64 without, and a thread still has its 8 elements of x
--- and of dy in flight (64 KB an SM); nor there under GELU erf (bf16 rows of 2048: 80 registers with
--- it, 64 without).
+-- PF (P.persist, the planner's choice: plan_bwd_fetch in planner_row.c says where and why): the row loop
+-- fetches the next row while it works on this one, a thread's share of a row at most 8 elements
 local SHARE = ceil_div(N // P.vec, TPR) * P.vec
-local PF_WORDS = SHARE * ((P.dtype.x == "f32" and 4 or 2) + (P.dtype.dy == "f32" and 4 or 2)) // 4
-local PF = not GROUPS and PGRAD and CACHE and B <= 512 and SHARE <= 8 and
-           (B == 512 or PF_WORDS <= 8 and P.act ~= "gelu_erf")
+local PF = P.persist > 0
+if PF and (GROUPS or not PGRAD or not CACHE or SHARE > 8) then
+  error("bwd_row: persist needs the slots' column sums and a share of at most 8 elements, a warp or more a row")
+end
 if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats offset for dl") end
 %}
 {{ bwd_typedefs() }}

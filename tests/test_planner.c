@@ -609,6 +609,29 @@ static void test_row_persist(void **state)
     assert_int_equal(plan_fwd(&c).persist, 0);
     row_same_params(&c, NJ_BF16, 1024, ln); /* a warp a row */
     assert_int_equal(plan_fwd(&c).persist, 0);
+    /* backward slots: the next row fetched where a share is one vector; not under GELU erf in blocks
+     * under 512 threads, nor in 1024-thread blocks */
+    nj_plan_params bp;
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK); /* bf16 rows of 1024 */
+    assert_int_equal(bp.block, 128);
+    assert_int_equal(bp.persist, 8); /* 8 blocks of 128 an SM, a vector a thread */
+    row_same_params(&c, NJ_BF16, 4096, ln);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.persist, 2);
+    assert_int_equal(bp.launch[0].grid_x, 132 * 2);
+    row_same_params(&c, NJ_BF16, 5120, ln);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.block, 640);
+    assert_int_equal(bp.persist, 1);
+    row_same_params(&c, NJ_BF16, 8192, ln);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.persist, 0);
+    tc_begin(&c, NJ_BF16, NJ_BF16, ln, NJ_ACT_GELU_ERF, 64);
+    tc_axis(&c, 2048, true, true);
+    tc_finish(&c);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.block, 256);
+    assert_int_equal(bp.persist, 0);
     /* a broken persist field is refused */
     row_same_params(&c, NJ_BF16, 4096, ln);
     pp = plan_fwd(&c);
