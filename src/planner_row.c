@@ -129,13 +129,12 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
  * (bf16 rows of 1100, vec 4; f32 rows) ptxas, held to the registers below, gave the reduction's call
  * a 16-byte stack frame (sm_90). Where NJ_PERSIST_REGS registers a thread are enough for the row, the fetched words and
  * gamma/beta, __launch_bounds__(block, persist) holds the kernel to them, so the grid the plan counts
- * on is resident. Blocks above 512 threads would keep fewer than 1536 threads an SM, and the
- * fused residual add already runs near copy speed (89.8% of copy, H200, 2026-12-04): both stay a block
- * a row. */
+ * on is resident. Where that leaves one block an SM (1024 threads), and with the fused residual add,
+ * which already runs near copy speed (89.8% of copy, H200, 2026-12-04), it stays a block a row. */
 #define NJ_PERSIST_REGS 40
 static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp)
 {
-    if (pp->rows_per_block != 1 || pp->regs_cache != pp->vec || pp->block > 512 ||
+    if (pp->rows_per_block != 1 || pp->regs_cache != pp->vec || pp->block > 1024 ||
         (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) || c->kind != NJ_KIND_ROW)
         return 0;
     const nj_canon_axis *in = &c->axes[c->rank - 1];
@@ -158,7 +157,8 @@ static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp)
     if (regs > NJ_PERSIST_REGS) return 0;
     int32_t by_threads = 2048 / pp->block, by_regs = 65536 / (NJ_PERSIST_REGS * pp->block);
     int32_t n = by_threads < by_regs ? by_threads : by_regs;
-    return n > 32 ? 32 : n;
+    /* one block an SM (1024 threads) would wait on its own barriers with only the next row in flight */
+    return n < 2 ? 0 : n > 32 ? 32 : n;
 }
 
 nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)

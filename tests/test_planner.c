@@ -599,7 +599,9 @@ static void test_row_persist(void **state)
     pp = plan_fwd(&c);
     assert_int_equal(pp.block, 256);
     assert_int_equal(pp.persist, 6);
-    row_same_params(&c, NJ_BF16, 8192, ln); /* 1024 threads */
+    row_same_params(&c, NJ_BF16, 5120, ln); /* 640 threads, two an SM */
+    assert_int_equal(plan_fwd(&c).persist, 2);
+    row_same_params(&c, NJ_BF16, 8192, ln); /* 1024 threads: one an SM */
     assert_int_equal(plan_fwd(&c).persist, 0);
     row_same_params(&c, NJ_F32, 4096, ln); /* f32 x and gamma/beta: 48 registers estimated */
     assert_int_equal(plan_fwd(&c).persist, 0);
