@@ -14,6 +14,8 @@
  * Backward: see nj_plan_bwd_row. */
 #include "planner_impl.h"
 
+#include <stdlib.h>
+
 #define NJ_WARP_ROW_MAX 1024     /* rows up to this length get a warp (or a group of lanes) each */
 /* Elements per thread a block-per-row plan aims for: 8 (one 16-byte vector of a 16-bit row, 256 threads
  * for 2048, 1024 for 8192, as Triton-generated kernels run them). 16 halved the threads and doubled each
@@ -132,8 +134,18 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
  * on is resident. Where that leaves one block an SM (1024 threads), and with the fused residual add,
  * which already runs near copy speed (89.8% of copy, H200, 2026-12-04), it stays a block a row. */
 #define NJ_PERSIST_REGS 40
+
+/* NORMJIT_PLAN_NO_PERSIST=1: every row walk a block a row and without fetch-ahead, as before P.persist,
+ * so that tools/gpu-check can time both on one GPU (the plan text, hence the signature, says which). */
+static bool plan_persist_off(void)
+{
+    const char *e = getenv("NORMJIT_PLAN_NO_PERSIST");
+    return e && e[0] == '1';
+}
+
 static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp)
 {
+    if (plan_persist_off()) return 0;
     if (pp->rows_per_block != 1 || pp->regs_cache != pp->vec || pp->block > 1024 ||
         (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) || c->kind != NJ_KIND_ROW)
         return 0;
@@ -276,6 +288,7 @@ static int32_t bwd_row_vec(const nj_canon *c)
  *   anyway), or under GELU erf (bf16 rows of 2048: 80 registers with it, 64 without). */
 static bool plan_bwd_fetch(const nj_canon *c, const nj_plan_params *pp)
 {
+    if (plan_persist_off()) return false;
     int64_t tpr = pp->block / pp->rows_per_block, nch = c->reduce_size / pp->vec;
     int64_t share = (nch + tpr - 1) / tpr * pp->vec;
     if (tpr < 32 || share > 8 || pp->block > 768) return false;

@@ -634,6 +634,13 @@ static void test_row_persist(void **state)
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
     assert_int_equal(bp.block, 256);
     assert_int_equal(bp.persist, 0);
+    /* the measuring switch: a block a row, no fetch-ahead */
+    setenv("NORMJIT_PLAN_NO_PERSIST", "1", 1);
+    row_same_params(&c, NJ_BF16, 4096, ln);
+    assert_int_equal(plan_fwd(&c).persist, 0);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.persist, 0);
+    unsetenv("NORMJIT_PLAN_NO_PERSIST");
     /* a broken persist field is refused */
     row_same_params(&c, NJ_BF16, 4096, ln);
     pp = plan_fwd(&c);
