@@ -77,8 +77,11 @@ void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out)
     out->regs_cache = 0;
     if (out->unroll > 1) out->unroll = 1; /* a rare path that only has to be right: walks rolled */
     if (out->persist && out->pass == NJ_PASS_FORWARD) { /* streamed rows: a block a row again */
-        out->launch[out->role[NJ_ROLE_MAIN] - 1].grid_x_cap = 0;
-        out->launch[out->role[NJ_ROLE_MAIN] - 1].even = 0;
+        nj_launch *m = &out->launch[out->role[NJ_ROLE_MAIN] - 1];
+        m->grid_x_cap = 0;
+        m->even = 0;
+        if (out->stage) m->shmem = 0; /* gamma/beta read where used */
+        out->stage = 0;
     }
     /* the backward's slots walk their rows without fetching ahead: a thread's vec-1 share holds more
      * registers (f16 rows of 1024, f32 gamma: 70 at sm_80, past the 64 its 8 slots an SM allow) */

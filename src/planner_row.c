@@ -86,6 +86,15 @@ static int32_t plan_row_vec(const nj_canon *c)
     return 1;
 }
 
+/* plan_row_vec for x and y alone (gamma/beta staged in shared memory, copied a float at a time). */
+static int32_t plan_row_vec_acts(const nj_canon *c)
+{
+    nj_canon a = *c;
+    a.flags &= ~(uint32_t)(NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+    a.dtype[NJ_OPD_PARAM] = NJ_DTYPE_NONE;
+    return plan_row_vec(&a);
+}
+
 static int32_t plan_round32(int64_t n) { return (int32_t)(nj_ceil_div64(n, 32) * 32); }
 
 /* Lanes a short row gets (a warp, or a group of 16/8/4/2 lanes, several rows a warp): of nch chunks, a
@@ -134,6 +143,9 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
  * on is resident. Where that leaves one block an SM (1024 threads), and with the fused residual add,
  * which already runs near copy speed (89.8% of copy, H200, 2026-12-04), it stays a block a row. */
 #define NJ_PERSIST_REGS 40
+/* staged gamma/beta: at most this many bytes a block, and a block's share of an SM's shared memory */
+#define NJ_PERSIST_STAGE_MAX (48 * 1024)
+#define NJ_PERSIST_STAGE_SM (200 * 1024)
 
 /* NORMJIT_PLAN_NO_PERSIST=1: every row walk a block a row and without fetch-ahead, as before P.persist,
  * so that tools/gpu-check can time both on one GPU (the plan text, hence the signature, says which). */
@@ -143,7 +155,7 @@ static bool plan_persist_off(void)
     return e && e[0] == '1';
 }
 
-static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp)
+static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp, bool staged)
 {
     if (plan_persist_off()) return 0;
     if (pp->rows_per_block != 1 || pp->regs_cache != pp->vec || pp->block > 1024 ||
@@ -165,7 +177,7 @@ static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp)
     int32_t share = pp->regs_cache, xb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
     int32_t pb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]);
     int32_t nparam = !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
-    int32_t regs = share + share * xb / 4 + nparam * share * pb / 4 + 16;
+    int32_t regs = share + share * xb / 4 + (staged ? 0 : nparam * share * pb / 4) + 16;
     if (regs > NJ_PERSIST_REGS) return 0;
     int32_t by_threads = 2048 / pp->block, by_regs = 65536 / (NJ_PERSIST_REGS * pp->block);
     int32_t n = by_threads < by_regs ? by_threads : by_regs;
@@ -173,11 +185,10 @@ static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp)
     return n < 2 ? 0 : n > 32 ? 32 : n;
 }
 
-nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+/* Block, rows a block and the share a thread keeps in registers, for vector width vec. */
+static void plan_fwd_row_shape(const nj_canon *c, const nj_device_props *dev, int32_t vec, nj_plan_params *pp)
 {
-    int64_t n = c->reduce_size;
-    int32_t vec = plan_row_vec(c);
-    int64_t nch = n / vec;
+    int64_t n = c->reduce_size, nch = n / vec;
     pp->vec = vec;
     pp->split = 1;
     int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
@@ -204,6 +215,47 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
             pp->regs_cache = 0;
         }
     }
+}
+
+/* A persistent plan whose gamma/beta are f32 beside 16-bit x (mixed precision): they would hold 16
+ * registers a thread and limit x to 8-byte vectors (LayerNorm bf16 rows of 4096 with f32 gamma/beta,
+ * a block a row: 49.7% of copy in the model, L2-bound on 134 MB of gamma/beta reads). Instead each block
+ * copies them once into dynamic shared memory (P.stage = 1, as floats) and x takes 16-byte vectors.
+ * Returns 1 and fills pp when that plan applies. */
+static int plan_fwd_row_staged(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    if (!(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) != 4 ||
+        nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) != 2 || nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_Y]) != 2)
+        return 0;
+    nj_plan_params q = *pp;
+    plan_fwd_row_shape(c, dev, plan_row_vec_acts(c), &q);
+    int32_t n = plan_fwd_persist(c, &q, true);
+    int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
+    int64_t bytes = nparam * c->reduce_size * 4;
+    if (n == 0 || bytes > (int64_t)dev->max_shared_per_block || bytes > NJ_PERSIST_STAGE_MAX) return 0;
+    if ((int64_t)n * (bytes + 1024) > NJ_PERSIST_STAGE_SM) n = (int32_t)(NJ_PERSIST_STAGE_SM / (bytes + 1024));
+    if (n < 2) return 0;
+    *pp = q;
+    pp->persist = n;
+    pp->stage = 1;
+    pp->align_opds = plan_fwd_row_align(c) & ~(1u << NJ_OPD_PARAM); /* copied a float at a time */
+    nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    pp->launch[0].shmem = (uint32_t)bytes;
+    return 1;
+}
+
+nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t n = c->reduce_size;
+    int32_t vec = plan_row_vec(c);
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    if (plan_fwd_row_staged(c, dev, pp)) {
+        pp->launch[0].grid_x_cap = (int64_t)sms * pp->persist;
+        pp->launch[0].even = 1;
+        return NJ_OK;
+    }
+    plan_fwd_row_shape(c, dev, vec, pp);
     if (vec > 1) pp->align_opds = plan_fwd_row_align(c);
     if (pp->regs_cache == 0 && n >= NJ_SPLIT_MIN) {
         /* x is read twice, as a streamed row is anyway */
@@ -212,9 +264,8 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     }
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
-    pp->persist = plan_fwd_persist(c, pp);
+    pp->persist = plan_fwd_persist(c, pp, false);
     if (pp->persist) {
-        int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
         pp->launch[0].grid_x_cap = (int64_t)sms * pp->persist;
         pp->launch[0].even = 1;
         return NJ_OK;

@@ -77,6 +77,10 @@ local SPLIT = P.split
 -- reduction, so its loads stay in flight through the barriers; the planner (plan_fwd_persist) keeps it
 -- to contiguous rows without the residual add, whose gamma/beta serve every row.
 local PERSIST = P.persist > 0
+-- PSTAGE (P.stage on a persistent plan): gamma/beta copied once a block into dynamic shared memory as
+-- floats (f32 beside 16-bit x: held words would take 16 registers), [gamma][beta], NJ_N each
+local PSTAGE = PERSIST and P.stage == 1
+if P.stage == 1 and not (PERSIST and has_param) then error("fwd_row: stage needs a persistent plan with gamma/beta") end
 if PERSIST then
   if RPB ~= 1 or SPLIT ~= 1 or P.regs_cache == 0 or F.residual or F.resout or roff("x") ~= "j" or
      roff("y") ~= "j" or (has_param and not param_vec) or (has_param and roff("param") ~= "j") then
@@ -124,10 +128,21 @@ NJ_DEVICE void nj_prefetch_l1(const void *p)
 {% function persist_head() %}
     typedef nj_vec_io<V, nj_tx> nj_iox;
     constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
-{% if has_param then %}
+{% if PSTAGE then %}
+    NJ_DYN_SHARED(float, nj_pt);
+    for (int j = threadIdx.x; j < NJ_N; j += {{ B }}) {
+{%   if F.scale then %}
+        nj_pt[j] = nj_load_f32(GAMMA, j);
+{%   end %}
+{%   if F.bias then %}
+        nj_pt[{{ F.scale and "NJ_N + " or "" }}j] = nj_load_f32(BETA, j);
+{%   end %}
+    }
+    __syncthreads();
+{% elseif has_param then %}
     typedef nj_vec_io<V, nj_tparam> nj_iop;
 {% end %}
-{% for _, pr in ipairs({{F.scale, "gw_", "GAMMA"}, {F.bias, "bw_", "BETA"}}) do %}
+{% for _, pr in ipairs(PSTAGE and {} or {{F.scale, "gw_", "GAMMA"}, {F.bias, "bw_", "BETA"}}) do %}
 {%   if pr[1] then %}
     unsigned {{ pr[2] }}[CPT][nj_iop::W];
 #pragma unroll
@@ -380,13 +395,26 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {#------------------------------------------------ second pass: normalize, affine, activation #}
 {% local function normalize(src, early) %}
             float o_[V];
-{% if PERSIST and F.scale then %}
+{% if PSTAGE then %}
+{%   if F.scale then %}
+            float gh_[V];
+#pragma unroll
+            for (int k = 0; k < V; k++) gh_[k] = nj_pt[ch * V + k];
+{%   end %}
+{%   if F.bias then %}
+            float bh_[V];
+#pragma unroll
+            for (int k = 0; k < V; k++) bh_[k] = nj_pt[{{ F.scale and "NJ_N + " or "" }}ch * V + k];
+{%   end %}
+{% else %}
+{%   if PERSIST and F.scale then %}
             float gh_[V];
             nj_held_convert<V>(gw_[c], gh_, (const nj_tparam *)0);
-{% end %}
-{% if PERSIST and F.bias then %}
+{%   end %}
+{%   if PERSIST and F.bias then %}
             float bh_[V];
             nj_held_convert<V>(bw_[c], bh_, (const nj_tparam *)0);
+{%   end %}
 {% end %}
 {% if early then %}
 {% elseif F.scale and param_vec then %}

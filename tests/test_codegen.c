@@ -263,6 +263,8 @@ static void build_cases(void)
     tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_ERF, 64);
     tc_axis(c, 5120, true, true);
     tc_finish(c);
+    /* f32 gamma/beta beside bf16 x: staged in shared memory (P.stage) */
+    tc_row(add_case("row_persist_bf16_4096_f32_params_staged"), NJ_BF16, 4096, ln | NJ_FLAG_SAVE_STATS);
     c = add_case("row_persist_f16_rms_3000_partial"); /* 375 vectors over 384 threads */
     tc_begin(c, NJ_F16, NJ_F16, NJ_FLAG_SCALE, NJ_ACT_NONE, 64);
     tc_axis(c, 3000, true, true);

@@ -605,8 +605,27 @@ static void test_row_persist(void **state)
     assert_int_equal(plan_fwd(&c).persist, 0);
     row_same_params(&c, NJ_F32, 4096, ln); /* f32 x and gamma/beta: 48 registers estimated */
     assert_int_equal(plan_fwd(&c).persist, 0);
-    tc_row(&c, NJ_BF16, 4096, ln); /* bf16 x, f32 gamma/beta: 44 */
-    assert_int_equal(plan_fwd(&c).persist, 0);
+    /* bf16 x, f32 gamma/beta (44 registers held): staged in shared memory instead, x in 16-byte vectors
+     * (8 elements; held, gamma/beta would have limited x to 4) */
+    tc_row(&c, NJ_BF16, 4096, ln);
+    pp = plan_fwd_any(&c);
+    assert_int_equal(pp.nlaunch, 1);
+    assert_int_equal(pp.persist, 3);
+    assert_int_equal(pp.stage, 1);
+    assert_int_equal(pp.vec, 8);
+    assert_int_equal(pp.launch[0].shmem, 2 * 4096 * 4);
+    assert_int_equal(pp.launch[0].even, 1);
+    assert_int_equal(pp.align_opds & (1u << NJ_OPD_PARAM), 0);
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.stage, 0);
+    assert_int_equal(un.persist, 0);
+    assert_int_equal(un.launch[0].shmem, 0);
+    assert_int_equal(nj_plan_check(&c, &un, &dev90), NJ_OK);
+    tc_row(&c, NJ_BF16, 8192, ln); /* 1024 threads: a block a row, x in 8-byte vectors as before */
+    pp = plan_fwd_any(&c);
+    assert_int_equal(pp.persist, 0);
+    assert_int_equal(pp.stage, 0);
+    assert_int_equal(pp.vec, 4);
     row_same_params(&c, NJ_BF16, 4096, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT);
     assert_int_equal(plan_fwd(&c).persist, 0);
     row_same_params(&c, NJ_BF16, 1024, ln); /* a warp a row */
