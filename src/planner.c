@@ -85,6 +85,10 @@ void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out)
     }
     /* the backward's slots walk their rows without fetching ahead: a thread's vec-1 share holds more
      * registers (f16 rows of 1024, f32 gamma: 70 at sm_80, past the 64 its 8 slots an SM allow) */
+    if (out->persist && out->pass == NJ_PASS_BACKWARD && out->stage) {
+        out->launch[out->role[NJ_ROLE_MAIN] - 1].shmem = 0;
+        out->stage = 0;
+    }
     out->persist = 0;
     out->unaligned = 1;
     out->align_opds = 0;

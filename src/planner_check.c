@@ -80,7 +80,7 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     for (int32_t i = 0; i < pp->nlaunch; i++) NJ_TRY(check_launch(pp, i, maxt, maxs));
     /* a staged tile (P.stage): a whole column walk whose main launch holds it, or a persistent row
      * forward's gamma/beta */
-    bool row_stage = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->persist > 0;
+    bool row_stage = pp->family == NJ_FAMILY_ROW && pp->persist > 0;
     NJ_RETURN_IF(pp->stage != 0 && (pp->stage != 1 || (pp->family != NJ_FAMILY_COLUMN && !row_stage) ||
                                     pp->split != 1 || !pp->role[NJ_ROLE_MAIN] ||
                                     pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0),

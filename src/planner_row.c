@@ -401,7 +401,19 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     int32_t nslot = sms * per_sm;
     nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot);
     nj_plan_role(pp, NJ_ROLE_MAIN);
-    if (plan_bwd_fetch(c, pp)) pp->persist = per_sm;
+    if (plan_bwd_fetch(c, pp)) {
+        pp->persist = per_sm;
+        /* f32 gamma (and beta under an activation) in shared memory, copied once a block: re-read each
+         * row, they made the walk L2-bound (LayerNorm bf16 rows of 4096: 36.6 us of L2 traffic, 26.7 of
+         * DRAM, in the model). 16-bit ones stay loads (measured on the H200 as they are). */
+        int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
+        int64_t bytes = nparam * n * 4;
+        if (nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) == 4 && nparam > 0 && bytes <= NJ_PERSIST_STAGE_MAX &&
+            bytes <= (int64_t)dev->max_shared_per_block && per_sm * (bytes + 4096) <= NJ_PERSIST_STAGE_SM) {
+            pp->stage = 1;
+            pp->launch[0].shmem = (uint32_t)bytes;
+        }
+    }
     pp->pgrad = NJ_PGRAD_SLOTS;
     pp->pgrad_parts = nslot;
     nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);

@@ -69,12 +69,26 @@ if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats 
 {% local function element(c, k) %}
 {{ bwd_element("xv_[k]", "dv_[k]", {g = "gv_[k]", b = "bv_[k]"}, "                    ") }}
 {% end %}
+{# PSTAGE (P.stage on a fetching plan): gamma (and beta under an activation) copied once a block into
+   dynamic shared memory as floats, [gamma][beta]: f32 gamma/beta re-read each row made the walk
+   L2-bound (LayerNorm bf16 rows of 4096 with f32 gamma/beta: 36.6 us of L2 traffic for 26.7 of DRAM) #}
+{% local PSTAGE = P.stage == 1 %}
+{% if PSTAGE and not (PF and (F.scale or BETA_USED)) then error("bwd_row: stage needs a fetching plan with gamma or beta") end %}
+{% local BOFF = F.scale and "NJ_N + " or "" %}
 {% local function load_params() %}
-{%   if F.scale then %}
+{%   if F.scale and PSTAGE then %}
+                float gv_[V];
+#pragma unroll
+                for (int k = 0; k < V; k++) gv_[k] = nj_pt[j + k];
+{%   elseif F.scale then %}
                 float gv_[V];
                 nj_load_vec<V>(GAMMA, j, gv_);
 {%   end %}
-{%   if BETA_USED then %}
+{%   if BETA_USED and PSTAGE then %}
+                float bv_[V];
+#pragma unroll
+                for (int k = 0; k < V; k++) bv_[k] = nj_pt[{{ BOFF }}j + k];
+{%   elseif BETA_USED then %}
                 float bv_[V];
                 nj_load_vec<V>(BETA, j, bv_);
 {%   end %}
@@ -88,6 +102,18 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     const int lane = threadIdx.x % NJ_TPR;
     const nj_i64 nrows = A.rows * {{ P.kept_inner }}LL;
 {{ bwd_pointers() }}
+{% if PSTAGE then %}
+    NJ_DYN_SHARED(float, nj_pt);
+    for (int j = threadIdx.x; j < NJ_N; j += {{ B }}) {
+{%   if F.scale then %}
+        nj_pt[j] = nj_load_f32(GAMMA, j);
+{%   end %}
+{%   if BETA_USED then %}
+        nj_pt[{{ BOFF }}j] = nj_load_f32(BETA, j);
+{%   end %}
+    }
+    __syncthreads();
+{% end %}
 {% if PGRAD then %}
     const bool want_p = A.dgamma || A.dbeta;
     float pg[CPT][V], pb[CPT][V];

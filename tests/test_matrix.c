@@ -178,6 +178,8 @@ static void test_row_persist(void **state)
     /* f32 gamma/beta beside 16-bit x: copied once a block into shared memory */
     check_line(m, "layernorm bf16 900x4096 flags=scale,bias,stats param=f32", 1e4, 56);
     check_line(m, "rmsnorm f16 1700x2048 flags=scale param=f32", 0.0, 57);
+    /* the backward stages gamma and, under an activation, beta (264 slots) */
+    check_line(m, "layernorm bf16 400x4096 flags=scale,bias param=f32 act=silu", 1e3, 58);
     /* the backward's slots fetch the next row in 640-thread blocks too (132 of them here) */
     check_line(m, "layernorm f16 300x5120 flags=scale,bias", 1e5, 55);
     assert_int_equal(m->failed - before, 0);

@@ -589,7 +589,7 @@ static void test_row_persist(void **state)
     char *text = nj_plan_text(&pp);
     assert_non_null(strstr(text, " persist=3 "));
     free(text);
-    nj_plan_params un;
+    nj_plan_params un, bp;
     assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
     assert_int_equal(un.persist, 0);
     assert_int_equal(un.launch[0].grid_x_cap, 0);
@@ -621,6 +621,18 @@ static void test_row_persist(void **state)
     assert_int_equal(un.persist, 0);
     assert_int_equal(un.launch[0].shmem, 0);
     assert_int_equal(nj_plan_check(&c, &un, &dev90), NJ_OK);
+    /* its backward's slots stage f32 gamma too (beta only under an activation) */
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.persist, 2);
+    assert_int_equal(bp.stage, 1);
+    assert_int_equal(bp.launch[0].shmem, 4096 * 4);
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.stage, 0);
+    assert_int_equal(un.launch[0].shmem, 0);
+    assert_int_equal(nj_plan_check(&c, &un, &dev90), NJ_OK);
+    row_same_params(&c, NJ_BF16, 4096, ln); /* 16-bit gamma: loads, as measured */
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.stage, 0);
     tc_row(&c, NJ_BF16, 8192, ln); /* 1024 threads: a block a row, x in 8-byte vectors as before */
     pp = plan_fwd_any(&c);
     assert_int_equal(pp.persist, 0);
@@ -632,7 +644,6 @@ static void test_row_persist(void **state)
     assert_int_equal(plan_fwd(&c).persist, 0);
     /* backward slots: the next row fetched where a share is one vector; not under GELU erf in blocks
      * under 512 threads, nor in 1024-thread blocks */
-    nj_plan_params bp;
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK); /* bf16 rows of 1024 */
     assert_int_equal(bp.block, 128);
     assert_int_equal(bp.persist, 8); /* 8 blocks of 128 an SM, a vector a thread */
