@@ -138,9 +138,9 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
  * while it reduces this one (as the row backward does: on the H200 that took its LayerNorm bf16 32768 x
  * 4096 from 2.18 to 3.11 TB/s). A thread's share is one vector (8 elements of 16-bit x): with two
  * (bf16 rows of 1100, vec 4; f32 rows) ptxas, held to the registers below, gave the reduction's call
- * a 16-byte stack frame (sm_90). Where NJ_PERSIST_REGS registers a thread are enough for the row, the fetched words and
- * gamma/beta, __launch_bounds__(block, persist) holds the kernel to them, so the grid the plan counts
- * on is resident. Where that leaves one block an SM (1024 threads), and with the fused residual add,
+ * a 16-byte stack frame (sm_90). Where NJ_PERSIST_REGS registers a thread are enough for the row, the
+ * fetched words and gamma/beta, __launch_bounds__(block, persist) holds the kernel to them, so the grid
+ * the plan counts on is resident. Where that leaves one block an SM (1024 threads), and with the fused residual add,
  * which already runs near copy speed (89.8% of copy, H200, 2026-12-04), it stays a block a row. */
 #define NJ_PERSIST_REGS 40
 /* staged gamma/beta: at most this many bytes a block, and a block's share of an SM's shared memory */
@@ -153,6 +153,12 @@ static bool plan_persist_off(void)
 {
     const char *e = getenv("NORMJIT_PLAN_NO_PERSIST");
     return e && e[0] == '1';
+}
+
+/* gamma and beta: how many of the two a forward reads */
+static int32_t plan_fwd_nparam(const nj_canon *c)
+{
+    return !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
 }
 
 static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp, bool staged)
@@ -176,7 +182,7 @@ static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp, boo
      * at 40: those stay a block a row. */
     int32_t share = pp->regs_cache, xb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
     int32_t pb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]);
-    int32_t nparam = !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
+    int32_t nparam = plan_fwd_nparam(c);
     int32_t regs = share + share * xb / 4 + (staged ? 0 : nparam * share * pb / 4) + 16;
     if (regs > NJ_PERSIST_REGS) return 0;
     int32_t by_threads = 2048 / pp->block, by_regs = 65536 / (NJ_PERSIST_REGS * pp->block);
@@ -221,17 +227,16 @@ static void plan_fwd_row_shape(const nj_canon *c, const nj_device_props *dev, in
  * registers a thread and limit x to 8-byte vectors (LayerNorm bf16 rows of 4096 with f32 gamma/beta,
  * a block a row: 49.7% of copy in the model, L2-bound on 134 MB of gamma/beta reads). Instead each block
  * copies them once into dynamic shared memory (P.stage = 1, as floats) and x takes 16-byte vectors.
- * Returns 1 and fills pp when that plan applies. */
-static int plan_fwd_row_staged(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+ * Returns the staged bytes, with pp's shape, persist, stage and alignment set, or 0 (pp untouched). */
+static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    if (!(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) != 4 ||
+    if (plan_fwd_nparam(c) == 0 || nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) != 4 ||
         nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) != 2 || nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_Y]) != 2)
         return 0;
     nj_plan_params q = *pp;
     plan_fwd_row_shape(c, dev, plan_row_vec_acts(c), &q);
     int32_t n = plan_fwd_persist(c, &q, true);
-    int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
-    int64_t bytes = nparam * c->reduce_size * 4;
+    int64_t bytes = plan_fwd_nparam(c) * c->reduce_size * 4;
     if (n == 0 || bytes > (int64_t)dev->max_shared_per_block || bytes > NJ_PERSIST_STAGE_MAX) return 0;
     if ((int64_t)n * (bytes + 1024) > NJ_PERSIST_STAGE_SM) n = (int32_t)(NJ_PERSIST_STAGE_SM / (bytes + 1024));
     if (n < 2) return 0;
@@ -239,24 +244,18 @@ static int plan_fwd_row_staged(const nj_canon *c, const nj_device_props *dev, nj
     pp->persist = n;
     pp->stage = 1;
     pp->align_opds = plan_fwd_row_align(c) & ~(1u << NJ_OPD_PARAM); /* copied a float at a time */
-    nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, 1, 0);
-    nj_plan_role(pp, NJ_ROLE_MAIN);
-    pp->launch[0].shmem = (uint32_t)bytes;
-    return 1;
+    return (uint32_t)bytes;
 }
 
 nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
-    int32_t vec = plan_row_vec(c);
-    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
-    if (plan_fwd_row_staged(c, dev, pp)) {
-        pp->launch[0].grid_x_cap = (int64_t)sms * pp->persist;
-        pp->launch[0].even = 1;
-        return NJ_OK;
+    uint32_t staged = plan_fwd_row_staged(c, dev, pp);
+    if (!staged) {
+        int32_t vec = plan_row_vec(c);
+        plan_fwd_row_shape(c, dev, vec, pp);
+        if (vec > 1) pp->align_opds = plan_fwd_row_align(c);
     }
-    plan_fwd_row_shape(c, dev, vec, pp);
-    if (vec > 1) pp->align_opds = plan_fwd_row_align(c);
     if (pp->regs_cache == 0 && n >= NJ_SPLIT_MIN) {
         /* x is read twice, as a streamed row is anyway */
         nj_plan_fwd_split(c, "nj_fwd_row_part", "nj_fwd_row", pp);
@@ -264,8 +263,10 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     }
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
-    pp->persist = plan_fwd_persist(c, pp, false);
+    if (!staged) pp->persist = plan_fwd_persist(c, pp, false);
+    pp->launch[0].shmem = staged;
     if (pp->persist) {
+        int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
         pp->launch[0].grid_x_cap = (int64_t)sms * pp->persist;
         pp->launch[0].even = 1;
         return NJ_OK;

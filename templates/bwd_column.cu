@@ -66,7 +66,7 @@ local PROWS = "A.rows * " .. (KO * SPLIT) .. "LL" -- fused partial rows
 local PG, PB = F.scale, F.bias and P.act ~= "none"
 local PTAB = (PG or PB) and P.reduce_size <= 2048
 for _, a in ipairs(kept) do if P.axes[a].stride.param ~= 0 then PTAB = false end end
-local PARAM = PTAB and {g = PG and "nj_ptab[ep[q]]" or nil, b = PB and ("nj_ptab[" .. (PG and "NJ_N + " or "") .. "ep[q]]") or nil}
+local PARAM = PTAB and {g = PG and ptab_at(PG, false, "ep[q]") or nil, b = PB and ptab_at(PG, true, "ep[q]") or nil}
 -- gamma/beta constant down the walk (channels-last InstanceNorm, BatchNorm NHWC): a lane's columns'
 -- values in registers, loaded once (as fwd_column.cu's PREG)
 local PREG = PG or PB

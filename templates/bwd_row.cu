@@ -74,12 +74,11 @@ if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats 
    L2-bound (LayerNorm bf16 rows of 4096 with f32 gamma/beta: 36.6 us of L2 traffic for 26.7 of DRAM) #}
 {% local PSTAGE = P.stage == 1 %}
 {% if PSTAGE and not (PF and (F.scale or BETA_USED)) then error("bwd_row: stage needs a fetching plan with gamma or beta") end %}
-{% local BOFF = F.scale and "NJ_N + " or "" %}
 {% local function load_params() %}
 {%   if F.scale and PSTAGE then %}
                 float gv_[V];
 #pragma unroll
-                for (int k = 0; k < V; k++) gv_[k] = nj_pt[j + k];
+                for (int k = 0; k < V; k++) gv_[k] = {{ ptab_at(F.scale, false, "j + k") }};
 {%   elseif F.scale then %}
                 float gv_[V];
                 nj_load_vec<V>(GAMMA, j, gv_);
@@ -87,7 +86,7 @@ if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats 
 {%   if BETA_USED and PSTAGE then %}
                 float bv_[V];
 #pragma unroll
-                for (int k = 0; k < V; k++) bv_[k] = nj_pt[{{ BOFF }}j + k];
+                for (int k = 0; k < V; k++) bv_[k] = {{ ptab_at(F.scale, true, "j + k") }};
 {%   elseif BETA_USED then %}
                 float bv_[V];
                 nj_load_vec<V>(BETA, j, bv_);
@@ -103,16 +102,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     const nj_i64 nrows = A.rows * {{ P.kept_inner }}LL;
 {{ bwd_pointers() }}
 {% if PSTAGE then %}
-    NJ_DYN_SHARED(float, nj_pt);
-    for (int j = threadIdx.x; j < NJ_N; j += {{ B }}) {
-{%   if F.scale then %}
-        nj_pt[j] = nj_load_f32(GAMMA, j);
-{%   end %}
-{%   if BETA_USED then %}
-        nj_pt[{{ BOFF }}j] = nj_load_f32(BETA, j);
-{%   end %}
-    }
-    __syncthreads();
+{% param_table(F.scale, BETA_USED, true) %}
 {% end %}
 {% if PGRAD then %}
     const bool want_p = A.dgamma || A.dbeta;

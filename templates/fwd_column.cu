@@ -184,7 +184,7 @@ end
 {% if PREG then %}
 {%   ge, be = F.scale and "gcol[c]", F.bias and "bcol[c]" %}
 {% elseif PTAB then %}
-{%   ge, be = F.scale and "nj_ptab[ep[q]]", F.bias and ("nj_ptab[" .. (F.scale and "NJ_N + " or "") .. "ep[q]]") %}
+{%   ge, be = F.scale and ptab_at(F.scale, false, "ep[q]"), F.bias and ptab_at(F.scale, true, "ep[q]") %}
 {% elseif has_param then %}
 {{ ind }}    const nj_i64 opi = op + ep[q]{{ colx("param") }};
 {%   ge, be = F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)" %}

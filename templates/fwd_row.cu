@@ -129,16 +129,7 @@ NJ_DEVICE void nj_prefetch_l1(const void *p)
     typedef nj_vec_io<V, nj_tx> nj_iox;
     constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
 {% if PSTAGE then %}
-    NJ_DYN_SHARED(float, nj_pt);
-    for (int j = threadIdx.x; j < NJ_N; j += {{ B }}) {
-{%   if F.scale then %}
-        nj_pt[j] = nj_load_f32(GAMMA, j);
-{%   end %}
-{%   if F.bias then %}
-        nj_pt[{{ F.scale and "NJ_N + " or "" }}j] = nj_load_f32(BETA, j);
-{%   end %}
-    }
-    __syncthreads();
+{% param_table(F.scale, F.bias, true) %}
 {% elseif has_param then %}
     typedef nj_vec_io<V, nj_tparam> nj_iop;
 {% end %}
@@ -399,12 +390,12 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {%   if F.scale then %}
             float gh_[V];
 #pragma unroll
-            for (int k = 0; k < V; k++) gh_[k] = nj_pt[ch * V + k];
+            for (int k = 0; k < V; k++) gh_[k] = {{ ptab_at(F.scale, false, "ch * V + k") }};
 {%   end %}
 {%   if F.bias then %}
             float bh_[V];
 #pragma unroll
-            for (int k = 0; k < V; k++) bh_[k] = nj_pt[{{ F.scale and "NJ_N + " or "" }}ch * V + k];
+            for (int k = 0; k < V; k++) bh_[k] = {{ ptab_at(F.scale, true, "ch * V + k") }};
 {%   end %}
 {% else %}
 {%   if PERSIST and F.scale then %}

@@ -141,12 +141,24 @@ NJ_DEVICE nj_welford nj_group_welford(nj_welford w)
     return r;
 }
 {% end %}
-{# The column templates' table of the walk's gamma (g) and then beta (b) values by walk index, in shared
-   memory nj_ptab, filled by the block before any of it leaves (where the parameters vary down the walk
-   only: LayerNorm over the C of NCHW). g, b: whether each is in it. #}
-{% function param_table(g, b) %}
+{# A table of the reduction's gamma (g) and then beta (b) values by reduction index, as floats in shared
+   memory nj_ptab, filled by the block before any of it leaves: the column templates' (where the
+   parameters vary down the walk only: LayerNorm over the C of NCHW), and a persistent row plan's
+   staged f32 gamma/beta (P.stage; dyn: in the launch's dynamic shared memory). g, b: whether each is
+   in it; ptab_at() reads it. #}
+{%
+function ptab_at(g, beta, idx)
+  return "nj_ptab[" .. ((beta and g) and "NJ_N + " or "") .. idx .. "]"
+end
+%}
+{% function param_table(g, b, dyn) %}
+{% if dyn then %}
+    /* the row's gamma, then beta, as floats, before any row */
+    NJ_DYN_SHARED(float, nj_ptab);
+{% else %}
     /* the walk's gamma, then beta, by walk index (PTAB above), before any block leaves */
     NJ_SHARED(float, nj_ptab, {{ (g and 1 or 0) + (b and 1 or 0) }} * NJ_N);
+{% end %}
     for (unsigned i = threadIdx.x; i < (unsigned)NJ_N; i += {{ P.block }}) {
         {{ split_index("i", reduced_axes(), "r", "unsigned") }}
         const nj_i64 opi = {{ offset("param", reduced_axes(), "r") }};
