@@ -143,8 +143,10 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
  * the plan counts on is resident. Where that leaves one block an SM (1024 threads), and with the fused residual add,
  * which already runs near copy speed (89.8% of copy, H200, 2026-12-04), it stays a block a row. */
 #define NJ_PERSIST_REGS 40
-/* staged gamma/beta: at most this many bytes a block, and a block's share of an SM's shared memory */
-#define NJ_PERSIST_STAGE_MAX (48 * 1024)
+/* staged gamma/beta: at most this many bytes a block (without an opt-in, a block's static and dynamic
+ * shared memory together stay within 48 KiB: 4 KiB left for the kernel's own arrays, up to 2 KiB of
+ * column sums in warp-row backwards), and a block's share of an SM's shared memory */
+#define NJ_PERSIST_STAGE_MAX (44 * 1024)
 #define NJ_PERSIST_STAGE_SM (200 * 1024)
 
 /* NORMJIT_PLAN_NO_PERSIST=1: every row walk a block a row and without fetch-ahead, as before P.persist,

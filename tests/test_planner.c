@@ -633,6 +633,14 @@ static void test_row_persist(void **state)
     row_same_params(&c, NJ_BF16, 4096, ln); /* 16-bit gamma: loads, as measured */
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
     assert_int_equal(bp.stage, 0);
+    /* rows of 6144: 48 KiB of gamma/beta would leave no room for the kernel's static shared memory
+     * within the 48 KiB a launch gets without opting in */
+    tc_row(&c, NJ_BF16, 6144, ln);
+    pp = plan_fwd_any(&c);
+    assert_int_equal(pp.stage, 0);
+    assert_int_equal(pp.launch[0].shmem, 0);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_true(bp.launch[0].shmem <= 44 * 1024);
     tc_row(&c, NJ_BF16, 8192, ln); /* 1024 threads: a block a row, x in 8-byte vectors as before */
     pp = plan_fwd_any(&c);
     assert_int_equal(pp.persist, 0);
