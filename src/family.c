@@ -28,9 +28,9 @@ bool nj_family_planned(int32_t id)
     return f && f->applies;
 }
 
-const nj_family_info *nj_family_pick(const nj_canon *c, nj_pass pass)
+const nj_family_info *nj_family_pick(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
     for (int32_t id = 1; id < NJ_FAMILY_COUNT; id++)
-        if (nj_families[id].applies && nj_families[id].applies(c, pass)) return &nj_families[id];
+        if (nj_families[id].applies && nj_families[id].applies(c, pass, dev)) return &nj_families[id];
     return NULL;
 }

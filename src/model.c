@@ -375,8 +375,10 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         m->blocks = (double)g[0] * g[1] * g[2];
         m_occupancy(m, d, l->shmem);
         m->family = pp->family;
-        /* row-family kernels that hold whole rows: a block-per-row one pays a block reduction each row */
-        if (l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW && pp->split <= 1) {
+        /* row-family kernels that hold whole rows: a block-per-row one pays a block reduction each row;
+           so does a block per image (its barriers between the copy, the statistics and y) */
+        bool image = l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_IMAGE;
+        if (image || (l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW && pp->split <= 1)) {
             m->rows = (double)plan->rows;
             m->rows_per_block = pp->rows_per_block > 1 ? pp->rows_per_block : 1;
             m->row_sync = pp->rows_per_block <= 1;
@@ -412,6 +414,8 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         if (m->rows > 0 && m->threads > 0) { /* the loads a thread issues for one row, all before its reduction */
             double n = m->t.lanes[NJ_TRACE_LD] / ((double)m->threads / m->rows_per_block * m->rows);
             m->ilp = n < 1 ? 1 : n > 8 ? 8 : n;
+            /* an image's copy issues its loads in groups of the plan's unroll, each stored before the next */
+            if (m->family == NJ_FAMILY_IMAGE && m->unroll > 0 && m->ilp > m->unroll) m->ilp = m->unroll;
         }
         if (m->blocks > 0) m_time(m, d);
         out->dram_bytes += m->t.dram_read + m->t.dram_write;

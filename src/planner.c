@@ -41,7 +41,7 @@ static nj_status plan_family(const nj_canon *c, nj_pass pass, const nj_device_pr
 {
     bool bwd = pass == NJ_PASS_BACKWARD;
     if (bwd) NJ_TRY(plan_bwd_supported(c));
-    const nj_family_info *f = nj_family_pick(c, pass);
+    const nj_family_info *f = nj_family_pick(c, pass, dev);
     NJ_RETURN_IF(!f, NJ_ERR_INTERNAL, "planner: no family applies"); /* GENERAL applies to every problem */
     out->family = f->id;
     out->template_name = f->template_name[bwd];

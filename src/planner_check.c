@@ -78,12 +78,14 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
     int32_t maxs = dev->max_shared_per_block > 0xC000 ? dev->max_shared_per_block : 0xC000;
     for (int32_t i = 0; i < pp->nlaunch; i++) NJ_TRY(check_launch(pp, i, maxt, maxs));
-    /* a staged tile (P.stage): a whole column walk whose main launch holds it, or a persistent row
-     * forward's gamma/beta */
+    /* a staged tile (P.stage): a whole column walk whose main launch holds it, a persistent row
+     * forward's gamma/beta, or an image family's slab (always) */
     bool row_stage = pp->family == NJ_FAMILY_ROW && pp->persist > 0;
-    NJ_RETURN_IF(pp->stage != 0 && (pp->stage != 1 || (pp->family != NJ_FAMILY_COLUMN && !row_stage) ||
-                                    pp->split != 1 || !pp->role[NJ_ROLE_MAIN] ||
-                                    pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0),
+    NJ_RETURN_IF((pp->family == NJ_FAMILY_IMAGE && pp->stage != 1) ||
+                     (pp->stage != 0 && (pp->stage != 1 ||
+                                         (pp->family != NJ_FAMILY_COLUMN && pp->family != NJ_FAMILY_IMAGE && !row_stage) ||
+                                         pp->split != 1 || !pp->role[NJ_ROLE_MAIN] ||
+                                         pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0)),
                  NJ_ERR_INTERNAL, "planner: stage %d on a %s plan", (int)pp->stage, nj_family_name(pp->family));
     /* a persistent row walk (P.persist): blocks an SM that a device can hold; forward: a block a row held
      * in registers; backward: the slots' walk */

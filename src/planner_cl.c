@@ -79,8 +79,9 @@ static int32_t cl_vec(const nj_canon *c, nj_pass pass, int64_t channels)
     return 1;
 }
 
-bool nj_cl_applies(const nj_canon *c, nj_pass pass)
+bool nj_cl_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
+    (void)dev; /* the test does not depend on the device */
     if (c->rank != 4 || !(c->flags & NJ_FLAG_CENTER)) return false;
     const nj_canon_axis *px = &c->axes[1], *gr = &c->axes[2], *ch = &c->axes[3];
     if (!px->reduce || gr->reduce || !ch->reduce) return false;
@@ -144,7 +145,7 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
 
 nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_FORWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
+    NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
     cl_tiling(c, NJ_PASS_FORWARD, pp);
     if (cl_fused(c, NJ_PASS_FORWARD)) {
         nj_plan_add_launch(pp, "nj_fwd_cl_fused", pp->block, 1, 1, 0);
@@ -175,7 +176,7 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
 
 nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_BACKWARD), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
+    NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
     cl_tiling(c, NJ_PASS_BACKWARD, pp);
     int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent, tiles = pp->split;
     bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;

@@ -31,8 +31,9 @@ int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev, int3
     return (int32_t)nj_ceil_div64(n, nj_ceil_div64(n, s)); /* pieces of ceil(n / s): none empty */
 }
 
-bool nj_column_applies(const nj_canon *c, nj_pass pass)
+bool nj_column_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
+    (void)dev; /* the test does not depend on the device */
     (void)pass; /* the same test for both passes */
     return c->kind == NJ_KIND_COLUMN && c->axes[c->rank - 1].extent >= NJ_COLUMN_MIN;
 }

@@ -45,7 +45,7 @@ NJ_HIDDEN void nj_plan_pgrad_pieces(const nj_canon *c, int64_t run, nj_plan_para
 /* The families (family_list.h): whether one applies to a pass of c, and its planners. A planner fills
  * blocks, launches and workspace; the driver (planner.c) has set pass, family and template. */
 #define NJ_FAMILY_X(ID, name, fwd_tpl, bwd_tpl, applies, plan_fwd, plan_bwd)                                  \
-    NJ_HIDDEN bool applies(const nj_canon *c, nj_pass pass);                                                   \
+    NJ_HIDDEN bool applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev);                                                   \
     NJ_HIDDEN nj_status plan_fwd(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);            \
     NJ_HIDDEN nj_status plan_bwd(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
 #define NJ_FAMILY_LIB_X(ID, name)

@@ -429,8 +429,9 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     return NJ_OK;
 }
 
-bool nj_row_applies(const nj_canon *c, nj_pass pass)
+bool nj_row_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
+    (void)dev; /* the test does not depend on the device */
     if (pass == NJ_PASS_BACKWARD) return bwd_row_ok(c);
     return c->kind == NJ_KIND_ROW || plan_rowlike(c) > 0;
 }

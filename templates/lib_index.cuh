@@ -144,15 +144,17 @@ NJ_DEVICE nj_welford nj_group_welford(nj_welford w)
 {# A table of the reduction's gamma (g) and then beta (b) values by reduction index, as floats in shared
    memory nj_ptab, filled by the block before any of it leaves: the column templates' (where the
    parameters vary down the walk only: LayerNorm over the C of NCHW), and a persistent row plan's
-   staged f32 gamma/beta (P.stage; dyn: in the launch's dynamic shared memory). g, b: whether each is
-   in it; ptab_at() reads it. #}
+   staged f32 gamma/beta (P.stage; dyn: in the launch's dynamic shared memory; "given": the caller
+   declared nj_ptab, within its own layout of that memory). g, b: whether each is in it; ptab_at()
+   reads it. #}
 {%
 function ptab_at(g, beta, idx)
   return "nj_ptab[" .. ((beta and g) and "NJ_N + " or "") .. idx .. "]"
 end
 %}
 {% function param_table(g, b, dyn) %}
-{% if dyn then %}
+{% if dyn == "given" then %}
+{% elseif dyn then %}
     /* the row's gamma, then beta, as floats, before any row */
     NJ_DYN_SHARED(float, nj_ptab);
 {% else %}

@@ -319,6 +319,28 @@ static void build_cases(void)
     tc_axis(c, 80, true, false);
     tc_axis(c, 256, false, true);
     tc_finish(c);
+    /* the image family: ConvNeXt's LayerNorm over C at 7x7 (512 threads, f16 vectors) and 14x14, the
+     * residual staged as floats, an odd image copied an element at a time (RMS, GELU) */
+    c = add_case("image_ln_f16_768x7x7_stats");
+    tc_begin(c, NJ_F16, NJ_F16, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_NONE, 4);
+    tc_axis(c, 768, true, true);
+    tc_axis(c, 49, false, false);
+    tc_finish(c);
+    c = add_case("image_ln_f32_384x14x14_gelu"); /* 150528 B: one block of 1024 an SM */
+    tc_begin(c, NJ_F16, NJ_F32, ln, NJ_ACT_GELU_ERF, 4);
+    tc_axis(c, 384, true, true);
+    tc_axis(c, 196, false, false);
+    tc_finish(c);
+    c = add_case("image_bf16_res_resout_silu");
+    tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT | NJ_FLAG_SAVE_STATS, NJ_ACT_SILU, 4);
+    tc_axis(c, 96, true, true);
+    tc_axis(c, 196, false, false);
+    tc_finish(c);
+    c = add_case("image_rms_f16_odd_gelu_tanh");
+    tc_begin(c, NJ_F16, NJ_F16, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_TANH, 4);
+    tc_axis(c, 33, true, true);
+    tc_axis(c, 49, false, false);
+    tc_finish(c);
     c = add_case("column_small_general"); /* 6 columns: the general family */
     tc_begin(c, NJ_F16, NJ_F16, ln, NJ_ACT_NONE, 5);
     tc_axis(c, 300, true, false);
@@ -422,7 +444,10 @@ static void test_forward_variants(void **state)
         snprintf(regs, sizeof regs, "NJ_KERNEL_REGS(%s, %d)", pp.launch[0].kernel, pp.block);
         if (pp.persist) snprintf(want, sizeof want, "NJ_KERNEL_OCC(%s, %d, %d)", pp.launch[0].kernel, pp.block,
                                  pp.persist);
-        assert_true(strstr(src, want) || (!pp.persist && strstr(src, regs)));
+        /* an image block is held to 64 registers a thread (the blocks an SM its shared memory allows) */
+        if (pp.family == NJ_FAMILY_IMAGE)
+            snprintf(want, sizeof want, "NJ_KERNEL_OCC(%s, %d, %d)", pp.launch[0].kernel, pp.block, 1024 / pp.block);
+        assert_true(strstr(src, want) || (!pp.persist && pp.family != NJ_FAMILY_IMAGE && strstr(src, regs)));
         snprintf(want, sizeof want, "#define NJ_N %lldLL", (long long)fwd[i].c.reduce_size);
         assert_non_null(strstr(src, want));
         static const char *const acts[] = {"none", "relu", "silu", "gelu_tanh", "gelu_erf", "sigmoid"};
@@ -462,6 +487,23 @@ static void test_forward_variants(void **state)
             assert_null(strstr(usrc, "nj_load_vec<"));
             assert_non_null(strstr(usrc, "[c] = nj_load_f32(X, "));
             free(usrc);
+        } else if (pp.family == NJ_FAMILY_IMAGE && pp.vec > 1) {
+            /* the slab copied a vector at a time; the unaligned variant copies the same slab an element at
+               a time, into the same shared memory */
+            snprintf(want, sizeof want, "#define NJ_VW %d\n", pp.vec);
+            assert_non_null(strstr(src, want));
+            assert_true(strstr(src, "nj_vec_io<NJ_VW, nj_tx>::fetch(X") || strstr(src, "nj_load_vec<NJ_VW>(X"));
+            assert_true(pp.align_opds & (1u << NJ_OPD_X));
+            nj_plan_params up;
+            assert_int_equal(nj_plan_variant(&fwd[i].c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev, &up), NJ_OK);
+            assert_int_equal(up.vec, 1);
+            assert_int_equal(up.block, pp.block);
+            assert_int_equal(up.launch[0].shmem, pp.launch[0].shmem);
+            char *usrc = NULL;
+            assert_int_equal(nj_codegen(&fwd[i].c, &up, &usrc), NJ_OK);
+            assert_non_null(strstr(usrc, "#define NJ_VW 1\n"));
+            assert_null(strstr(usrc, "nj_vec_io<NJ_VW, nj_tx>::fetch"));
+            free(usrc);
         } else if (pp.vec > 1) {
             /* vec-wide accesses only; misaligned arguments get the unaligned variant: one element at a
                time, same blocks and launches, rolled loops */
@@ -497,6 +539,7 @@ static void test_forward_variants(void **state)
     assert_true(families[NJ_FAMILY_ROW] >= 8);
     assert_true(families[NJ_FAMILY_GENERAL] >= 2);
     assert_true(families[NJ_FAMILY_COLUMN] >= 2);
+    assert_int_equal(families[NJ_FAMILY_IMAGE], 4);
     assert_int_equal(families[NJ_FAMILY_CHANNELS_LAST], 5);
 }
 
@@ -636,6 +679,9 @@ static void test_forward_compile_nvrtc(void **state)
                 if (pp.persist && j == 0 && (int64_t)(k->registers + 7) / 8 * 8 * pp.block * pp.persist > 65536)
                     fail_msg("%s sm_%d: %d registers, %d threads: fewer than %d blocks an SM", fwd[i].name, arch,
                              k->registers, pp.block, pp.persist);
+                /* an image plan sized its block for 64 registers a thread */
+                if (pp.family == NJ_FAMILY_IMAGE && k->registers > 64)
+                    fail_msg("%s sm_%d: %d registers for an image block", fwd[i].name, arch, k->registers);
                 if (getenv("NJ_DUMP_DIR"))
                     fprintf(stderr, "sm_%d %-32s %-14s block %4d vec %d regs_cache %2d%s: %3d registers, %5d B smem, "
                             "%.0f ms\n", arch, fwd[i].name, k->kernel, pp.block, pp.vec, pp.regs_cache,

@@ -185,6 +185,30 @@ static void test_row_persist(void **state)
     assert_int_equal(m->failed - before, 0);
 }
 
+/* The image family (fwd_image.cu): a block per image of LayerNorm over the C of NCHW, staged in shared
+ * memory. 16-byte copies at 512 threads (f16 7x7, 2 blocks an SM) and 1024 (f32), offsets (each pixel
+ * shifted by its first channel), saved statistics and GELU; the residual summed into floats;
+ * 4-element vectors where 8 do not divide the image (RMS), a scalar copy for an odd image, a vector
+ * spanning three channels of 3 pixels, a wider y, and a NaN that must stay in its pixel. */
+static void test_image(void **state)
+{
+    matrix_state *m = *state;
+    int before = m->failed;
+    /* f16 holds 1e2 + [-1, 1] in steps of 1/16 (at 1e4, in steps of 8: a constant image) */
+    regime fwd = {"fwd", 1e2, 1.0, 1e-5, 0, NJ_PASS_FORWARD};
+    check_regime(m, "layernorm f16 nchw 5x768x7x7 axes=1 flags=scale,bias", &fwd, 61);
+    fwd.offset = 1e4;
+    check_regime(m, "layernorm f32 nchw 3x768x7x7 axes=1 flags=scale,bias,stats act=gelu_erf", &fwd, 62);
+    check_line(m, "layernorm bf16 nchw 3x96x14x14 axes=1 flags=scale,bias,residual,resout,stats", 1e3, 63);
+    check_line(m, "rmsnorm f16 nchw 4x100x7x7 axes=1 flags=scale,stats", 0.0, 64);
+    check_line(m, "layernorm f16 nchw 3x33x7x7 axes=1 flags=bias,stats", 0.0, 65);
+    check_line(m, "layernorm f16 nchw 3x64x1x3 axes=1 flags=scale,bias,stats", 1e2, 66);
+    check_line(m, "layernorm f16 nchw 3x96x7x7 axes=1 flags=scale,bias y.dtype=f32", 0.0, 67);
+    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD};
+    check_regime(m, "layernorm f16 nchw 3x96x7x7 axes=1 flags=scale,bias,stats", &nan, 68);
+    assert_int_equal(m->failed - before, 0);
+}
+
 static void test_instancenorm(void **state)
 {
     static const char *const bases[] = {"instancenorm %s nchw 2x6x9x7", "instancenorm %s nhwc 2x9x7x6",
@@ -492,6 +516,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_row_persist),
+        cmocka_unit_test(test_image),
         cmocka_unit_test(test_instancenorm), cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
         cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),

@@ -409,15 +409,15 @@ static void test_column_general(void **state)
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_column");
     assert_int_equal(pp.launch[0].row_mult, 3); /* 80 columns: 3 tiles of 32 */
     assert_int_equal(pp.workspace_per_row, 0);
-    /* 8 columns: mostly idle lanes in a tile, the general family */
+    /* 8 columns: mostly idle lanes in a tile, the general family (an item of 32 KB is the image
+     * family's: test_image_plan; one of 3.2 MB does not fit shared memory) */
     tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 4);
-    tc_axis(&c, 1000, true, false);
+    tc_axis(&c, 100000, true, false);
     tc_axis(&c, 8, false, false);
     tc_finish(&c);
     assert_int_equal(c.kind, NJ_KIND_COLUMN);
-    pp = plan_fwd(&c);
+    pp = plan_fwd_any(&c);
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
-    assert_int_equal(pp.launch[0].row_mult, 8);
     /* reduce axes 1 and 3 of [B, 6, 5, 7] without centering (centered, the channels-last tiles:
      * test_channels_last) */
     tc_begin(&c, NJ_F32, NJ_F32, 0, NJ_ACT_NONE, 4);
@@ -968,9 +968,85 @@ static void test_channels_last(void **state)
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
 }
 
-/* The family registry: every planned family has a name, both templates and both planners, names are
- * distinct, the library family is never picked, and a problem's plan names the family the registry
- * picked for it (the first whose test applies: GENERAL last, accepting everything). */
+/* Plans one pass of a problem line on dev (the pass's canonical view in *view when not NULL). */
+static nj_plan_params plan_line_v(const char *line, nj_pass pass, const nj_device_props *dev, nj_canon *view)
+{
+    nj_problem_desc p;
+    nj_canon c, v;
+    assert_int_equal(nj_problem_from_text(line, 4, &p), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    nj_canon_for_pass(&c, pass, &v);
+    nj_plan_params pp;
+    if (nj_plan_pass(&v, pass, dev, &pp) != NJ_OK) fail_msg("%s: %s", line, nj_last_error());
+    if (view) *view = v;
+    return pp;
+}
+
+static nj_plan_params plan_line(const char *line, nj_pass pass, const nj_device_props *dev)
+{
+    return plan_line_v(line, pass, dev, NULL);
+}
+
+/* The image family (planner_image.c): LayerNorm over the C of NCHW whose image fits shared memory with
+ * its block's floats, forward only; the block sized for the blocks an SM that shared memory allows (64
+ * registers a thread), the launch's shared memory the slab plus those floats. Larger images, channel
+ * rows past 512 bytes and the backward stay the column family's; so does everything under
+ * NORMJIT_PLAN_NO_IMAGE=1. */
+static void test_image_plan(void **state)
+{
+    (void)state;
+    nj_device_props d80;
+    nj_device_props_default(80, &d80);
+    /* f16 768x7x7: 75264 B of slab + 8704 of floats (gamma/beta 6144, 10 x 49 partials, 3 x 49): 2 an SM */
+    nj_canon v;
+    nj_plan_params pp = plan_line_v("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.vec, 8);
+    assert_int_equal(pp.stage, 1);
+    assert_int_equal(pp.nlaunch, 1);
+    assert_int_equal(pp.launch[0].shmem, 75264 + 8704);
+    assert_true(2 * (pp.launch[0].shmem + 1024) <= (uint32_t)dev90.max_shared_per_block + 1024);
+    assert_int_equal(pp.align_opds, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y));
+    assert_int_equal(pp.workspace_fixed + pp.workspace_per_row, 0);
+    /* the unaligned variant: a scalar copy of the same slab */
+    nj_plan_params uv;
+    nj_plan_unaligned(&pp, &uv);
+    assert_int_equal(uv.vec, 1);
+    assert_int_equal(uv.unroll, 1);
+    assert_int_equal(uv.stage, 1);
+    assert_int_equal(uv.launch[0].shmem, pp.launch[0].shmem);
+    assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
+    /* f32 and f16 14x14: 150528 B, one block of 1024 an SM, on sm_80 as well */
+    pp = plan_line("layernorm f32 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_int_equal(pp.block, 1024);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.launch[0].shmem, 150528 + 10656);
+    pp = plan_line("layernorm f16 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &d80);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_true(pp.launch[0].shmem <= (uint32_t)d80.max_shared_per_block);
+    /* a small item: a thread for two vectors, 32 at least */
+    pp = plan_line("layernorm f16 nchw *x16x4x4 axes=1 flags=scale", NJ_PASS_FORWARD, &dev90);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_int_equal(pp.block, 32);
+    /* the column family's: 301 KB of f32, 1568-byte channel rows, the backward */
+    assert_int_equal(plan_line("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family,
+                     NJ_FAMILY_COLUMN);
+    assert_int_equal(plan_line("layernorm f16 nchw *x32x28x28 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family,
+                     NJ_FAMILY_COLUMN);
+    assert_int_equal(plan_line("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).family,
+                     NJ_FAMILY_COLUMN);
+    setenv("NORMJIT_PLAN_NO_IMAGE", "1", 1);
+    pp = plan_line("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    unsetenv("NORMJIT_PLAN_NO_IMAGE");
+    assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
+}
+
+/* The family registry: every planned family has a name, both planners and a template for each pass its
+ * test accepts (the image family plans forwards only), names are distinct, the library family is never
+ * picked, and a problem's plan names the family the registry picked for it (the first whose test
+ * applies: GENERAL last, accepting everything). */
 static void test_family_registry(void **state)
 {
     (void)state;
@@ -986,7 +1062,7 @@ static void test_family_registry(void **state)
         }
         planned++;
         assert_non_null(f->template_name[0]);
-        assert_non_null(f->template_name[1]);
+        assert_true(f->template_name[1] != NULL || id == NJ_FAMILY_IMAGE);
         assert_non_null(f->plan[0]);
         assert_non_null(f->plan[1]);
     }
@@ -996,8 +1072,13 @@ static void test_family_registry(void **state)
     assert_string_equal(nj_family_name(NJ_FAMILY_COUNT), "unknown");
     static const char *const lines[] = {"layernorm f16 8x4096 flags=scale,bias", "batchnorm f32 nhwc 4x64x32x32 flags=scale,bias",
                                         "groupnorm f16 nhwc 2x64x16x16 groups=8 flags=scale,bias",
-                                        "layernorm f32 2x6x5x4 axes=0,2"};
-    static const int32_t want[] = {NJ_FAMILY_ROW, NJ_FAMILY_COLUMN, NJ_FAMILY_CHANNELS_LAST, NJ_FAMILY_GENERAL};
+                                        "layernorm f32 2x6x5x4 axes=0,2",
+                                        "layernorm f16 nchw 8x768x7x7 axes=1 flags=scale,bias"};
+    static const int32_t want[][2] = {{NJ_FAMILY_ROW, NJ_FAMILY_ROW},
+                                      {NJ_FAMILY_COLUMN, NJ_FAMILY_COLUMN},
+                                      {NJ_FAMILY_CHANNELS_LAST, NJ_FAMILY_CHANNELS_LAST},
+                                      {NJ_FAMILY_GENERAL, NJ_FAMILY_GENERAL},
+                                      {NJ_FAMILY_IMAGE, NJ_FAMILY_COLUMN}};
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
         nj_problem_desc p;
         nj_canon c, v;
@@ -1005,9 +1086,10 @@ static void test_family_registry(void **state)
         assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
         for (int pass = NJ_PASS_FORWARD; pass <= NJ_PASS_BACKWARD; pass <<= 1) {
             nj_canon_for_pass(&c, (nj_pass)pass, &v);
-            const nj_family_info *f = nj_family_pick(&v, (nj_pass)pass);
+            const nj_family_info *f = nj_family_pick(&v, (nj_pass)pass, &dev90);
             assert_non_null(f);
-            assert_int_equal(f->id, want[i]);
+            assert_int_equal(f->id, want[i][pass == NJ_PASS_BACKWARD]);
+            assert_non_null(f->template_name[pass == NJ_PASS_BACKWARD]);
             nj_plan_params pp;
             assert_int_equal(nj_plan_pass(&v, (nj_pass)pass, &dev90, &pp), NJ_OK);
             assert_int_equal(pp.family, f->id);
@@ -1062,7 +1144,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_kernel_count),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
     };
