@@ -9,7 +9,7 @@
  *          applicability test, forward planner, backward planner */
 NJ_FAMILY_X(ROW, "row", "fwd_row.cu", "bwd_row.cu",
             nj_row_applies, nj_plan_fwd_row, nj_plan_bwd_row)
-NJ_FAMILY_X(IMAGE, "image", "fwd_image.cu", NULL,
+NJ_FAMILY_X(IMAGE, "image", "fwd_image.cu", "bwd_image.cu",
             nj_image_applies, nj_plan_fwd_image, nj_plan_bwd_image)
 NJ_FAMILY_X(COLUMN, "column", "fwd_column.cu", "bwd_column.cu",
             nj_column_applies, nj_plan_fwd_column, nj_plan_bwd_column)

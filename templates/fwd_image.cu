@@ -16,6 +16,7 @@
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
+{% include("image_lib.cuh") %}
 {%
 if P.rank ~= 3 or not P.axes[2].reduce or P.axes[3].reduce then error("fwd_image needs [batch, channels, pixels]") end
 if P.stage ~= 1 then error("fwd_image: the slab is always staged (P.stage 1)") end
@@ -44,9 +45,6 @@ local NFL = (NPAR + G * KI + 3 * KI + 3) // 4 * 4
 #define NJ_VW {{ VW }}
 #define NJ_NV {{ NV }}u
 typedef {{ RAW and "nj_tx" or "float" }} nj_tstage;
-{% if RAW and VW > 1 then %}
-enum { NJ_W = nj_vec_io<NJ_VW, nj_tx>::W }; /* words of a vector of x */
-{% end %}
 
 NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {
@@ -65,27 +63,11 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
     {{ block_item("k1", "A.rows") }}
 {% fwd_offsets({1}, "k") %}
         /* 1. copy: P.unroll loads in flight, then their stores */
+{% if RAW then %}
+{% image_copy("nj_stage", "nj_tx", "X", "ox") %}
+{% else %}
 #pragma unroll 1
         for (unsigned i0 = t; i0 < NJ_NV; i0 += {{ U * B }}u) {
-{% if RAW and VW > 1 then %}
-            unsigned w[{{ U }}][NJ_W];
-#pragma unroll
-            for (int q = 0; q < {{ U }}; q++) {
-                const unsigned i = i0 + q * {{ B }}u;
-                if (i < NJ_NV) nj_vec_io<NJ_VW, nj_tx>::fetch(X, ox + (nj_i64)i * NJ_VW, w[q]);
-            }
-#pragma unroll
-            for (int q = 0; q < {{ U }}; q++) {
-                const unsigned i = i0 + q * {{ B }}u;
-                if (i < NJ_NV) nj_words<NJ_W>::store(nj_stage + i * NJ_VW, w[q]);
-            }
-{% elseif RAW then %}
-#pragma unroll
-            for (int q = 0; q < {{ U }}; q++) {
-                const unsigned i = i0 + q * {{ B }}u;
-                if (i < NJ_NV) nj_stage[i] = X[ox + i];
-            }
-{% else %}
             float v[{{ U }}][NJ_VW], rv[{{ U }}][NJ_VW];
 #pragma unroll
             for (int q = 0; q < {{ U }}; q++) {
@@ -109,8 +91,8 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {% end %}
                 }
             }
-{% end %}
         }
+{% end %}
         __syncthreads();
         /* 2. statistics of pixel p over channels g, g + G, ... */
         const unsigned p = t % NJ_KI, g = t / NJ_KI;
@@ -164,14 +146,12 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
             const unsigned e0 = i * NJ_VW;
             unsigned ch = e0 / NJ_KI, px = e0 - ch * NJ_KI;
             float xv[NJ_VW], yv[NJ_VW];
-{% if RAW and VW > 1 then %}
-            unsigned w[NJ_W];
-            nj_words<NJ_W>::load(nj_stage + e0, w);
-            nj_vec_io<NJ_VW, nj_tx>::convert(w, xv);
+{% if RAW then %}
+{% image_staged_vec("nj_stage", "nj_tx", "xv") %}
 {% elseif VW > 1 then %}
             nj_load_vec<NJ_VW>(nj_stage, e0, xv);
 {% else %}
-            xv[0] = nj_to_f32(nj_stage[e0]);
+            xv[0] = nj_stage[e0];
 {% end %}
 #pragma unroll
             for (int j = 0; j < NJ_VW; j++) {

@@ -189,13 +189,14 @@ static void test_row_persist(void **state)
  * memory. 16-byte copies at 512 threads (f16 7x7, 2 blocks an SM) and 1024 (f32), offsets (each pixel
  * shifted by its first channel), saved statistics and GELU; the residual summed into floats;
  * 4-element vectors where 8 do not divide the image (RMS), a scalar copy for an odd image, a vector
- * spanning three channels of 3 pixels, a wider y, and a NaN that must stay in its pixel. */
+ * spanning three channels of 3 pixels, a wider y, and a NaN that must stay in its pixel; backward
+ * passes alike (check_line runs both). */
 static void test_image(void **state)
 {
     matrix_state *m = *state;
     int before = m->failed;
     /* f16 holds 1e2 + [-1, 1] in steps of 1/16 (at 1e4, in steps of 8: a constant image) */
-    regime fwd = {"fwd", 1e2, 1.0, 1e-5, 0, NJ_PASS_FORWARD};
+    regime fwd = {"offset", 1e2, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
     check_regime(m, "layernorm f16 nchw 5x768x7x7 axes=1 flags=scale,bias", &fwd, 61);
     fwd.offset = 1e4;
     check_regime(m, "layernorm f32 nchw 3x768x7x7 axes=1 flags=scale,bias,stats act=gelu_erf", &fwd, 62);
@@ -204,8 +205,12 @@ static void test_image(void **state)
     check_line(m, "layernorm f16 nchw 3x33x7x7 axes=1 flags=bias,stats", 0.0, 65);
     check_line(m, "layernorm f16 nchw 3x64x1x3 axes=1 flags=scale,bias,stats", 1e2, 66);
     check_line(m, "layernorm f16 nchw 3x96x7x7 axes=1 flags=scale,bias y.dtype=f32", 0.0, 67);
-    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD};
+    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
     check_regime(m, "layernorm f16 nchw 3x96x7x7 axes=1 flags=scale,bias,stats", &nan, 68);
+    /* the backward: x and dy staged, the pixels' dl at a 1e6 offset, each channel's pair an image */
+    check_line(m, "layernorm f32 nchw 3x96x7x7 axes=1 flags=scale,bias act=gelu_tanh", 1e6, 69);
+    check_line(m, "rmsnorm bf16 nchw 4x64x5x5 axes=1 flags=scale,bias act=silu", 0.0, 70);
+    check_line(m, "layernorm f16 nchw 3x40x7x7 axes=1 flags=bias dx.dtype=f32", 1e2, 71);
     assert_int_equal(m->failed - before, 0);
 }
 

@@ -988,10 +988,10 @@ static nj_plan_params plan_line(const char *line, nj_pass pass, const nj_device_
 }
 
 /* The image family (planner_image.c): LayerNorm over the C of NCHW whose image fits shared memory with
- * its block's floats, forward only; the block sized for the blocks an SM that shared memory allows (64
- * registers a thread), the launch's shared memory the slab plus those floats. Larger images, channel
- * rows past 512 bytes and the backward stay the column family's; so does everything under
- * NORMJIT_PLAN_NO_IMAGE=1. */
+ * its block's floats; the block sized for the blocks an SM that shared memory allows (64
+ * registers a thread), the launch's shared memory the slab plus those floats; the backward where x and
+ * dy both fit. Larger images and channel rows past 512 bytes stay the column family's; so does
+ * everything under NORMJIT_PLAN_NO_IMAGE=1. */
 static void test_image_plan(void **state)
 {
     (void)state;
@@ -1035,7 +1035,22 @@ static void test_image_plan(void **state)
                      NJ_FAMILY_COLUMN);
     assert_int_equal(plan_line("layernorm f16 nchw *x32x28x28 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family,
                      NJ_FAMILY_COLUMN);
-    assert_int_equal(plan_line("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).family,
+    /* the backward stages x and dy: f16 7x7 on sm_90 (150528 B and the floats: gamma, 2 x 32 warps x 49
+       partials, 5 x 49), its channels' pairs added by the column sum; not f16 14x14, nor on sm_80 */
+    pp = plan_line_v("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_int_equal(pp.block, 1024);
+    assert_int_equal(pp.launch[0].shmem, 150528 + (4 * (768 + 2 * 32 * 49 + 5 * 49) + 15) / 16 * 16);
+    assert_int_equal(pp.nlaunch, 2);
+    assert_int_equal(pp.pgrad, NJ_PGRAD_ROWS);
+    assert_int_equal(pp.launch[1].lib, NJ_LIB_COLSUM);
+    assert_int_equal(pp.workspace_per_row, 768 * 2 * sizeof(float));
+    assert_int_equal(pp.align_opds, (1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX));
+    nj_plan_unaligned(&pp, &uv);
+    assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
+    assert_int_equal(plan_line("layernorm f16 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).family,
+                     NJ_FAMILY_COLUMN);
+    assert_int_equal(plan_line("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &d80).family,
                      NJ_FAMILY_COLUMN);
     setenv("NORMJIT_PLAN_NO_IMAGE", "1", 1);
     pp = plan_line("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
@@ -1062,7 +1077,7 @@ static void test_family_registry(void **state)
         }
         planned++;
         assert_non_null(f->template_name[0]);
-        assert_true(f->template_name[1] != NULL || id == NJ_FAMILY_IMAGE);
+        assert_non_null(f->template_name[1]);
         assert_non_null(f->plan[0]);
         assert_non_null(f->plan[1]);
     }
@@ -1078,7 +1093,7 @@ static void test_family_registry(void **state)
                                       {NJ_FAMILY_COLUMN, NJ_FAMILY_COLUMN},
                                       {NJ_FAMILY_CHANNELS_LAST, NJ_FAMILY_CHANNELS_LAST},
                                       {NJ_FAMILY_GENERAL, NJ_FAMILY_GENERAL},
-                                      {NJ_FAMILY_IMAGE, NJ_FAMILY_COLUMN}};
+                                      {NJ_FAMILY_IMAGE, NJ_FAMILY_IMAGE}};
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
         nj_problem_desc p;
         nj_canon c, v;
