@@ -127,8 +127,11 @@ typedef struct nj_plan_params {
                             family: columns of a block's tile (32 x the columns a lane owns); else 0 */
     int32_t unroll;      /* column family: independent loads a thread issues per walk step group (its walks
                             unrolled that far); else 0 */
-    int32_t stage;       /* column family, whole walks: 1 = the first walk keeps the tile's x (backward: and
-                            dy) in dynamic shared memory (the main launch's shmem), the second reads it there */
+    int32_t stage;       /* dynamic shared memory the main launch holds (its shmem): column family, whole
+                            walks: 1 = the first walk keeps the tile's x (backward: and dy), the second reads
+                            it there; image family: always 1 (the slab); row family: 1 = a persistent
+                            forward's gamma/beta, 2 = a streamed forward row's x, kept by the statistics
+                            walk for the normalizing one */
     int32_t persist;     /* row family forward: n > 0 = n blocks an SM held resident (__launch_bounds__(block,
                             n)), the grid at most SMs x n blocks that walk the rows in turn, each holding
                             gamma/beta from its first row and fetching the next row while it reduces this

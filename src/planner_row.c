@@ -249,6 +249,28 @@ static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *de
     return (uint32_t)bytes;
 }
 
+/* A streamed block-per-row forward reads x twice, the second time from DRAM where the rows of the
+ * resident blocks outgrow the L2 (InstanceNorm f32 NCDHW of 32^3 volumes: rows of 128 KB, 1.41x the
+ * ideal bytes, 67% of copy in the model). A row that fits shared memory is kept there instead
+ * (P.stage = 2): the statistics walk stores its x (x + the residual, as floats, with one) and the
+ * normalizing walk reads it back, each thread its own chunks. 1024 threads, since at most one or two
+ * such blocks fit an SM and their walks must keep enough loads in flight. Returns the staged bytes
+ * (pp's stage, block and shared memory set), or 0. Not past NJ_ROW_XSTAGE_MAX: a row that long is
+ * split over blocks (nj_plan_fwd_split) before it fills an SM's shared memory anyway. */
+#define NJ_ROW_XSTAGE_MAX (200 * 1024)
+static uint32_t plan_fwd_row_xstage(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t es = (c->flags & NJ_FLAG_RESIDUAL) ? 4 : nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    int64_t bytes = c->reduce_size * es;
+    int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
+    if (pp->regs_cache != 0 || pp->rows_per_block != 1 || pp->persist || c->reduce_size >= NJ_SPLIT_MIN ||
+        bytes > NJ_ROW_XSTAGE_MAX || bytes > (int64_t)dev->max_shared_per_block || maxt < 1024)
+        return 0;
+    pp->stage = 2;
+    pp->block = 1024;
+    return (uint32_t)bytes;
+}
+
 nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
@@ -263,6 +285,7 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
         nj_plan_fwd_split(c, "nj_fwd_row_part", "nj_fwd_row", pp);
         return NJ_OK;
     }
+    if (!staged) staged = plan_fwd_row_xstage(c, dev, pp);
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     if (!staged) pp->persist = plan_fwd_persist(c, pp, false);

@@ -81,6 +81,14 @@ local PERSIST = P.persist > 0
 -- floats (f32 beside 16-bit x: held words would take 16 registers), [gamma][beta], NJ_N each
 local PSTAGE = PERSIST and P.stage == 1
 if P.stage == 1 and not (PERSIST and has_param) then error("fwd_row: stage needs a persistent plan with gamma/beta") end
+-- XSTAGE (P.stage 2): a streamed row's x (x + the residual, as floats) kept in dynamic shared memory by
+-- the statistics walk, [element of the row], each thread's chunks read back by the same thread in the
+-- normalizing walk (no barrier between): where the rows of the resident blocks outgrow the L2, the
+-- second walk re-read x from DRAM
+local XSTAGE = P.stage == 2
+if XSTAGE and (PERSIST or P.split > 1 or P.regs_cache > 0 or RPB ~= 1 or P.unaligned) then
+  error("fwd_row: a staged row is a streamed block-per-row walk")
+end
 if PERSIST then
   if RPB ~= 1 or SPLIT ~= 1 or P.regs_cache == 0 or F.residual or F.resout or roff("x") ~= "j" or
      roff("y") ~= "j" or (has_param and not param_vec) or (has_param and roff("param") ~= "j") then
@@ -344,11 +352,17 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% else %}
         float s = 0.0f;
 {% end %}
+{% if XSTAGE then %}
+        NJ_DYN_SHARED({{ F.residual and "float" or "nj_tx" }}, nj_xs); /* the row (XSTAGE) */
+{% end %}
         {{ stream_unroll }}for (nj_i64 ch = {{ LO }}; ch < {{ HI }}; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
 {% load_x("xv") %}
 {% fwd_resout("            ", roff("resout"), "xv", "V") %}
+{% if XSTAGE then %}
+            nj_store_vec<V>(nj_xs, j, xv);
+{% end %}
 #pragma unroll
             for (int k = 0; k < V; k++) {{ F.center and "nj_welford_add(w, (xv[k] - sh.k) * sh.inv)" or "s += nj_sq(xv[k] * sh.inv)" }};
         }
@@ -447,7 +461,11 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
         {{ stream_unroll }}for (nj_i64 ch = {{ LO }}; ch < {{ HI }}; ch += NJ_TPR) {
             const nj_i64 j = ch * V;
             float xv[V];
+{% if XSTAGE then %}
+            nj_load_vec<V>(nj_xs, j, xv);
+{% else %}
 {% load_x("xv") %}
+{% end %}
 {% normalize("xv") %}
         }
 {% end %}

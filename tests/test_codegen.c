@@ -274,6 +274,12 @@ static void build_cases(void)
     tc_axis(c, 2048, true, true);
     tc_finish(c);
     tc_row(add_case("row_stream_f32"), NJ_F32, 1 << 20, ln | NJ_FLAG_SAVE_STATS);
+    /* streamed rows kept in shared memory (P.stage 2): 1024 threads */
+    tc_row(add_case("row_stream_staged_f32_20000"), NJ_F32, 20000, ln | NJ_FLAG_SAVE_STATS);
+    c = add_case("row_stream_staged_bf16_res_gelu");
+    tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT, NJ_ACT_GELU_ERF, 4);
+    tc_axis(c, 40000, true, true);
+    tc_finish(c);
     tc_row(add_case("row_stream_rms_bf16"), NJ_BF16, 100003, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
     c = add_case("row_kept_axis_silu_scalar_gamma");
     tc_begin(c, NJ_F32, NJ_F32, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_SILU, 8); /* features on the kept axis */
@@ -508,8 +514,10 @@ static void test_forward_variants(void **state)
             /* vec-wide accesses only; misaligned arguments get the unaligned variant: one element at a
                time, same blocks and launches, rolled loops */
             assert_true(pp.align_opds & (1u << NJ_OPD_X));
-            /* unrolled main loops (split rows roll only the loop over the row's pieces) */
-            if (pp.split == 1) assert_null(strstr(src, "#pragma unroll 1"));
+            /* unrolled main loops (split rows roll only the loop over the row's pieces; a streamed walk of
+               x and the residual, two loads an iteration, rolls: lib_index.cuh's walk_unroll) */
+            bool two_streams = pp.regs_cache == 0 && (fwd[i].c.flags & NJ_FLAG_RESIDUAL);
+            if (pp.split == 1 && !two_streams) assert_null(strstr(src, "#pragma unroll 1"));
             nj_plan_params up;
             assert_int_equal(nj_plan_variant(&fwd[i].c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev, &up), NJ_OK);
             assert_int_equal(up.vec, 1);

@@ -180,6 +180,13 @@ static void test_row_persist(void **state)
     check_line(m, "rmsnorm f16 1700x2048 flags=scale param=f32", 0.0, 57);
     /* the backward stages gamma and, under an activation, beta (264 slots) */
     check_line(m, "layernorm bf16 400x4096 flags=scale,bias param=f32 act=silu", 1e3, 58);
+    /* streamed rows kept in shared memory (P.stage 2): x, x + the residual as floats, a partial vector */
+    regime fwd = {"fwd", 1e4, 1.0, 1e-5, 0, NJ_PASS_FORWARD};
+    check_regime(m, "layernorm f32 3x20000 flags=scale,bias,residual,resout,stats", &fwd, 59);
+    check_regime(m, "instancenorm f32 ncdhw 1x3x32x32x32 flags=scale,bias act=silu", &fwd, 60);
+    fwd.offset = 0.0;
+    check_regime(m, "rmsnorm f16 2x30001 flags=scale,stats", &fwd, 61);
+    check_regime(m, "layernorm bf16 2x65536 flags=scale,bias act=gelu_erf", &fwd, 62);
     /* the backward's slots fetch the next row in 640-thread blocks too (132 of them here) */
     check_line(m, "layernorm f16 300x5120 flags=scale,bias", 1e5, 55);
     assert_int_equal(m->failed - before, 0);

@@ -1058,6 +1058,38 @@ static void test_image_plan(void **state)
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
 }
 
+/* A streamed block-per-row forward keeps its row in shared memory where it fits (P.stage 2): 1024
+ * threads, the row's bytes (floats with the residual); the unaligned variant streams it twice as
+ * before; rows held in registers, and rows past 200 KB, are not staged. */
+static void test_row_xstage(void **state)
+{
+    (void)state;
+    nj_canon v;
+    nj_plan_params pp = plan_line_v("instancenorm f32 ncdhw *x256x32x32x32 flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
+    assert_int_equal(pp.stage, 2);
+    assert_int_equal(pp.block, 1024);
+    assert_int_equal(pp.regs_cache, 0);
+    assert_int_equal(pp.launch[0].shmem, 32768 * 4);
+    nj_plan_params uv;
+    nj_plan_unaligned(&pp, &uv);
+    assert_int_equal(uv.stage, 0);
+    assert_int_equal(uv.launch[0].shmem, 0);
+    assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
+    pp = plan_line("layernorm bf16 *x20000 flags=scale,bias,residual,resout", NJ_PASS_FORWARD, &dev90);
+    assert_int_equal(pp.stage, 2);
+    assert_int_equal(pp.launch[0].shmem, 20000 * 4);
+    pp = plan_line("layernorm f32 *x100000 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    assert_int_equal(pp.stage, 0);
+    assert_int_equal(pp.launch[0].shmem, 0);
+    pp = plan_line("layernorm bf16 *x4096 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    assert_int_not_equal(pp.stage, 2);
+    /* a stage 2 the plan check refuses outside a streamed row */
+    pp = plan_line_v("layernorm bf16 *x4096 flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
+    pp.stage = 2;
+    assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_ERR_INTERNAL);
+}
+
 /* The family registry: every planned family has a name, both planners and a template for each pass its
  * test accepts (the image family plans forwards only), names are distinct, the library family is never
  * picked, and a problem's plan names the family the registry picked for it (the first whose test
@@ -1159,7 +1191,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_kernel_count),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_row_xstage), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
     };
