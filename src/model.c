@@ -377,8 +377,12 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         m->family = pp->family;
         /* row-family kernels that hold whole rows: a block-per-row one pays a block reduction each row;
            so does a block per image (its barriers between the copy, the statistics and y) */
-        bool image = l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_IMAGE;
-        if (image || (l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW && pp->split <= 1)) {
+        bool staged = l->lib == NJ_LIB_NONE && (pp->family == NJ_FAMILY_IMAGE || pp->family == NJ_FAMILY_TILE);
+        if (staged) { /* a block per image or tile of rows: its item is the "row" */
+            m->rows = m->blocks;
+            m->rows_per_block = 1;
+            m->row_sync = 1;
+        } else if (l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW && pp->split <= 1) {
             m->rows = (double)plan->rows;
             m->rows_per_block = pp->rows_per_block > 1 ? pp->rows_per_block : 1;
             m->row_sync = pp->rows_per_block <= 1;
@@ -415,7 +419,8 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             double n = m->t.lanes[NJ_TRACE_LD] / ((double)m->threads / m->rows_per_block * m->rows);
             m->ilp = n < 1 ? 1 : n > 8 ? 8 : n;
             /* an image's copy issues its loads in groups of the plan's unroll, each stored before the next */
-            if (m->family == NJ_FAMILY_IMAGE && m->unroll > 0 && m->ilp > m->unroll) m->ilp = m->unroll;
+            if ((m->family == NJ_FAMILY_IMAGE || m->family == NJ_FAMILY_TILE) && m->unroll > 0 && m->ilp > m->unroll)
+                m->ilp = m->unroll;
         }
         if (m->blocks > 0) m_time(m, d);
         out->dram_bytes += m->t.dram_read + m->t.dram_write;

@@ -79,15 +79,17 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     int32_t maxs = dev->max_shared_per_block > 0xC000 ? dev->max_shared_per_block : 0xC000;
     for (int32_t i = 0; i < pp->nlaunch; i++) NJ_TRY(check_launch(pp, i, maxt, maxs));
     /* a staged tile (P.stage): a whole column walk whose main launch holds it, a persistent row
-     * forward's gamma/beta, an image family's slab (always), or (2) a streamed row forward's x */
+     * forward's gamma/beta, an image family's slab or a tile family's rows (always), or (2) a streamed row
+     * forward's x */
     bool row_stage = pp->family == NJ_FAMILY_ROW && pp->persist > 0;
     bool row_x = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->persist == 0 &&
                  pp->regs_cache == 0 && pp->rows_per_block == 1 && pp->split == 1;
-    NJ_RETURN_IF((pp->family == NJ_FAMILY_IMAGE && pp->stage != 1) ||
+    bool always = pp->family == NJ_FAMILY_IMAGE || pp->family == NJ_FAMILY_TILE;
+    NJ_RETURN_IF((always && pp->stage != 1) ||
                      (pp->stage == 2 && (!row_x || !pp->role[NJ_ROLE_MAIN] ||
                                          pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0)) ||
                      (pp->stage != 0 && pp->stage != 2 && (pp->stage != 1 ||
-                                         (pp->family != NJ_FAMILY_COLUMN && pp->family != NJ_FAMILY_IMAGE && !row_stage) ||
+                                         (pp->family != NJ_FAMILY_COLUMN && !always && !row_stage) ||
                                          pp->split != 1 || !pp->role[NJ_ROLE_MAIN] ||
                                          pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0)),
                  NJ_ERR_INTERNAL, "planner: stage %d on a %s plan", (int)pp->stage, nj_family_name(pp->family));

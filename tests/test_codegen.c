@@ -243,7 +243,14 @@ static void build_cases(void)
              NJ_ACT_GELU_TANH, 64);
     tc_axis(c, 512, true, true);
     tc_finish(c);
-    tc_row(add_case("row_group2_f32_10_stats"), NJ_F32, 10, ln | NJ_FLAG_SAVE_STATS); /* 2 lanes a row */
+    tc_row(add_case("row_group2_f32_10_stats"), NJ_F32, 10, ln | NJ_FLAG_SAVE_STATS); /* now a tile of rows */
+    /* the tile family: rows of at most 64 bytes, the residual staged as floats; an odd row copied an
+       element at a time */
+    c = add_case("tile_bf16_24_res_resout_gelu");
+    tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_TANH, 64);
+    tc_axis(c, 24, true, true);
+    tc_finish(c);
+    tc_row(add_case("tile_rms_f16_7"), NJ_F16, 7, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
     tc_row(add_case("row_group4_f32_100"), NJ_F32, 100, ln);                             /* 4 lanes a row */
     c = add_case("row_group8_bf16_res_resout_gelu"); /* 64 bf16: 8 lanes a row, 16 rows a block */
     tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT, NJ_ACT_GELU_TANH, 64);
@@ -493,6 +500,20 @@ static void test_forward_variants(void **state)
             assert_null(strstr(usrc, "nj_load_vec<"));
             assert_non_null(strstr(usrc, "[c] = nj_load_f32(X, "));
             free(usrc);
+        } else if (pp.family == NJ_FAMILY_TILE && pp.vec > 1) {
+            /* a tile's rows copied a vector at a time; the unaligned variant an element at a time, into
+               the same shared memory */
+            snprintf(want, sizeof want, "#define NJ_VW %d\n", pp.vec);
+            assert_non_null(strstr(src, want));
+            nj_plan_params up;
+            assert_int_equal(nj_plan_variant(&fwd[i].c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev, &up), NJ_OK);
+            assert_int_equal(up.vec, 1);
+            assert_int_equal(up.rows_per_block, pp.rows_per_block);
+            assert_int_equal(up.launch[0].shmem, pp.launch[0].shmem);
+            char *usrc = NULL;
+            assert_int_equal(nj_codegen(&fwd[i].c, &up, &usrc), NJ_OK);
+            assert_non_null(strstr(usrc, "#define NJ_VW 1\n"));
+            free(usrc);
         } else if (pp.family == NJ_FAMILY_IMAGE && pp.vec > 1) {
             /* the slab copied a vector at a time; the unaligned variant copies the same slab an element at
                a time, into the same shared memory */
@@ -548,6 +569,7 @@ static void test_forward_variants(void **state)
     assert_true(families[NJ_FAMILY_GENERAL] >= 2);
     assert_true(families[NJ_FAMILY_COLUMN] >= 2);
     assert_int_equal(families[NJ_FAMILY_IMAGE], 4);
+    assert_int_equal(families[NJ_FAMILY_TILE], 3);
     assert_int_equal(families[NJ_FAMILY_CHANNELS_LAST], 5);
 }
 

@@ -221,6 +221,26 @@ static void test_image(void **state)
     assert_int_equal(m->failed - before, 0);
 }
 
+/* The tile family (fwd_tile.cu): short rows, a block per tile staged in shared memory. nv_norms' rows
+ * of 10 over several tiles and a partial last one; the residual as floats; an odd 16-bit row (an
+ * element at a time); a padded batch stride (12) and an unaligned one (11: the unaligned variant); a
+ * NaN that must stay in its row. */
+static void test_tile(void **state)
+{
+    matrix_state *m = *state;
+    int before = m->failed;
+    regime fwd = {"fwd", 1e3, 1.0, 1e-5, 0, NJ_PASS_FORWARD};
+    check_regime(m, "layernorm f32 1000x10 flags=scale,bias,stats", &fwd, 81);
+    check_regime(m, "layernorm bf16 900x24 flags=scale,bias,residual,resout,stats act=silu", &fwd, 82);
+    fwd.offset = 0.0;
+    check_regime(m, "rmsnorm f16 3000x7 flags=scale,stats", &fwd, 83);
+    check_regime(m, "norm f32 shape=1000x10 strides=12,1 reduce=1 feature=1 flags=center,scale,bias,stats", &fwd, 84);
+    check_regime(m, "norm f32 shape=1000x10 strides=11,1 reduce=1 feature=1 flags=center,scale", &fwd, 85);
+    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD};
+    check_regime(m, "layernorm f16 500x16 flags=scale,bias,stats", &nan, 86);
+    assert_int_equal(m->failed - before, 0);
+}
+
 static void test_instancenorm(void **state)
 {
     static const char *const bases[] = {"instancenorm %s nchw 2x6x9x7", "instancenorm %s nhwc 2x9x7x6",
@@ -528,7 +548,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_row_persist),
-        cmocka_unit_test(test_image),
+        cmocka_unit_test(test_image), cmocka_unit_test(test_tile),
         cmocka_unit_test(test_instancenorm), cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
         cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),

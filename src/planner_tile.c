@@ -1,0 +1,97 @@
+/* TILE family (fwd_tile.cu): a block per tile of short rows, staged in shared memory. nv_norms'
+ * LayerNorm of 10^7 rows of 10: the row family gives a row 2 lanes of a warp (16 rows a warp), whose
+ * 8-byte accesses land 40 bytes apart, so a warp's request touched 10 sectors for 128 bytes of loads,
+ * and its stores wrote 25 partial sectors a request (model, H200: 38% of copy, bound by L2 traffic of
+ * sectors 4 times the bytes). Here the lanes of a block take consecutive vectors of its rows (row i /
+ * vectors a row, vector i % vectors a row): a packed batch is read and written as one run, every sector
+ * whole. The statistics are a thread a row over the staged values.
+ *
+ * Forward only; the row family plans the backward. */
+#include "planner_impl.h"
+
+#include <stdlib.h>
+
+/* Rows of at most this many bytes of x (two sectors): from 64 bytes on, the row family's lane groups
+ * move whole 16-byte vectors of whole rows (f32 rows of 16 reach a same-size copy in the model). */
+#define NJ_TILE_ROW_BYTES_MAX 64
+/* x (floats with the residual) a tile stages: 16 KB, so that 8 blocks of 256 threads fit an SM */
+#define NJ_TILE_STAGE_BYTES 16384
+#define NJ_TILE_BLOCK 256
+/* rows a tile at most: 3 floats a row beside the rows (rows of 16-bit pairs: 12 KB beside 4 KB) */
+#define NJ_TILE_ROWS_MAX 1024
+
+static int64_t tile_size(const nj_canon *c, int o) { return (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]); }
+
+/* Operands the forward reads or writes by rows (x's layout along the row). */
+static bool tile_opd(const nj_canon *c, int o)
+{
+    switch (o) {
+    case NJ_OPD_X:
+    case NJ_OPD_Y: return true;
+    case NJ_OPD_RES: return (c->flags & NJ_FLAG_RESIDUAL) != 0;
+    case NJ_OPD_RESOUT: return (c->flags & NJ_FLAG_RESIDUAL_OUT) != 0;
+    default: return false;
+    }
+}
+
+/* NORMJIT_PLAN_NO_TILE=1: the row family plans these rows, as before the family (for measuring the two
+ * side by side). */
+static bool tile_off(void)
+{
+    const char *e = getenv("NORMJIT_PLAN_NO_TILE");
+    return e && e[0] == '1';
+}
+
+bool nj_tile_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
+{
+    (void)dev; /* a tile's 16 KB fits every device's shared memory */
+    if (tile_off() || pass != NJ_PASS_FORWARD || c->kind != NJ_KIND_ROW || c->rank != 2) return false;
+    const nj_canon_axis *r = &c->axes[1];
+    if (!r->reduce || r->extent * tile_size(c, NJ_OPD_X) > NJ_TILE_ROW_BYTES_MAX) return false;
+    for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
+        if (tile_opd(c, o) && r->stride[o] != 1) return false;
+    /* gamma/beta along the row, one element each (a table by element) */
+    if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 && r->stride[NJ_OPD_PARAM] != 1) return false;
+    return true;
+}
+
+/* Elements a vector moves: at most 16 bytes of the widest row operand, dividing the row (each row's
+ * vectors stay within it: the batch stride is a run-time value). */
+static int32_t tile_vec(const nj_canon *c)
+{
+    int64_t wide = 1;
+    for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
+        if (tile_opd(c, o) && tile_size(c, o) > wide) wide = tile_size(c, o);
+    int32_t v = (int32_t)(16 / wide);
+    while (v > 1 && c->axes[1].extent % v != 0) v /= 2;
+    return v;
+}
+
+nj_status nj_plan_fwd_tile(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    (void)dev;
+    int64_t n = c->axes[1].extent, es = (c->flags & NJ_FLAG_RESIDUAL) ? 4 : tile_size(c, NJ_OPD_X);
+    int64_t rows = NJ_TILE_STAGE_BYTES / (n * es);
+    if (rows > NJ_TILE_ROWS_MAX) rows = NJ_TILE_ROWS_MAX;
+    pp->block = NJ_TILE_BLOCK;
+    pp->vec = tile_vec(c);
+    pp->rows_per_block = (int32_t)rows;
+    pp->split = 1;
+    /* vector loads a thread issues before their stores (as the image family's copy) */
+    pp->unroll = (c->flags & NJ_FLAG_RESIDUAL) ? 2 : 4;
+    pp->stage = 1;
+    if (pp->vec > 1)
+        for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
+            if (tile_opd(c, o)) pp->align_opds |= 1u << o;
+    nj_plan_add_launch(pp, "nj_fwd_tile", pp->block, 1, rows, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    /* 3 floats a row (shift, md, rstd), to a 16-byte boundary, then the tile's rows */
+    pp->launch[0].shmem = (uint32_t)((3 * rows + 3) / 4 * 16 + rows * n * es);
+    return NJ_OK;
+}
+
+nj_status nj_plan_bwd_tile(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    (void)c, (void)dev, (void)pp;
+    return nj_fail(NJ_ERR_INTERNAL, "planner: the tile family plans no backward (nj_tile_applies)");
+}
