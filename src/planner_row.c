@@ -260,6 +260,9 @@ static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *de
 #define NJ_ROW_XSTAGE_MAX (200 * 1024)
 static uint32_t plan_fwd_row_xstage(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
+    /* NORMJIT_PLAN_NO_ROW_STAGE=1: streamed twice, as before (to measure the two side by side) */
+    const char *off = getenv("NORMJIT_PLAN_NO_ROW_STAGE");
+    if (off && off[0] == '1') return 0;
     int64_t es = (c->flags & NJ_FLAG_RESIDUAL) ? 4 : nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
     int64_t bytes = c->reduce_size * es;
     int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
