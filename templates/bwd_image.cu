@@ -94,12 +94,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
             }
         }
         __syncthreads();
-        if (t < NJ_KI) {
-            float s = 0.0f;
-#pragma unroll 1
-            for (unsigned q = 0; q < NJ_W; q++) s += nj_part[q * NJ_KI + t];
-            nj_pdl[t] = s * (1.0f / (float)NJ_N);
-        }
+        if (t < NJ_KI) nj_pdl[t] = nj_pixel_total(nj_part, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N);
         __syncthreads();
 {% end %}
         /* 2. sums: a lane's pixels' g and g * xhat, each channel's dz * xhat and dz over the image */
@@ -156,18 +151,13 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
         }
         __syncthreads();
         if (t < NJ_KI) {
-            float a = 0.0f, b = 0.0f;
-#pragma unroll 1
-            for (unsigned q = 0; q < NJ_W; q++) {
 {% if F.center then %}
-                a += nj_part[q * NJ_KI + t];
-                b += nj_part[{{ W * KI }}u + q * NJ_KI + t];
+            nj_pm1[t] = nj_pixel_total(nj_part, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N);
+            nj_pm2[t] = nj_pixel_total(nj_part + {{ W * KI }}u, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N);
 {% else %}
-                b += nj_part[q * NJ_KI + t];
+            nj_pm1[t] = 0.0f;
+            nj_pm2[t] = nj_pixel_total(nj_part, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N);
 {% end %}
-            }
-            nj_pm1[t] = a * (1.0f / (float)NJ_N);
-            nj_pm2[t] = b * (1.0f / (float)NJ_N);
         }
         __syncthreads();
         /* 3. dx, a vector at a time: its first element's channel and pixel, then along */

@@ -106,12 +106,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
             nj_part[g * NJ_KI + p] = s;
         }
         __syncthreads();
-        if (t < NJ_KI) {
-            float s = 0.0f;
-#pragma unroll 1
-            for (unsigned q = 0; q < NJ_G; q++) s += nj_part[q * NJ_KI + t];
-            nj_pmd[t] = s * (1.0f / (float)NJ_N);
-        }
+        if (t < NJ_KI) nj_pmd[t] = nj_pixel_total(nj_part, NJ_G, NJ_KI, t) * (1.0f / (float)NJ_N);
         __syncthreads();
 {% end %}
         if (walker) {
@@ -127,9 +122,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
         }
         __syncthreads();
         if (t < NJ_KI) {
-            float s = 0.0f;
-#pragma unroll 1
-            for (unsigned q = 0; q < NJ_G; q++) s += nj_part[q * NJ_KI + t];
+            const float s = nj_pixel_total(nj_part, NJ_G, NJ_KI, t);
             const nj_shift sh = shp;
             const nj_i64 k3 = t;
             (void)k3;

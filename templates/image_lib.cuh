@@ -1,8 +1,17 @@
-{# The image family's shared pieces (fwd_image.cu, bwd_image.cu; renders no text itself): the copy of
-   a slab into shared memory and a staged vector read back as floats. They read P.vec (elements an
-   access; 1: an element at a time, the unaligned variant), P.unroll (vectors a thread loads before it
-   stores them) and P.block; the kernel defines NJ_VW (P.vec) and NJ_NV (vectors of the slab) and has
-   its thread number in t. #}
+{# The image family's shared pieces (fwd_image.cu, bwd_image.cu): the copy of a slab into shared
+   memory and a staged vector read back as floats (Lua functions; they read P.vec: elements an access,
+   1 an element at a time in the unaligned variant; P.unroll: vectors a thread loads before it stores
+   them; and P.block; the kernel defines NJ_VW (P.vec) and NJ_NV (vectors of the slab) and has its
+   thread number in t), and the pixels' merge of partials (C, rendered here). #}
+/* Pixel p's total of a [group][pixel] table of partials (ki pixels), added in group order: the
+   statistics' fixed order, whatever order the threads wrote in. */
+NJ_DEVICE float nj_pixel_total(const float *part, unsigned groups, unsigned ki, unsigned p)
+{
+    float s = 0.0f;
+#pragma unroll 1
+    for (unsigned q = 0; q < groups; q++) s += part[q * ki + p];
+    return s;
+}
 {# the slab's vector i of a staged stream (elements of type T at pointer S) as floats #}
 {% function image_staged_vec(S, T, dst) %}
 {% if P.vec > 1 then %}
