@@ -7,7 +7,7 @@
  * NJ_FAMILY_X and NJ_FAMILY_LIB_X defined (family.c, planner.h, planner_impl.h). */
 /*          ID, name, forward and backward templates,
  *          applicability test, forward planner, backward planner */
-NJ_FAMILY_X(TILE, "tile", "fwd_tile.cu", NULL,
+NJ_FAMILY_X(TILE, "tile", "fwd_tile.cu", "bwd_tile.cu",
             nj_tile_applies, nj_plan_fwd_tile, nj_plan_bwd_tile)
 NJ_FAMILY_X(ROW, "row", "fwd_row.cu", "bwd_row.cu",
             nj_row_applies, nj_plan_fwd_row, nj_plan_bwd_row)

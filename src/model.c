@@ -378,8 +378,9 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         /* row-family kernels that hold whole rows: a block-per-row one pays a block reduction each row;
            so does a block per image (its barriers between the copy, the statistics and y) */
         bool staged = l->lib == NJ_LIB_NONE && (pp->family == NJ_FAMILY_IMAGE || pp->family == NJ_FAMILY_TILE);
-        if (staged) { /* a block per image or tile of rows: its item is the "row" */
-            m->rows = m->blocks;
+        if (staged) { /* a block per image or tile of rows: its item is the "row" (a fixed grid walks
+                         the tiles in turn: the tile backward's slots) */
+            m->rows = l->grid_x > 0 && pp->rows_per_block > 0 ? ceil((double)plan->rows / pp->rows_per_block) : m->blocks;
             m->rows_per_block = 1;
             m->row_sync = 1;
         } else if (l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW && pp->split <= 1) {

@@ -6,7 +6,7 @@
  * vectors a row, vector i % vectors a row): a packed batch is read and written as one run, every sector
  * whole. The statistics are a thread a row over the staged values.
  *
- * Forward only; the row family plans the backward. */
+ * The backward stages x and dy the same way (nj_plan_bwd_tile). */
 #include "planner_impl.h"
 
 #include <stdlib.h>
@@ -22,14 +22,17 @@
 
 static int64_t tile_size(const nj_canon *c, int o) { return (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]); }
 
-/* Operands the forward reads or writes by rows (x's layout along the row). */
-static bool tile_opd(const nj_canon *c, int o)
+/* Operands a pass reads or writes by rows (x's layout along the row). */
+static bool tile_opd(const nj_canon *c, nj_pass pass, int o)
 {
+    bool bwd = pass == NJ_PASS_BACKWARD;
     switch (o) {
-    case NJ_OPD_X:
-    case NJ_OPD_Y: return true;
-    case NJ_OPD_RES: return (c->flags & NJ_FLAG_RESIDUAL) != 0;
-    case NJ_OPD_RESOUT: return (c->flags & NJ_FLAG_RESIDUAL_OUT) != 0;
+    case NJ_OPD_X: return true;
+    case NJ_OPD_Y: return !bwd;
+    case NJ_OPD_RES: return !bwd && (c->flags & NJ_FLAG_RESIDUAL) != 0;
+    case NJ_OPD_RESOUT: return !bwd && (c->flags & NJ_FLAG_RESIDUAL_OUT) != 0;
+    case NJ_OPD_DY:
+    case NJ_OPD_DX: return bwd;
     default: return false;
     }
 }
@@ -44,45 +47,58 @@ static bool tile_off(void)
 
 bool nj_tile_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
-    (void)dev; /* a tile's 16 KB fits every device's shared memory */
-    if (tile_off() || pass != NJ_PASS_FORWARD || c->kind != NJ_KIND_ROW || c->rank != 2) return false;
+    (void)dev; /* a tile's 16 KB (and the backward's floats) fit every device's shared memory */
+    if (tile_off() || c->kind != NJ_KIND_ROW || c->rank != 2) return false;
     const nj_canon_axis *r = &c->axes[1];
     if (!r->reduce || r->extent * tile_size(c, NJ_OPD_X) > NJ_TILE_ROW_BYTES_MAX) return false;
     for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
-        if (tile_opd(c, o) && r->stride[o] != 1) return false;
-    /* gamma/beta along the row, one element each (a table by element) */
-    if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 && r->stride[NJ_OPD_PARAM] != 1) return false;
+        if (tile_opd(c, pass, o) && r->stride[o] != 1) return false;
+    /* gamma/beta along the row, one element each (a table by element; the backward's column sums) */
+    if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 &&
+        (r->stride[NJ_OPD_PARAM] != 1 || c->param_size != r->extent))
+        return false;
     return true;
 }
 
 /* Elements a vector moves: at most 16 bytes of the widest row operand, dividing the row (each row's
  * vectors stay within it: the batch stride is a run-time value). */
-static int32_t tile_vec(const nj_canon *c)
+static int32_t tile_vec(const nj_canon *c, nj_pass pass)
 {
     int64_t wide = 1;
     for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
-        if (tile_opd(c, o) && tile_size(c, o) > wide) wide = tile_size(c, o);
+        if (tile_opd(c, pass, o) && tile_size(c, o) > wide) wide = tile_size(c, o);
     int32_t v = (int32_t)(16 / wide);
     while (v > 1 && c->axes[1].extent % v != 0) v /= 2;
     return v;
+}
+
+/* Shape both passes share: block, vector, rows a tile (the staged bytes of a row: rb), copies in flight. */
+static int64_t tile_shape(const nj_canon *c, nj_pass pass, int64_t rb, nj_plan_params *pp)
+{
+    int64_t rows = NJ_TILE_STAGE_BYTES / rb;
+    if (rows > NJ_TILE_ROWS_MAX) rows = NJ_TILE_ROWS_MAX;
+    pp->block = NJ_TILE_BLOCK;
+    pp->vec = tile_vec(c, pass);
+    pp->rows_per_block = (int32_t)rows;
+    pp->split = 1;
+    /* vector loads a thread issues before their stores (as the image family's copy); the backward's of
+     * x and of dy together, 2 of each where they are 16 bytes (4 of x and dy in words spilled at the
+     * 64 registers of its 4 blocks an SM: bf16 rows of 24 under GELU, sm_80) */
+    bool wide = pp->vec * (tile_size(c, NJ_OPD_X) > tile_size(c, NJ_OPD_DY) ? tile_size(c, NJ_OPD_X) : tile_size(c, NJ_OPD_DY)) >= 16;
+    if (pass == NJ_PASS_BACKWARD) pp->unroll = wide ? 2 : 4;
+    else pp->unroll = (c->flags & NJ_FLAG_RESIDUAL) ? 2 : 4;
+    pp->stage = 1;
+    if (pp->vec > 1)
+        for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
+            if (tile_opd(c, pass, o)) pp->align_opds |= 1u << o;
+    return rows;
 }
 
 nj_status nj_plan_fwd_tile(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     (void)dev;
     int64_t n = c->axes[1].extent, es = (c->flags & NJ_FLAG_RESIDUAL) ? 4 : tile_size(c, NJ_OPD_X);
-    int64_t rows = NJ_TILE_STAGE_BYTES / (n * es);
-    if (rows > NJ_TILE_ROWS_MAX) rows = NJ_TILE_ROWS_MAX;
-    pp->block = NJ_TILE_BLOCK;
-    pp->vec = tile_vec(c);
-    pp->rows_per_block = (int32_t)rows;
-    pp->split = 1;
-    /* vector loads a thread issues before their stores (as the image family's copy) */
-    pp->unroll = (c->flags & NJ_FLAG_RESIDUAL) ? 2 : 4;
-    pp->stage = 1;
-    if (pp->vec > 1)
-        for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
-            if (tile_opd(c, o)) pp->align_opds |= 1u << o;
+    int64_t rows = tile_shape(c, NJ_PASS_FORWARD, n * es, pp);
     nj_plan_add_launch(pp, "nj_fwd_tile", pp->block, 1, rows, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     /* 3 floats a row (shift, md, rstd), to a 16-byte boundary, then the tile's rows */
@@ -90,8 +106,31 @@ nj_status nj_plan_fwd_tile(const nj_canon *c, const nj_device_props *dev, nj_pla
     return NJ_OK;
 }
 
+/* The backward: a fixed grid of 1024 / block blocks an SM (bwd_tile.cu holds the kernel to them:
+ * __launch_bounds__(block, 1024 / block), 64 registers a thread) walks the tiles in turn (x and dy staged,
+ * a thread a row for the row sums, dx by vectors), each thread of a column group adding one column's
+ * dz * xhat and dz over the block's rows; a block's partial row of dgamma/dbeta goes to its slot
+ * (P.pgrad "slots", as the row backward's), which the library's column sum adds in slot order. */
 nj_status nj_plan_bwd_tile(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    (void)c, (void)dev, (void)pp;
-    return nj_fail(NJ_ERR_INTERNAL, "planner: the tile family plans no backward (nj_tile_applies)");
+    int64_t n = c->axes[1].extent;
+    int64_t xb = tile_size(c, NJ_OPD_X), db = tile_size(c, NJ_OPD_DY);
+    int64_t rows = tile_shape(c, NJ_PASS_BACKWARD, n * (xb + db), pp);
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132, nslot = sms * (1024 / pp->block);
+    nj_plan_add_launch(pp, "nj_bwd_tile", pp->block, 1, 1, nslot);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    /* 5 floats a row and two partials a thread, to a 16-byte boundary; x, then dy from a 16-byte one */
+    pp->launch[0].shmem = (uint32_t)((5 * rows + 2 * NJ_TILE_BLOCK + 3) / 4 * 16 + (rows * n * xb + 15) / 16 * 16 +
+                                     rows * n * db);
+    if (!(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || c->param_size == 0) return NJ_OK;
+    pp->pgrad = NJ_PGRAD_SLOTS;
+    pp->pgrad_parts = nslot;
+    nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
+    /* slot k's partial row of gamma at [k][n], of beta at [nslot + k][n] */
+    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0}, [NJ_COLSUM_NPARTS] = {nslot, 0},
+                                         [NJ_COLSUM_S_OUTER] = {n, 0}, [NJ_COLSUM_S_COL] = {1, 0},
+                                         [NJ_COLSUM_BASE_B] = {(int64_t)nslot * n, 0}};
+    nj_plan_add_colsum(pp, arg);
+    pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
+    return NJ_OK;
 }

@@ -4,7 +4,7 @@
    0. copy: x and dy into dynamic shared memory (nj_sx, nj_sdy), P.vec elements an access, P.unroll
       loads of each a thread issued before their stores; each pixel's saved mean and rstd.
    1. (centered) the pixel's correction dl = mean((x - mean) * rstd) over the staged x (bwd_lib.cuh:
-      the saved float32 mean's rounding), exact, for every pixel.
+      the saved float32 mean's rounding), exact, applied where |mean| * rstd > NJ_FIX_RATIO.
    2. sums: warp w walks channels w, w + W, ...; lane l owns pixels l, l + 32, ... Each lane adds g and
       g * xhat of its pixels; each channel's dz * xhat and dz over the image are warp sums, which lane
       0 writes to the pgrad region ([image][channel][2]: P.pgrad "rows", the library's column sum adds
@@ -94,7 +94,10 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
             }
         }
         __syncthreads();
-        if (t < NJ_KI) nj_pdl[t] = nj_pixel_total(nj_part, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N);
+        /* applied only where the saved mean's rounding matters (as every family: for ordinary data xhat
+           stays (x - mean) * rstd, exactly 0 at the mean, where an activation's derivative has its kink) */
+        if (t < NJ_KI)
+            nj_pdl[t] = fabsf(nj_pm[t]) * nj_pr[t] > NJ_FIX_RATIO ? nj_pixel_total(nj_part, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N) : 0.0f;
         __syncthreads();
 {% end %}
         /* 2. sums: a lane's pixels' g and g * xhat, each channel's dz * xhat and dz over the image */

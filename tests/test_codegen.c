@@ -745,7 +745,7 @@ static void test_row_backward_occupancy(void **state)
         {"bwd_bf16_5120_gelu_erf", NJ_BF16, 5120, LN, NJ_ACT_GELU_ERF},    /* 640, 1, the next row fetched */
         {"bwd_f32_1000_ln", NJ_F32, 1000, LN, NJ_ACT_NONE},                /* 128, 8 */
         {"bwd_f32_2048_ln", NJ_F32, 2048, LN, NJ_ACT_NONE},                /* 256, 4 */
-        {"bwd_f32_10_groups", NJ_F32, 10, LN, NJ_ACT_NONE},                /* 2 lanes a row */
+        {"bwd_f32_10_tiles", NJ_F32, 10, LN, NJ_ACT_NONE},                 /* tiles: 256, 4 */
         {"bwd_bf16_2048_gelu_erf", NJ_BF16, 2048, LN, NJ_ACT_GELU_ERF},    /* 256, 4 */
     };
     nj_device_props dev;

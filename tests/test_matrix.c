@@ -221,23 +221,26 @@ static void test_image(void **state)
     assert_int_equal(m->failed - before, 0);
 }
 
-/* The tile family (fwd_tile.cu): short rows, a block per tile staged in shared memory. nv_norms' rows
- * of 10 over several tiles and a partial last one; the residual as floats; an odd 16-bit row (an
+/* The tile family (fwd_tile.cu, bwd_tile.cu): short rows, tiles staged in shared memory. nv_norms'
+ * rows of 10 over several tiles and a partial last one; the residual as floats; an odd 16-bit row (an
  * element at a time); a padded batch stride (12) and an unaligned one (11: the unaligned variant); a
- * NaN that must stay in its row. */
+ * NaN that must stay in its row; both passes. */
 static void test_tile(void **state)
 {
     matrix_state *m = *state;
     int before = m->failed;
-    regime fwd = {"fwd", 1e3, 1.0, 1e-5, 0, NJ_PASS_FORWARD};
+    regime fwd = {"offset", 1e3, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
     check_regime(m, "layernorm f32 1000x10 flags=scale,bias,stats", &fwd, 81);
     check_regime(m, "layernorm bf16 900x24 flags=scale,bias,residual,resout,stats act=silu", &fwd, 82);
     fwd.offset = 0.0;
     check_regime(m, "rmsnorm f16 3000x7 flags=scale,stats", &fwd, 83);
     check_regime(m, "norm f32 shape=1000x10 strides=12,1 reduce=1 feature=1 flags=center,scale,bias,stats", &fwd, 84);
     check_regime(m, "norm f32 shape=1000x10 strides=11,1 reduce=1 feature=1 flags=center,scale", &fwd, 85);
-    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD};
+    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
     check_regime(m, "layernorm f16 500x16 flags=scale,bias,stats", &nan, 86);
+    /* the backward's slots: more tiles than slots (528 of 204 rows), dl at a 1e6 offset, GELU */
+    regime big = {"offset", 1e6, 1.0, 1e-5, 0, NJ_PASS_BACKWARD};
+    check_regime(m, "layernorm f32 250000x10 flags=scale,bias act=gelu_erf", &big, 87);
     assert_int_equal(m->failed - before, 0);
 }
 

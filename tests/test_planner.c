@@ -208,12 +208,16 @@ static void test_row_backward_slots(void **state)
         assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], want[i].slots);
         assert_int_equal(pp.workspace_fixed, (uint64_t)want[i].slots * want[i].n * 2 * sizeof(float));
     }
-    /* short rows: 10 f32 (5 float2 chunks) take 2 lanes a row, 128 rows a 256-thread block; 100 f32
-     * (25 float4 chunks) keep a warp (narrower groups would give a lane more than 8 elements) */
+    /* short rows on the row family (NORMJIT_PLAN_NO_TILE=1: they are the tile family's, test_tile_plan):
+     * 10 f32 (5 float2 chunks) take 2 lanes a row, 128 rows a 256-thread block; 100 f32 (25 float4
+     * chunks) keep a warp (narrower groups would give a lane more than 8 elements) */
     nj_canon c;
     nj_plan_params pp;
     tc_row(&c, NJ_F32, 10, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
-    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+    setenv("NORMJIT_PLAN_NO_TILE", "1", 1);
+    nj_status st = nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp);
+    unsetenv("NORMJIT_PLAN_NO_TILE");
+    assert_int_equal(st, NJ_OK);
     assert_int_equal(pp.vec, 2);
     assert_int_equal(pp.block, 256);
     assert_int_equal(pp.rows_per_block, 128);
@@ -1094,7 +1098,8 @@ static void test_row_xstage(void **state)
 }
 
 /* The tile family (planner_tile.c): rows of at most 64 bytes of x, a block per tile of 16 KB of them
- * (at most 1024 rows), forward only; longer rows, and the backward, stay the row family's. */
+ * (at most 1024 rows) forward, a fixed grid walking tiles of x and dy backward; longer rows stay the row
+ * family's. */
 static void test_tile_plan(void **state)
 {
     (void)state;
@@ -1122,7 +1127,25 @@ static void test_tile_plan(void **state)
     /* 16-bit rows of 32 (64 bytes) are tiles; of 33, rows; the backward is the row family's */
     assert_int_equal(plan_line("rmsnorm bf16 *x32 flags=scale", NJ_PASS_FORWARD, &dev90).family, NJ_FAMILY_TILE);
     assert_int_equal(plan_line("rmsnorm bf16 *x33 flags=scale", NJ_PASS_FORWARD, &dev90).family, NJ_FAMILY_ROW);
-    assert_int_equal(plan_line("layernorm f32 *x10 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).family, NJ_FAMILY_ROW);
+    /* the backward: a fixed grid of 4 blocks an SM walks the tiles (x and dy staged), a partial row of
+       dgamma/dbeta a block added by the column sum */
+    pp = plan_line_v("layernorm f32 *x10 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_TILE);
+    assert_int_equal(pp.rows_per_block, 204); /* 16384 / (10 x 8) */
+    assert_int_equal(pp.launch[0].grid_x, 132 * 4);
+    assert_int_equal(pp.pgrad, NJ_PGRAD_SLOTS);
+    assert_int_equal(pp.pgrad_parts, 132 * 4);
+    assert_int_equal(pp.launch[1].lib, NJ_LIB_COLSUM);
+    assert_int_equal(pp.workspace_fixed, 132 * 4 * 10 * 2 * sizeof(float));
+    assert_int_equal(pp.align_opds, (1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX));
+    assert_true(4 * (pp.launch[0].shmem + 1024) <= (uint32_t)dev90.max_shared_per_block + 1024);
+    nj_plan_unaligned(&pp, &uv);
+    assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
+    /* without gamma/beta: no slots to add */
+    pp = plan_line("rmsnorm f16 *x12 flags=none", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.family, NJ_FAMILY_TILE);
+    assert_int_equal(pp.nlaunch, 1);
+    assert_int_equal(pp.pgrad, NJ_PGRAD_NONE);
 }
 
 /* The family registry: every planned family has a name, both planners and a template for each pass its
@@ -1144,7 +1167,7 @@ static void test_family_registry(void **state)
         }
         planned++;
         assert_non_null(f->template_name[0]);
-        assert_true(f->template_name[1] != NULL || id == NJ_FAMILY_TILE); /* forward only */
+        assert_non_null(f->template_name[1]);
         assert_non_null(f->plan[0]);
         assert_non_null(f->plan[1]);
     }
