@@ -78,20 +78,21 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
     int32_t maxs = dev->max_shared_per_block > 0xC000 ? dev->max_shared_per_block : 0xC000;
     for (int32_t i = 0; i < pp->nlaunch; i++) NJ_TRY(check_launch(pp, i, maxt, maxs));
-    /* a staged tile (P.stage): a whole column walk whose main launch holds it, a persistent row
-     * forward's gamma/beta, an image family's slab or a tile family's rows (always), or (2) a streamed row
-     * forward's x */
+    /* what a plan keeps in its main launch's shared memory (P.stage): image and tile plans always
+     * something; 1: a whole column walk's tile, a persistent row forward's gamma/beta, an image's slab
+     * (backward: x and dy) or a tile of rows; 2: a streamed row forward's x, or an image backward's x
+     * alone */
     bool row_stage = pp->family == NJ_FAMILY_ROW && pp->persist > 0;
     bool row_x = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->persist == 0 &&
                  pp->regs_cache == 0 && pp->rows_per_block == 1 && pp->split == 1;
     bool always = pp->family == NJ_FAMILY_IMAGE || pp->family == NJ_FAMILY_TILE;
-    NJ_RETURN_IF((always && pp->stage != 1) ||
-                     (pp->stage == 2 && (!row_x || !pp->role[NJ_ROLE_MAIN] ||
-                                         pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0)) ||
-                     (pp->stage != 0 && pp->stage != 2 && (pp->stage != 1 ||
-                                         (pp->family != NJ_FAMILY_COLUMN && !always && !row_stage) ||
-                                         pp->split != 1 || !pp->role[NJ_ROLE_MAIN] ||
-                                         pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem == 0)),
+    bool image_x = pp->family == NJ_FAMILY_IMAGE && pp->pass == NJ_PASS_BACKWARD;
+    bool ok = pp->stage == 0 ? !always
+              : pp->stage == 1 ? pp->family == NJ_FAMILY_COLUMN || always || row_stage
+              : pp->stage == 2 ? row_x || image_x : false;
+    bool held = pp->stage == 0 || (pp->split == 1 && pp->role[NJ_ROLE_MAIN] &&
+                                   pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem != 0);
+    NJ_RETURN_IF(!ok || !held,
                  NJ_ERR_INTERNAL, "planner: stage %d on a %s plan", (int)pp->stage, nj_family_name(pp->family));
     /* a persistent row walk (P.persist): blocks an SM that a device can hold; forward: a block a row held
      * in registers; backward: the slots' walk */

@@ -6,8 +6,8 @@
  * copies it into shared memory with 16-byte vectors, works there, and writes its output with 16-byte
  * vectors: every input read once, every output written once, every sector whole.
  *
- * The backward stages x and dy both, so it applies where twice the slab fits (f16 7x7 on sm_90, not
- * f16 14x14 nor f32 7x7: the column family's). */
+ * The backward stages x and dy where both fit (f16 7x7 on sm_90), else, for images of at most 64
+ * pixels, x alone, and reads dy twice, the second time from the L2 (f32 7x7). */
 #include "planner_impl.h"
 
 #include <stdlib.h>
@@ -39,11 +39,12 @@ static bool image_opd(const nj_canon *c, nj_pass pass, int o)
 
 static int64_t image_size(const nj_canon *c, int o) { return (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]); }
 
-/* Bytes of the staged slab: forward x (floats where the residual is added in); backward x, then dy
- * (from a 16-byte boundary). */
-static int64_t image_slab(const nj_canon *c, nj_pass pass)
+/* Bytes of the staged slab: forward x (floats where the residual is added in); backward x, then (stage
+ * 1) dy from a 16-byte boundary, or (stage 2) x alone, dy read twice from global memory. */
+static int64_t image_slab(const nj_canon *c, nj_pass pass, int32_t stage)
 {
     int64_t ne = c->reduce_size * c->axes[2].extent;
+    if (image_bwd(pass) && stage == 2) return ne * image_size(c, NJ_OPD_X);
     if (image_bwd(pass)) return (ne * image_size(c, NJ_OPD_X) + 15) / 16 * 16 + ne * image_size(c, NJ_OPD_DY);
     return ne * ((c->flags & NJ_FLAG_RESIDUAL) ? 4 : image_size(c, NJ_OPD_X));
 }
@@ -69,17 +70,17 @@ static int64_t image_floats_bytes(const nj_canon *c, nj_pass pass, int32_t block
 }
 
 /* The launch's dynamic shared memory: the block's floats and the slab. */
-static int64_t image_shmem(const nj_canon *c, nj_pass pass, int32_t block)
+static int64_t image_shmem(const nj_canon *c, nj_pass pass, int32_t block, int32_t stage)
 {
-    return image_floats_bytes(c, pass, block) + image_slab(c, pass);
+    return image_floats_bytes(c, pass, block) + image_slab(c, pass, stage);
 }
 
 /* Blocks of `block` threads an SM holds, by shared memory (an SM offers the opt-in maximum of one block
  * and the 1 KiB the driver reserves beside it: 228 KiB on sm_90, 164 KiB on sm_80): 0 when one does not
  * fit. */
-static int32_t image_fit(const nj_canon *c, nj_pass pass, const nj_device_props *dev, int32_t block)
+static int32_t image_fit(const nj_canon *c, nj_pass pass, const nj_device_props *dev, int32_t block, int32_t stage)
 {
-    int64_t need = image_shmem(c, pass, block);
+    int64_t need = image_shmem(c, pass, block, stage);
     if (need > dev->max_shared_per_block) return 0;
     return (int32_t)(((int64_t)dev->max_shared_per_block + 1024) / (need + 1024));
 }
@@ -105,7 +106,7 @@ static int32_t image_vec(const nj_canon *c, nj_pass pass)
  * (the templates' __launch_bounds__(block, 1024 / block)), n what shared memory allows, at most 4;
  * fewer threads for a small slab (two vectors a thread), and never fewer than a thread a pixel (the
  * forward's statistics) or a warp. 0: no block fits. */
-static int32_t image_block(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
+static int32_t image_block(const nj_canon *c, nj_pass pass, const nj_device_props *dev, int32_t stage)
 {
     int64_t px = c->axes[2].extent;
     int64_t nv = c->reduce_size * px / image_vec(c, pass);
@@ -116,8 +117,21 @@ static int32_t image_block(const nj_canon *c, nj_pass pass, const nj_device_prop
         int32_t b = 1024 / n / 32 * 32;
         if (b < px) continue;
         if (want < b) b = (int32_t)want;
-        if (image_fit(c, pass, dev, b) >= n) return b;
+        if (image_fit(c, pass, dev, b, stage) >= n) return b;
     }
+    return 0;
+}
+
+/* What the pass stages (P.stage): 1 (forward: x; backward: x and dy), or, for a backward whose x and dy
+ * do not both fit, 2 (x alone: f32 7x7 of ConvNeXt, 150 KB, whose x and dy took 301 KB), where a lane
+ * owns at most NJ_IMAGE_DY_PIXELS pixels of a channel row (its sums then read dy 2 or 4 bytes a lane; at
+ * 14x14, 7 pixels a lane, the 1024-thread block spilled at its 64 registers and kept 11 KB of loads in
+ * flight an SM: 43% of copy in the model, the column family 50%); 0 where no block fits. */
+#define NJ_IMAGE_DY_PIXELS 64
+static int32_t image_stage(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
+{
+    if (image_block(c, pass, dev, 1) > 0) return 1;
+    if (image_bwd(pass) && c->axes[2].extent <= NJ_IMAGE_DY_PIXELS && image_block(c, pass, dev, 2) > 0) return 2;
     return 0;
 }
 
@@ -150,7 +164,7 @@ bool nj_image_applies(const nj_canon *c, nj_pass pass, const nj_device_props *de
     if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && px->stride[NJ_OPD_PARAM] != 0) return false;
     if (image_bwd(pass) && !image_bwd_params_ok(c)) return false;
     /* the slab and the block's own floats in the device's shared memory */
-    return image_block(c, pass, dev) > 0;
+    return image_stage(c, pass, dev) > 0;
 }
 
 /* Vector loads a thread issues before storing them to shared memory: 4 16-byte ones (64 KB in flight
@@ -167,7 +181,7 @@ static int32_t image_unroll(const nj_canon *c, nj_pass pass, int32_t vec, int32_
 static nj_status image_main(const nj_canon *c, nj_pass pass, const nj_device_props *dev, const char *kernel,
                             nj_plan_params *pp)
 {
-    int32_t b = image_block(c, pass, dev);
+    int32_t stage = image_stage(c, pass, dev), b = stage ? image_block(c, pass, dev, stage) : 0;
     NJ_RETURN_IF(b == 0, NJ_ERR_INTERNAL, "planner: an image of %lld elements does not fit shared memory",
                  (long long)(c->reduce_size * c->axes[2].extent));
     pp->block = b;
@@ -175,13 +189,13 @@ static nj_status image_main(const nj_canon *c, nj_pass pass, const nj_device_pro
     pp->unroll = image_unroll(c, pass, pp->vec, b);
     pp->rows_per_block = 1;
     pp->split = 1;
-    pp->stage = 1;
+    pp->stage = stage;
     if (pp->vec > 1)
         for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
             if (image_opd(c, pass, o)) pp->align_opds |= 1u << o;
     nj_plan_add_launch(pp, kernel, b, 1, 1, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
-    pp->launch[0].shmem = (uint32_t)image_shmem(c, pass, b);
+    pp->launch[0].shmem = (uint32_t)image_shmem(c, pass, b, stage);
     return NJ_OK;
 }
 

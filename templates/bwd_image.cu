@@ -2,7 +2,10 @@
    pixels (kept)], the slab of channels x pixels contiguous in x, dy and dx. Phases, a barrier between
    each:
    0. copy: x and dy into dynamic shared memory (nj_sx, nj_sdy), P.vec elements an access, P.unroll
-      loads of each a thread issued before their stores; each pixel's saved mean and rstd.
+      loads of each a thread issued before their stores; each pixel's saved mean and rstd. With
+      P.stage 2 (x and dy would not both fit) x alone: the sums read dy from global memory (a warp a
+      channel row, coalesced) and dx reads it again in vectors, from the L2 where the block's image
+      stayed there.
    1. (centered) the pixel's correction dl = mean((x - mean) * rstd) over the staged x (bwd_lib.cuh:
       the saved float32 mean's rounding), exact, applied where |mean| * rstd > NJ_FIX_RATIO.
    2. sums: warp w walks channels w, w + W, ...; lane l owns pixels l, l + 32, ... Each lane adds g and
@@ -18,7 +21,9 @@
 {% include("image_lib.cuh") %}
 {%
 if P.rank ~= 3 or not P.axes[2].reduce or P.axes[3].reduce then error("bwd_image needs [batch, channels, pixels]") end
-if P.stage ~= 1 then error("bwd_image: the slabs are always staged (P.stage 1)") end
+if P.stage ~= 1 and P.stage ~= 2 then error("bwd_image: the slabs are staged (P.stage 1: x and dy, 2: x)") end
+-- DYS: dy staged beside x (P.stage 1); else (2) read from global memory by the sums and again by dx
+local DYS = P.stage == 1
 local F = P.flags
 local KI = P.axes[3].extent
 local NE = P.reduce_size * KI
@@ -58,7 +63,9 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
     float *const nj_pm1 = nj_pdl + {{ KI }};       /* its mean of g */
     float *const nj_pm2 = nj_pm1 + {{ KI }};       /* its mean of g * xhat */
     nj_tx *const nj_sx = (nj_tx *)(nj_ptab + {{ NFL }});
+{% if DYS then %}
     nj_tdy *const nj_sdy = (nj_tdy *)((unsigned char *)nj_sx + ({{ NE }}u * sizeof(nj_tx) + 15u) / 16u * 16u);
+{% end %}
     (void)nj_pdl;
     const unsigned t = threadIdx.x, lane = t & 31u, wp = t >> 5;
 {{ bwd_pointers() }}
@@ -71,7 +78,9 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
         const nj_i64 odx = {{ offset("dx", {1}, "k") }};
         /* 0. copy x and dy; the pixels' saved statistics */
 {% image_copy("nj_sx", "nj_tx", "X", "ox") %}
+{% if DYS then %}
 {% image_copy("nj_sdy", "nj_tdy", "DY", "ody") %}
+{% end %}
         if (t < NJ_KI) {
             const nj_i64 k3 = t;
             (void)k3;
@@ -107,7 +116,8 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {% if ROWS then %}
         float *const PR = (float *)A.workspace{{ ws_plus("pgrad") }} + k1 * (2 * NJ_N);
 {% end %}
-#pragma unroll 1
+{# dy from global memory: two channels' loads a lane in flight #}
+#pragma unroll {{ DYS and 1 or 2 }}
         for (unsigned ch = wp; ch < (unsigned)NJ_N; ch += NJ_W) {
             float cg = 0.0f, cb = 0.0f;
 #pragma unroll
@@ -120,7 +130,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {% if F.center then %}
                     const float dl = nj_pdl[p];
 {% end %}
-{{ bwd_element("nj_sx[e]", "nj_sdy[e]", PARAM, "                    ") }}
+{{ bwd_element("nj_sx[e]", DYS and "nj_sdy[e]" or "DY[ody + e]", PARAM, "                    ") }}
                     sa[j] += g;
                     sb[j] += g * xh;
                     cg += dz * xh;
@@ -170,7 +180,13 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
             unsigned ch = e0 / NJ_KI, px = e0 - ch * NJ_KI;
             float xv[NJ_VW], dv[NJ_VW], out[NJ_VW];
 {% image_staged_vec("nj_sx", "nj_tx", "xv") %}
+{% if DYS then %}
 {% image_staged_vec("nj_sdy", "nj_tdy", "dv") %}
+{% elseif VW > 1 then %}
+            nj_load_vec<NJ_VW>(DY, ody + e0, dv);
+{% else %}
+            dv[0] = nj_load_f32(DY, ody + e0);
+{% end %}
 #pragma unroll
             for (int j = 0; j < NJ_VW; j++) {
                 const float mean = nj_pm[px], rstd = nj_pr[px], m1 = nj_pm1[px], m2 = nj_pm2[px];

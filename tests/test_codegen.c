@@ -349,6 +349,11 @@ static void build_cases(void)
     tc_axis(c, 96, true, true);
     tc_axis(c, 196, false, false);
     tc_finish(c);
+    c = add_case("image_f32_768x7x7_gelu_erf"); /* backward: x alone staged (P.stage 2), dy read twice */
+    tc_begin(c, NJ_F32, NJ_F32, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_ERF, 4);
+    tc_axis(c, 768, true, true);
+    tc_axis(c, 49, false, false);
+    tc_finish(c);
     c = add_case("image_rms_f16_odd_gelu_tanh");
     tc_begin(c, NJ_F16, NJ_F16, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_TANH, 4);
     tc_axis(c, 33, true, true);
@@ -568,7 +573,7 @@ static void test_forward_variants(void **state)
     assert_true(families[NJ_FAMILY_ROW] >= 8);
     assert_true(families[NJ_FAMILY_GENERAL] >= 2);
     assert_true(families[NJ_FAMILY_COLUMN] >= 2);
-    assert_int_equal(families[NJ_FAMILY_IMAGE], 4);
+    assert_int_equal(families[NJ_FAMILY_IMAGE], 5);
     assert_int_equal(families[NJ_FAMILY_TILE], 3);
     assert_int_equal(families[NJ_FAMILY_CHANNELS_LAST], 5);
 }

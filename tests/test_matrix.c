@@ -218,6 +218,9 @@ static void test_image(void **state)
     check_line(m, "layernorm f32 nchw 3x96x7x7 axes=1 flags=scale,bias act=gelu_tanh", 1e6, 69);
     check_line(m, "rmsnorm bf16 nchw 4x64x5x5 axes=1 flags=scale,bias act=silu", 0.0, 70);
     check_line(m, "layernorm f16 nchw 3x40x7x7 axes=1 flags=bias dx.dtype=f32", 1e2, 71);
+    /* x alone staged (P.stage 2: f32 768x7x7's x and dy take 301 KB), dy read twice */
+    check_line(m, "layernorm f32 nchw 2x768x7x7 axes=1 flags=scale,bias act=silu", 1e6, 72);
+    check_line(m, "rmsnorm f32 nchw 2x1000x6x6 axes=1 flags=scale", 0.0, 73);
     assert_int_equal(m->failed - before, 0);
 }
 

@@ -1043,7 +1043,7 @@ static void test_image_plan(void **state)
     assert_int_equal(plan_line("layernorm f16 nchw *x32x28x28 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family,
                      NJ_FAMILY_COLUMN);
     /* the backward stages x and dy: f16 7x7 on sm_90 (150528 B and the floats: gamma, 2 x 32 warps x 49
-       partials, 5 x 49), its channels' pairs added by the column sum; not f16 14x14, nor on sm_80 */
+       partials, 5 x 49), its channels' pairs added by the column sum; not f16 14x14 */
     pp = plan_line_v("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
     assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
     assert_int_equal(pp.block, 1024);
@@ -1057,8 +1057,19 @@ static void test_image_plan(void **state)
     assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
     assert_int_equal(plan_line("layernorm f16 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).family,
                      NJ_FAMILY_COLUMN);
-    assert_int_equal(plan_line("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &d80).family,
-                     NJ_FAMILY_COLUMN);
+    /* x and dy would take 301 KB: x alone staged (P.stage 2), dy read twice, where an image is at most
+       64 pixels (a lane's share of a channel row at most 2) */
+    pp = plan_line_v("layernorm f32 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_int_equal(pp.stage, 2);
+    assert_int_equal(pp.launch[0].shmem, 150528 + (4 * (768 + 2 * 32 * 49 + 5 * 49) + 15) / 16 * 16);
+    nj_plan_unaligned(&pp, &uv);
+    assert_int_equal(uv.stage, 2);
+    assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
+    /* on sm_80 (163 KB) f16 7x7's x and dy do not fit together: x alone */
+    pp = plan_line("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &d80);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_int_equal(pp.stage, 2);
     setenv("NORMJIT_PLAN_NO_IMAGE", "1", 1);
     pp = plan_line("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
     unsetenv("NORMJIT_PLAN_NO_IMAGE");
