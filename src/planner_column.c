@@ -303,15 +303,7 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     }
     if (s == 1 && bwd_column_rows_fused(c)) {
         /* [tiles a batch row x rows][n][2]: a tile's pair for each walk row (gamma element) */
-        int64_t n = c->reduce_size;
-        const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0},      [NJ_COLSUM_NPARTS] = {0, tiles},
-                                             [NJ_COLSUM_S_OUTER] = {2 * n, 0}, [NJ_COLSUM_S_COL] = {2, 0},
-                                             [NJ_COLSUM_BASE_B] = {1, 0}};
-        nj_plan_add_colsum(pp, arg);
-        pp->pgrad = NJ_PGRAD_ROWS;
-        pp->pgrad_parts = 1;
-        nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
-        pp->workspace_per_row += (uint64_t)tiles * (uint64_t)n * 2u * sizeof(float);
+        nj_plan_pgrad_rows(pp, c->reduce_size, tiles);
         return NJ_OK;
     }
     if (fused) {

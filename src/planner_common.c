@@ -4,6 +4,7 @@
 #include "planner_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void nj_device_props_default(int32_t arch, nj_device_props *out)
@@ -141,6 +142,39 @@ void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
     l->block[0] = (int32_t)warps * 32;
     if (l->arg[NJ_COLSUM_INNER][0] == 0 && l->arg[NJ_COLSUM_INNER][1] == 0) l->arg[NJ_COLSUM_INNER][0] = 1;
     nj_plan_role(pp, NJ_ROLE_COLSUM);
+}
+
+bool nj_plan_switched_off(const char *what)
+{
+    char name[64];
+    snprintf(name, sizeof name, "NORMJIT_PLAN_NO_%s", what);
+    const char *e = getenv(name);
+    return e && e[0] == '1';
+}
+
+void nj_plan_pgrad_rows(nj_plan_params *pp, int64_t n, int64_t tiles)
+{
+    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0},      [NJ_COLSUM_NPARTS] = {0, tiles},
+                                         [NJ_COLSUM_S_OUTER] = {2 * n, 0}, [NJ_COLSUM_S_COL] = {2, 0},
+                                         [NJ_COLSUM_BASE_B] = {1, 0}};
+    nj_plan_add_colsum(pp, arg);
+    pp->pgrad = NJ_PGRAD_ROWS;
+    pp->pgrad_parts = 1;
+    nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
+    pp->workspace_per_row += (uint64_t)tiles * (uint64_t)n * 2u * sizeof(float);
+}
+
+void nj_plan_pgrad_slots(nj_plan_params *pp, int64_t n, int32_t nslot)
+{
+    pp->pgrad = NJ_PGRAD_SLOTS;
+    pp->pgrad_parts = nslot;
+    nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
+    /* slot k's partial row of gamma at [k][n], of beta at [nslot + k][n] */
+    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0}, [NJ_COLSUM_NPARTS] = {nslot, 0},
+                                         [NJ_COLSUM_S_OUTER] = {n, 0}, [NJ_COLSUM_S_COL] = {1, 0},
+                                         [NJ_COLSUM_BASE_B] = {(int64_t)nslot * n, 0}};
+    nj_plan_add_colsum(pp, arg);
+    pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
 }
 
 void nj_plan_add_merge(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])

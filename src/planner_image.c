@@ -10,7 +10,6 @@
  * pixels, x alone, and reads dy twice, the second time from the L2 (f32 7x7). */
 #include "planner_impl.h"
 
-#include <stdlib.h>
 
 /* The largest channel row (the kept inner extent times x's element) for which the family applies: past
  * 16 sectors a row, the column family's tiles of 32 x vec pixels cover whole sectors (f16 96x56x56:
@@ -135,14 +134,6 @@ static int32_t image_stage(const nj_canon *c, nj_pass pass, const nj_device_prop
     return 0;
 }
 
-/* NORMJIT_PLAN_NO_IMAGE=1: the column family plans these images, as before the family (to measure the
- * two side by side: the plan text differs, so both sets of kernels sit in the cache). */
-static bool image_off(void)
-{
-    const char *e = getenv("NORMJIT_PLAN_NO_IMAGE");
-    return e && e[0] == '1';
-}
-
 /* The backward's dgamma/dbeta: a pair a channel an image, which the library's column sum adds over the
  * images in order; so gamma's element is the channel (contiguous, one a channel). */
 static bool image_bwd_params_ok(const nj_canon *c)
@@ -153,7 +144,8 @@ static bool image_bwd_params_ok(const nj_canon *c)
 
 bool nj_image_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
-    if (image_off() || c->kind != NJ_KIND_COLUMN || c->rank != 3) return false;
+    /* NORMJIT_PLAN_NO_IMAGE=1: the column family plans these images, as before the family */
+    if (nj_plan_switched_off("IMAGE") || c->kind != NJ_KIND_COLUMN || c->rank != 3) return false;
     const nj_canon_axis *ch = &c->axes[1], *px = &c->axes[2];
     if (!ch->reduce || px->reduce || px->extent > NJ_IMAGE_PIXELS_MAX || ch->extent > NJ_IMAGE_CHANNELS_MAX) return false;
     if (px->extent * image_size(c, NJ_OPD_X) > NJ_IMAGE_ROW_BYTES_MAX) return false;
@@ -211,14 +203,6 @@ nj_status nj_plan_bwd_image(const nj_canon *c, const nj_device_props *dev, nj_pl
 {
     NJ_TRY(image_main(c, NJ_PASS_BACKWARD, dev, "nj_bwd_image", pp));
     if (!(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || c->param_size == 0) return NJ_OK;
-    int64_t n = c->reduce_size;
-    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0},      [NJ_COLSUM_NPARTS] = {0, 1},
-                                         [NJ_COLSUM_S_OUTER] = {2 * n, 0}, [NJ_COLSUM_S_COL] = {2, 0},
-                                         [NJ_COLSUM_BASE_B] = {1, 0}};
-    nj_plan_add_colsum(pp, arg);
-    pp->pgrad = NJ_PGRAD_ROWS;
-    pp->pgrad_parts = 1;
-    nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
-    pp->workspace_per_row = (uint64_t)n * 2u * sizeof(float);
+    nj_plan_pgrad_rows(pp, c->reduce_size, 1);
     return NJ_OK;
 }

@@ -33,6 +33,17 @@ NJ_HIDDEN int32_t nj_plan_walk_block(int64_t n);
 /* Pieces of each walk of the column family (1: none), forward and backward alike. */
 NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props *dev, int32_t tile);
 
+/* The planner switches that restore a plan a newer one replaced, so that tools/gpu-check can time both
+ * on one GPU (the plan text, hence the signature, says which): whether NORMJIT_PLAN_NO_<what> is "1"
+ * (what: PERSIST, IMAGE, ROW_STAGE, TILE). */
+NJ_HIDDEN bool nj_plan_switched_off(const char *what);
+
+/* dgamma/dbeta as a pair (dz * xhat, dz) of each of n gamma elements a work item, added by the library's
+ * column sum: "rows" (tiles items a batch row, [row][tile][n][2] in the pgrad region, per row) or
+ * "slots" (nslot fixed blocks, [slot][n] dgamma then [nslot + slot][n] dbeta, the fixed region). */
+NJ_HIDDEN void nj_plan_pgrad_rows(nj_plan_params *pp, int64_t n, int64_t tiles);
+NJ_HIDDEN void nj_plan_pgrad_slots(nj_plan_params *pp, int64_t n, int32_t nslot);
+
 /* The separate dgamma/dbeta launches (bwd_pgrad.cuh, bwd_pgrad_col.cuh) of the backward families that
  * do not fuse them into their own walk: none without scale/bias. Appended after pp's launches, their
  * partials in the workspace's fixed region. */

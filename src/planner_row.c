@@ -149,13 +149,8 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
 #define NJ_PERSIST_STAGE_MAX (44 * 1024)
 #define NJ_PERSIST_STAGE_SM (200 * 1024)
 
-/* NORMJIT_PLAN_NO_PERSIST=1: every row walk a block a row and without fetch-ahead, as before P.persist,
- * so that tools/gpu-check can time both on one GPU (the plan text, hence the signature, says which). */
-static bool plan_persist_off(void)
-{
-    const char *e = getenv("NORMJIT_PLAN_NO_PERSIST");
-    return e && e[0] == '1';
-}
+/* NORMJIT_PLAN_NO_PERSIST=1: every row walk a block a row and without fetch-ahead, as before P.persist */
+static bool plan_persist_off(void) { return nj_plan_switched_off("PERSIST"); }
 
 /* gamma and beta: how many of the two a forward reads */
 static int32_t plan_fwd_nparam(const nj_canon *c)
@@ -260,9 +255,7 @@ static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *de
 #define NJ_ROW_XSTAGE_MAX (200 * 1024)
 static uint32_t plan_fwd_row_xstage(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    /* NORMJIT_PLAN_NO_ROW_STAGE=1: streamed twice, as before (to measure the two side by side) */
-    const char *off = getenv("NORMJIT_PLAN_NO_ROW_STAGE");
-    if (off && off[0] == '1') return 0;
+    if (nj_plan_switched_off("ROW_STAGE")) return 0; /* streamed twice, as before */
     int64_t es = (c->flags & NJ_FLAG_RESIDUAL) ? 4 : nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
     int64_t bytes = c->reduce_size * es;
     int32_t maxt = dev->max_threads_per_block > 0 ? dev->max_threads_per_block : 1024;
@@ -443,15 +436,7 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
             pp->launch[0].shmem = (uint32_t)bytes;
         }
     }
-    pp->pgrad = NJ_PGRAD_SLOTS;
-    pp->pgrad_parts = nslot;
-    nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
-    /* slot k's partial row of gamma at [k][n], of beta at [nslot + k][n] */
-    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0}, [NJ_COLSUM_NPARTS] = {nslot, 0},
-                                         [NJ_COLSUM_S_OUTER] = {n, 0}, [NJ_COLSUM_S_COL] = {1, 0},
-                                         [NJ_COLSUM_BASE_B] = {(int64_t)nslot * n, 0}};
-    nj_plan_add_colsum(pp, arg);
-    pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
+    nj_plan_pgrad_slots(pp, n, nslot);
     return NJ_OK;
 }
 

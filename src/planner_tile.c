@@ -9,7 +9,6 @@
  * The backward stages x and dy the same way (nj_plan_bwd_tile). */
 #include "planner_impl.h"
 
-#include <stdlib.h>
 
 /* Rows of at most this many bytes of x (two sectors): from 64 bytes on, the row family's lane groups
  * move whole 16-byte vectors of whole rows (f32 rows of 16 reach a same-size copy in the model). */
@@ -37,18 +36,11 @@ static bool tile_opd(const nj_canon *c, nj_pass pass, int o)
     }
 }
 
-/* NORMJIT_PLAN_NO_TILE=1: the row family plans these rows, as before the family (for measuring the two
- * side by side). */
-static bool tile_off(void)
-{
-    const char *e = getenv("NORMJIT_PLAN_NO_TILE");
-    return e && e[0] == '1';
-}
-
 bool nj_tile_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
     (void)dev; /* a tile's 16 KB (and the backward's floats) fit every device's shared memory */
-    if (tile_off() || c->kind != NJ_KIND_ROW || c->rank != 2) return false;
+    /* NORMJIT_PLAN_NO_TILE=1: the row family plans these rows, as before the family */
+    if (nj_plan_switched_off("TILE") || c->kind != NJ_KIND_ROW || c->rank != 2) return false;
     const nj_canon_axis *r = &c->axes[1];
     if (!r->reduce || r->extent * tile_size(c, NJ_OPD_X) > NJ_TILE_ROW_BYTES_MAX) return false;
     for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++)
@@ -123,14 +115,6 @@ nj_status nj_plan_bwd_tile(const nj_canon *c, const nj_device_props *dev, nj_pla
     pp->launch[0].shmem = (uint32_t)((5 * rows + 2 * NJ_TILE_BLOCK + 3) / 4 * 16 + (rows * n * xb + 15) / 16 * 16 +
                                      rows * n * db);
     if (!(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || c->param_size == 0) return NJ_OK;
-    pp->pgrad = NJ_PGRAD_SLOTS;
-    pp->pgrad_parts = nslot;
-    nj_plan_ws(pp, NJ_WS_PGRAD, 0, 0);
-    /* slot k's partial row of gamma at [k][n], of beta at [nslot + k][n] */
-    const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {n, 0}, [NJ_COLSUM_NPARTS] = {nslot, 0},
-                                         [NJ_COLSUM_S_OUTER] = {n, 0}, [NJ_COLSUM_S_COL] = {1, 0},
-                                         [NJ_COLSUM_BASE_B] = {(int64_t)nslot * n, 0}};
-    nj_plan_add_colsum(pp, arg);
-    pp->workspace_fixed = (uint64_t)nslot * (uint64_t)n * 2u * sizeof(float);
+    nj_plan_pgrad_slots(pp, n, nslot);
     return NJ_OK;
 }
