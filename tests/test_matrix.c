@@ -221,6 +221,10 @@ static void test_image(void **state)
     /* x alone staged (P.stage 2: f32 768x7x7's x and dy take 301 KB), dy read twice */
     check_line(m, "layernorm f32 nchw 2x768x7x7 axes=1 flags=scale,bias act=silu", 1e6, 72);
     check_line(m, "rmsnorm f32 nchw 2x1000x6x6 axes=1 flags=scale", 0.0, 73);
+    /* column backward, x and dy staged in blocks of 512 (tiles of 98 and 77 KB: two blocks an SM); the
+     * saved mean's correction at the offset; 143 pixels, the last tile 15 columns wide */
+    check_line(m, "layernorm f32 nchw 2x384x14x14 axes=1 flags=scale,bias", 1e6, 74);
+    check_line(m, "layernorm f32 nchw 3x300x11x13 axes=1 flags=scale,bias act=gelu_tanh", 0.0, 75);
     assert_int_equal(m->failed - before, 0);
 }
 

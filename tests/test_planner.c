@@ -1076,6 +1076,32 @@ static void test_image_plan(void **state)
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
 }
 
+/* A column backward whose staged tile of x and dy fits two blocks an SM but not three (f32 LayerNorm over
+ * the C of NCHW 384x14x14: 384 x 32 x 8 = 98304 B) stages it in blocks of 512 threads; sm_80's shared
+ * memory holds two such blocks only without the tile, so it keeps 256 threads and two reads of x and dy. */
+static void test_column_bwd_wide_stage(void **state)
+{
+    (void)state;
+    nj_canon v;
+    nj_plan_params pp = plan_line_v("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.stage, 1);
+    assert_int_equal(pp.tile, 32);
+    assert_int_equal(pp.launch[0].block[0], 512);
+    assert_int_equal(pp.launch[0].shmem, 384 * 32 * 8);
+    assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+    /* a tile that fits three blocks keeps 256 threads (f32 192x28x28: 49152 B) */
+    pp = plan_line("layernorm f32 nchw *x192x28x28 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.block, 256);
+    assert_int_equal(pp.stage, 1);
+    nj_device_props d80;
+    nj_device_props_default(80, &d80);
+    pp = plan_line("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &d80);
+    assert_int_equal(pp.block, 256);
+    assert_int_equal(pp.stage, 0);
+}
+
 /* A streamed block-per-row forward keeps its row in shared memory where it fits (P.stage 2): 1024
  * threads, the row's bytes (floats with the residual); the unaligned variant streams it twice as
  * before; rows held in registers, and rows past 200 KB, are not staged. */
@@ -1260,7 +1286,8 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_row_xstage), cmocka_unit_test(test_tile_plan), cmocka_unit_test(test_kernel_count),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan),
+        cmocka_unit_test(test_column_bwd_wide_stage), cmocka_unit_test(test_row_xstage), cmocka_unit_test(test_tile_plan), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
     };
