@@ -35,6 +35,7 @@ static void njt_bench_help(FILE *f)
             "  --hot-backend B     cuda | emulator for the load and lookup figures (default: cuda, else emulator)\n"
             "  --iterations N      lookups timed for the hot figure (default 1000000)\n"
             "  --keep              keep the temporary cache (its path is printed)\n"
+            "  --each              also print each cold compile as it ends (ms, pass, variant, problem)\n"
             "  --dump DIR          write the main kernels' sources instead (DIR/NNN_fwd.cu, NNN_bwd.cu: problem\n"
             "                      NNN of the manifests; lib_*.cu: the library modules passes share),\n"
             "                      compiling nothing\n"
@@ -54,6 +55,7 @@ typedef struct njt_bench_args {
     nj_backend_kind hot;
     long iterations;
     int keep;
+    int each;              /* --each: a line per cold compile */
     const char *dump;      /* --dump DIR */
     const char *ab[2];     /* --ab DIR_A DIR_B */
     long rounds;           /* --rounds N (--ab) */
@@ -105,6 +107,9 @@ static int njt_bench_cold(const njt_bench_args *a, const char *dir, uint32_t var
                 nvrtc[*nk] = nj_ops_last_compile_ms() * 1e-3;
                 bwd[*nk] = pass == NJ_PASS_BACKWARD;
                 (*nk)++;
+                if (a->each)
+                    printf("compile %9.3f ms  %s %s  %s\n", t * 1e3, pass == NJ_PASS_BACKWARD ? "bwd" : "fwd",
+                           variant == NJ_OPS_WARM_UNALIGNED ? "unaligned" : "main", njt_tool_problem_text(&pr[i]));
             }
         }
     }
@@ -212,6 +217,8 @@ static int njt_bench_parse_args(int argc, char **argv, njt_bench_args *a)
                 return njt_tool_usage_error("bench", "--iterations takes a positive number");
         } else if (!strcmp(argv[i], "--keep")) {
             a->keep = 1;
+        } else if (!strcmp(argv[i], "--each")) {
+            a->each = 1;
         } else if ((r = njt_tool_opt(argc, argv, &i, "--dump", &v))) {
             if (r < 0) return njt_tool_usage_error("bench", "--dump needs a folder");
             a->dump = v;
