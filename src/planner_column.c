@@ -223,6 +223,8 @@ static uint32_t col_stage_bwd_bytes(const nj_canon *c, const nj_device_props *de
 #define NJ_COL_WIDE_BLOCK 512
 static uint32_t col_stage_bwd_wide(const nj_canon *c, const nj_device_props *dev, int32_t tile)
 {
+    /* NORMJIT_PLAN_NO_COL_WIDE=1: such a tile is not staged, as before */
+    if (nj_plan_switched_off("COL_WIDE")) return 0;
     if (dev->max_threads_per_block > 0 && dev->max_threads_per_block < NJ_COL_WIDE_BLOCK) return 0;
     int64_t es = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]);
     return col_stage_fit(c, dev, tile, es, NJ_COL_STAGE_BWD_WIDE, 2, 16384);

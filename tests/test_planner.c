@@ -1078,7 +1078,8 @@ static void test_image_plan(void **state)
 
 /* A column backward whose staged tile of x and dy fits two blocks an SM but not three (f32 LayerNorm over
  * the C of NCHW 384x14x14: 384 x 32 x 8 = 98304 B) stages it in blocks of 512 threads; sm_80's shared
- * memory holds two such blocks only without the tile, so it keeps 256 threads and two reads of x and dy. */
+ * memory holds two such blocks only without the tile, so it keeps 256 threads and two reads of x and dy;
+ * so does everything under NORMJIT_PLAN_NO_COL_WIDE=1. */
 static void test_column_bwd_wide_stage(void **state)
 {
     (void)state;
@@ -1098,6 +1099,12 @@ static void test_column_bwd_wide_stage(void **state)
     nj_device_props d80;
     nj_device_props_default(80, &d80);
     pp = plan_line("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &d80);
+    assert_int_equal(pp.block, 256);
+    assert_int_equal(pp.stage, 0);
+    /* the switch gpu-check's A/B step uses restores the unstaged plan */
+    setenv("NORMJIT_PLAN_NO_COL_WIDE", "1", 1);
+    pp = plan_line("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
+    unsetenv("NORMJIT_PLAN_NO_COL_WIDE");
     assert_int_equal(pp.block, 256);
     assert_int_equal(pp.stage, 0);
 }
