@@ -134,6 +134,10 @@ NJ_OPS const char *nj_ops_model_device(const nj_ops_model *m);
  * *brief (optional) one line a pass (the baseline's form). Both malloc'd (free()). */
 NJ_OPS nj_status nj_ops_model_run(nj_ops_model *m, const char *text, const nj_problem_desc *p, char **report,
                                   char **brief);
+/* As nj_ops_model_run, with *goals (optional) one line a pass against issue 17's goals (src/model_goals.c):
+ * the figures, then "unmet:" and the goals missed, or "all goals met". */
+NJ_OPS nj_status nj_ops_model_run_goals(nj_ops_model *m, const char *text, const nj_problem_desc *p, char **report,
+                                        char **brief, char **goals);
 /* Compares a brief line with its baseline line (matched by problem and pass by the caller): 0 when no
  * figure regresses beyond tolerance, else 1 with the reason in why. */
 NJ_OPS int nj_ops_model_compare(const char *base, const char *now, char *why, size_t cap);

@@ -125,6 +125,26 @@ static double m_ideal(const nj_problem_desc *p, nj_pass pass)
     return numel * es * 3 + bparams + nstat * statb;
 }
 
+/* The forward's floor where a set cannot stay on chip, and whether x's contiguous run takes whole 16-byte
+ * vectors. The smallest piece of x holding whole sets spans every axis from the outermost reduced one in
+ * (a channels-last group interleaves with the others: the image); two_read where that piece of x, and of
+ * the residual, outgrows an SM's shared memory. The run: the innermost axes of x laid end to end. */
+static void m_floor(const nj_canon *c, const nj_problem_desc *p, nj_pass pass, const nj_model_device *d,
+                    nj_model_pass *out)
+{
+    double es = (double)nj_dtype_size((nj_dtype)p->x.dtype), numel = (double)m_count(&p->x, ~0u);
+    double inputs = pass == NJ_PASS_FORWARD ? 1.0 + ((p->flags & NJ_FLAG_RESIDUAL) != 0) : 1.0;
+    out->two_read_bytes = out->ideal_bytes + numel * es * inputs;
+    int32_t a0 = 1;
+    while (a0 < c->rank && !c->axes[a0].reduce) a0++;
+    double piece = 1;
+    for (int32_t a = a0; a < c->rank; a++) piece *= (double)c->axes[a].extent;
+    out->two_read = piece * es * inputs > (double)d->smem_sm;
+    int64_t run = 1;
+    for (int32_t a = c->rank - 1; a >= 1 && c->axes[a].stride[NJ_OPD_X] == run; a--) run *= c->axes[a].extent;
+    out->vec16 = run > 1 && (int64_t)((double)run * es) % 16 == 0;
+}
+
 static nj_status m_call(nj_plan *plan, const nj_problem_desc *p, nj_pass pass, mbufs *b)
 {
     void *const *v = b->p;
@@ -352,6 +372,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
     out->family = pp->family;
     snprintf(out->plan_text, sizeof out->plan_text, "%s", pi.plan_text);
     out->ideal_bytes = m_ideal(p, pass);
+    m_floor(&plan->canon, p, pass, d, out);
     m_res res[16];
     memset(res, 0, sizeof res);
     int32_t nres = o->ptxas ? m_ptxas(ctx, &pi, d->arch, plan->canon.dtype[NJ_OPD_PARAM], res, 16) : 0;

@@ -5,6 +5,7 @@
  *   model_trace.c    access counting: the emulator's accesses grouped per warp request, sectors, DRAM bytes
  *   model.c          a problem's passes: plan, ptxas report, traced run, the time estimate
  *   model_report.c   the text report and the baseline lines
+ *   model_goals.c    each pass against issue 17's goals (bytes, sectors, widths, loads in flight, ...)
  * The tool (tools/cmd_model.c) and the tests use this header; it is not public API. */
 #ifndef NJ_MODEL_H
 #define NJ_MODEL_H
@@ -132,6 +133,11 @@ typedef struct nj_model_pass {
     double pct_same;
     int32_t nlaunch;
     nj_model_launch launch[NJ_MAX_LAUNCHES];
+    /* for the goals (model_goals.c): the ideal bytes with x (and the residual) read once more, the floor
+     * of a forward whose set (one statistic's x) outgrows an SM's shared memory (two_read 1); vec16 1
+     * where x's contiguous innermost run is a whole number of 16-byte vectors */
+    double two_read_bytes;
+    int32_t two_read, vec16;
 } nj_model_pass;
 
 typedef struct nj_model_result {
@@ -156,5 +162,12 @@ NJ_HIDDEN void nj_model_brief(nj_buf *b, const char *text, const nj_model_result
 /* Compares a brief line with its baseline line: returns 0 when no figure regresses beyond tolerance,
  * else 1 with the reason in why. Lines are matched by problem and pass by the caller. */
 NJ_HIDDEN int nj_model_compare(const char *base, const char *now, char *why, size_t cap);
+/* Sector efficiency and active lanes of a whole pass (every launch's requests together). */
+NJ_HIDDEN void nj_model_pass_eff(const nj_model_pass *ps, double *eff, double *lanes);
+
+/* ---- issue 17's goals (model_goals.c) ---- */
+/* One line a pass: each goal's figure, then "unmet:" and the names of those it misses (pct, bytes,
+ * sectors, 16B, inflight, lanes, wave), or "all goals met". */
+NJ_HIDDEN void nj_model_goals(nj_buf *b, const char *text, const nj_model_result *r, const nj_model_device *dev);
 
 #endif

@@ -73,8 +73,7 @@ static void r_launch(nj_buf *b, const nj_model_launch *m)
                   m->time * 1e6, m->t_dram * 1e6, m->t_lat * 1e6, m->t_l2 * 1e6, m->t_rows * 1e6, m->bound);
 }
 
-/* Sector efficiency and active lanes of a whole pass (every launch's requests together). */
-static void r_pass_eff(const nj_model_pass *ps, double *eff, double *lanes)
+void nj_model_pass_eff(const nj_model_pass *ps, double *eff, double *lanes)
 {
     double bytes = 0, sectors = 0, l = 0, req = 0;
     for (int32_t i = 0; i < ps->nlaunch; i++)
@@ -102,7 +101,7 @@ void nj_model_report(nj_buf *b, const char *text, const nj_model_result *r, cons
     for (int32_t k = 0; k < r->npass; k++) {
         const nj_model_pass *ps = &r->pass[k];
         double eff, lanes;
-        r_pass_eff(ps, &eff, &lanes);
+        nj_model_pass_eff(ps, &eff, &lanes);
         nj_buf_printf(b, "  %s family=%s, %d launches: %s\n", ps->pass == NJ_PASS_FORWARD ? "fwd" : "bwd",
                       nj_family_name(ps->family), r_launches(ps), ps->plan_text);
         nj_buf_printf(b, "    ideal %.2f MB, plan %.2f MB DRAM (%.2fx), sector efficiency %.0f%%, %.1f lanes a "
@@ -118,7 +117,7 @@ void nj_model_brief(nj_buf *b, const char *text, const nj_model_result *r)
     for (int32_t k = 0; k < r->npass; k++) {
         const nj_model_pass *ps = &r->pass[k];
         double eff, lanes;
-        r_pass_eff(ps, &eff, &lanes);
+        nj_model_pass_eff(ps, &eff, &lanes);
         nj_buf_printf(b, "%s | %s | launches %d | ideal_mb %.3f | dram_mb %.3f | sector_eff %.3f | lanes %.2f | "
                          "pct_copy %.1f | us %.2f | pct_same %.1f\n",
                       text, ps->pass == NJ_PASS_FORWARD ? "fwd" : "bwd", r_launches(ps), ps->ideal_bytes / 1e6,

@@ -53,10 +53,17 @@ const char *nj_ops_model_device(const nj_ops_model *m)
 nj_status nj_ops_model_run(nj_ops_model *m, const char *text, const nj_problem_desc *p, char **report,
                            char **brief)
 {
+    return nj_ops_model_run_goals(m, text, p, report, brief, NULL);
+}
+
+nj_status nj_ops_model_run_goals(nj_ops_model *m, const char *text, const nj_problem_desc *p, char **report,
+                                 char **brief, char **goals)
+{
     nj_error_clear();
     NJ_RETURN_IF(!m || !text || !p, NJ_ERR_NULL_POINTER, "nj_ops_model_run: NULL argument");
-    if (report) *report = NULL;
-    if (brief) *brief = NULL;
+    char **out[3] = {report, brief, goals};
+    for (int i = 0; i < 3; i++)
+        if (out[i]) *out[i] = NULL;
     nj_model_result *r = malloc(sizeof *r); /* several kB: not on the caller's stack */
     NJ_RETURN_IF(!r, NJ_ERR_OUT_OF_MEMORY, "out of memory");
     nj_status s = nj_model_problem(m->ctx, p, &m->opts, r);
@@ -64,22 +71,26 @@ nj_status nj_ops_model_run(nj_ops_model *m, const char *text, const nj_problem_d
         free(r);
         return s;
     }
-    nj_buf rb, bb;
-    nj_buf_init(&rb);
-    nj_buf_init(&bb);
-    if (report) nj_model_report(&rb, text, r, m->opts.dev);
-    if (brief) nj_model_brief(&bb, text, r);
+    nj_buf buf[3];
+    char *text_out[3] = {NULL, NULL, NULL};
+    bool oom = false;
+    for (int i = 0; i < 3; i++) {
+        nj_buf_init(&buf[i]);
+        if (!out[i]) continue;
+        if (i == 0) nj_model_report(&buf[i], text, r, m->opts.dev);
+        else if (i == 1) nj_model_brief(&buf[i], text, r);
+        else nj_model_goals(&buf[i], text, r, m->opts.dev);
+        text_out[i] = nj_buf_take(&buf[i]);
+        oom = oom || !text_out[i];
+        nj_buf_free(&buf[i]);
+    }
     free(r);
-    char *rt = report ? nj_buf_take(&rb) : NULL, *bt = brief ? nj_buf_take(&bb) : NULL;
-    nj_buf_free(&rb);
-    nj_buf_free(&bb);
-    if ((report && !rt) || (brief && !bt)) {
-        free(rt);
-        free(bt);
+    if (oom) {
+        for (int i = 0; i < 3; i++) free(text_out[i]);
         NJ_RETURN_IF(1, NJ_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    if (report) *report = rt;
-    if (brief) *brief = bt;
+    for (int i = 0; i < 3; i++)
+        if (out[i]) *out[i] = text_out[i];
     return s;
 }
 

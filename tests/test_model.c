@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -206,13 +207,100 @@ static void test_compare(void **state)
     assert_int_equal(nj_model_compare(base, eff, why, sizeof why), 1);
 }
 
+/* A synthetic forward pass that meets every goal on the H200 (figures chosen by hand, not by the model):
+ * one launch of 264 blocks, 1.02x the ideal bytes, whole sectors in 16-byte accesses, 32 KB in flight. */
+static nj_model_result goal_pass(void)
+{
+    nj_model_result r;
+    memset(&r, 0, sizeof r);
+    r.npass = 1;
+    nj_model_pass *ps = &r.pass[0];
+    ps->pass = NJ_PASS_FORWARD;
+    ps->ideal_bytes = 100e6;
+    ps->dram_bytes = 102e6;
+    ps->two_read_bytes = 150e6;
+    ps->vec16 = 1;
+    ps->pct_copy = 92.0;
+    ps->pct_same = 95.0;
+    ps->nlaunch = 1;
+    nj_model_launch *m = &ps->launch[0];
+    m->blocks = 264;
+    m->inflight_sm = 32 * 1024;
+    m->t.dram_read = 51e6, m->t.dram_write = 51e6;
+    for (int d = 0; d < 2; d++) {
+        m->t.req[d] = 1000, m->t.lanes[d] = 32000, m->t.bytes[d] = 512000, m->t.sectors[d] = 16000;
+        m->t.width[d][4] = 32000; /* 16-byte lane accesses */
+    }
+    return r;
+}
+
+static char *goals_of(const nj_model_result *r)
+{
+    nj_buf b;
+    nj_buf_init(&b);
+    nj_model_goals(&b, "p", r, nj_model_device_find("H200"));
+    return nj_buf_take(&b);
+}
+
+static void expect_unmet(const nj_model_result *r, const char *goal)
+{
+    char *line = goals_of(r);
+    assert_non_null(line);
+    char want[64];
+    snprintf(want, sizeof want, "unmet: %s\n", goal);
+    if (!strstr(line, want)) fail_msg("expected only '%s' unmet: %s", goal, line);
+    free(line);
+}
+
+/* Each of issue 17's goals (model_goals.c) fails alone when its own figure misses it. */
+static void test_goals(void **state)
+{
+    (void)state;
+    nj_model_result r = goal_pass();
+    char *line = goals_of(&r);
+    assert_int_equal(strncmp(line, "p | fwd | pct 92.0 (ceiling 96.8) | bytes 1.02x", 46), 0);
+    assert_non_null(strstr(line, "all goals met"));
+    free(line);
+    r = goal_pass(), r.pass[0].pct_copy = 89.0;
+    expect_unmet(&r, "pct");
+    r = goal_pass(), r.pass[0].dram_bytes = 106e6;
+    expect_unmet(&r, "bytes");
+    r = goal_pass(), r.pass[0].dram_bytes = 150e6, r.pass[0].two_read = 1; /* within the two-read floor */
+    line = goals_of(&r);
+    assert_non_null(strstr(line, "all goals met"));
+    assert_non_null(strstr(line, "two-read floor"));
+    free(line);
+    r = goal_pass(), r.pass[0].launch[0].t.sectors[0] = 20000;
+    expect_unmet(&r, "sectors");
+    r = goal_pass(), r.pass[0].launch[0].t.width[0][4] = 0, r.pass[0].launch[0].t.width[0][2] = 128000;
+    expect_unmet(&r, "16B");
+    r.pass[0].vec16 = 0; /* x's run is not whole 16-byte vectors: narrower accesses are all it allows */
+    line = goals_of(&r);
+    assert_non_null(strstr(line, "all goals met"));
+    free(line);
+    r = goal_pass(), r.pass[0].launch[0].inflight_sm = 8 * 1024; /* 4.1 TB/s x 650 ns / 132 SMs = 19.7 KB */
+    expect_unmet(&r, "inflight");
+    r = goal_pass(), r.pass[0].launch[0].t.lanes[0] = 16000, r.pass[0].launch[0].t.lanes[1] = 16000;
+    expect_unmet(&r, "lanes");
+    r = goal_pass(), r.pass[0].launch[0].blocks = 100;
+    expect_unmet(&r, "wave");
+    /* the backward: 80% of copy and 1.3x the ideal bytes, nothing else */
+    r = goal_pass(), r.pass[0].pass = NJ_PASS_BACKWARD, r.pass[0].pct_copy = 81.0, r.pass[0].dram_bytes = 129e6;
+    r.pass[0].launch[0].blocks = 1;
+    line = goals_of(&r);
+    assert_non_null(strstr(line, "all goals met"));
+    free(line);
+    r.pass[0].dram_bytes = 131e6;
+    expect_unmet(&r, "bytes");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_f32_forward), cmocka_unit_test(test_sample_scales),
         cmocka_unit_test(test_row_backward),    cmocka_unit_test(test_counting_off),
         cmocka_unit_test(test_param_reads_capped), cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_devices),
-        cmocka_unit_test(test_compare),
+        cmocka_unit_test(test_compare),         cmocka_unit_test(test_goals),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -38,6 +38,10 @@ static void m_help(FILE *f)
             "  --sample N           blocks traced a launch (default 32; fewer for big blocks)\n"
             "  --no-ptxas           skip the NVRTC compile (no registers: occupancy from threads and shared)\n"
             "  --brief              one line a pass\n"
+            "  --goals              one line a pass against issue 17's goals (forward: >= 90%% of copy, <= 1.05x\n"
+            "                       the ideal bytes or the two-read floor, sectors >= 95%%, 16-byte accesses,\n"
+            "                       loads in flight for copy speed, lanes >= 90%%, a block every SM; backward:\n"
+            "                       >= 80%% of copy, <= 1.3x the ideal bytes), then how many passes miss each\n"
             "  --baseline-write F   write the brief lines to F\n"
             "  --baseline-check F   compare with F; exit 1 on a regression (fewer bytes, better sectors pass)\n"
             "  --cache DIR          cache root\n"
@@ -46,7 +50,7 @@ static void m_help(FILE *f)
 
 typedef struct m_args {
     char **files, **words;
-    int nfiles, nwords, brief, ptxas;
+    int nfiles, nwords, brief, ptxas, goals;
     long batch, sample;
     int32_t arch;
     uint32_t passes;
@@ -93,6 +97,8 @@ static int m_parse(int argc, char **argv, m_args *a)
             a->ptxas = 0;
         } else if (!strcmp(argv[i], "--brief")) {
             a->brief = 1;
+        } else if (!strcmp(argv[i], "--goals")) {
+            a->goals = 1;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             return njt_tool_usage_error("model", "unknown option '%s'", argv[i]);
         } else {
@@ -234,6 +240,48 @@ static int m_append(char **all, size_t *len, const char *text)
     return 0;
 }
 
+/* The goals' names (src/model_goals.c) and, per pass kind, how many lines miss each. */
+static const char *const m_goal_names[] = {"pct", "bytes", "sectors", "16B", "inflight", "lanes", "wave"};
+#define M_GOALS (sizeof m_goal_names / sizeof m_goal_names[0])
+typedef struct m_tally {
+    int passes[2], met[2], miss[2][M_GOALS];
+} m_tally;
+
+static void m_tally_lines(m_tally *t, const char *lines)
+{
+    for (const char *l = lines; *l;) {
+        size_t n = strcspn(l, "\n");
+        char one[1024];
+        snprintf(one, sizeof one, "%.*s", (int)n, l);
+        int k = strstr(one, " | bwd | ") ? 1 : 0;
+        const char *u = strstr(one, "unmet:");
+        t->passes[k]++;
+        t->met[k] += u == NULL;
+        for (size_t g = 0; u && g < M_GOALS; g++) {
+            char word[32];
+            snprintf(word, sizeof word, " %s", m_goal_names[g]);
+            for (const char *w = strstr(u, word); w; w = strstr(w + 1, word))
+                if (w[strlen(word)] == ' ' || w[strlen(word)] == '\0') {
+                    t->miss[k][g]++;
+                    break;
+                }
+        }
+        l += n + (l[n] == '\n');
+    }
+}
+
+static void m_tally_print(const m_tally *t)
+{
+    for (int k = 0; k < 2; k++) {
+        if (!t->passes[k]) continue;
+        printf("goals, %s: %d of %d passes meet every goal; missed:", k ? "backward" : "forward", t->met[k],
+               t->passes[k]);
+        for (size_t g = 0; g < M_GOALS; g++)
+            if (t->miss[k][g]) printf(" %s %d", m_goal_names[g], t->miss[k][g]);
+        printf("\n");
+    }
+}
+
 static int m_run(m_args *a, char **texts, int n)
 {
     nj_ops_model_opts o = {sizeof o, a->device, a->arch, a->ptxas, (uint32_t)a->sample, a->passes,
@@ -247,22 +295,29 @@ static int m_run(m_args *a, char **texts, int n)
     char *lines = NULL;
     size_t len = 0;
     int failed = m_append(&lines, &len, "") ? 1 : 0;
+    m_tally tally;
+    memset(&tally, 0, sizeof tally);
     for (int i = 0; i < n; i++) {
         nj_problem_desc p;
-        char *report = NULL, *brief = NULL;
+        char *report = NULL, *brief = NULL, *goals = NULL;
         s = m_problem(texts[i], a->batch, &p);
-        if (s == NJ_OK) s = nj_ops_model_run(m, texts[i], &p, a->brief ? NULL : &report, &brief);
+        if (s == NJ_OK)
+            s = nj_ops_model_run_goals(m, texts[i], &p, a->brief || a->goals ? NULL : &report, &brief,
+                                       a->goals ? &goals : NULL);
         if (s != NJ_OK) {
             njt_tool_error(s, "model of '%s'", texts[i]);
             failed++;
             continue;
         }
-        fputs(a->brief ? brief : report, stdout);
+        fputs(a->goals ? goals : a->brief ? brief : report, stdout);
         fflush(stdout);
+        if (goals) m_tally_lines(&tally, goals);
         if (m_append(&lines, &len, brief)) failed++;
         free(report);
         free(brief);
+        free(goals);
     }
+    if (a->goals) m_tally_print(&tally);
     if (!failed && a->write && m_write(a->write, lines, a, nj_ops_model_device(m))) failed++;
     if (!failed && a->check && m_check(a->check, lines) != 0) failed++;
     nj_ops_model_destroy(m);
