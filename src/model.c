@@ -125,15 +125,17 @@ static double m_ideal(const nj_problem_desc *p, nj_pass pass)
     return numel * es * 3 + bparams + nstat * statb;
 }
 
-/* The forward's floor where a set cannot stay on chip, and whether x's contiguous run takes whole 16-byte
+/* A pass's floor where a set cannot stay on chip, and whether x's contiguous run takes whole 16-byte
  * vectors. The smallest piece of x holding whole sets spans every axis from the outermost reduced one in
  * (a channels-last group interleaves with the others: the image); two_read where that piece of x, and of
- * the residual, outgrows an SM's shared memory. The run: the innermost axes of x laid end to end. */
+ * the residual (forward) or dy (backward), outgrows an SM's shared memory: the pass then reads them twice. The run: the innermost axes of x laid end to end. */
 static void m_floor(const nj_canon *c, const nj_problem_desc *p, nj_pass pass, const nj_model_device *d,
                     nj_model_pass *out)
 {
     double es = (double)nj_dtype_size((nj_dtype)p->x.dtype), numel = (double)m_count(&p->x, ~0u);
-    double inputs = pass == NJ_PASS_FORWARD ? 1.0 + ((p->flags & NJ_FLAG_RESIDUAL) != 0) : 1.0;
+    /* the bytes an element of the walked inputs: x and the residual forward, x and dy backward */
+    double esd = c->dtype[NJ_OPD_DY] != NJ_DTYPE_NONE ? (double)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]) : es;
+    double inputs = pass == NJ_PASS_FORWARD ? 1.0 + ((p->flags & NJ_FLAG_RESIDUAL) != 0) : 1.0 + esd / es;
     out->two_read_bytes = out->ideal_bytes + numel * es * inputs;
     int32_t a0 = 1;
     while (a0 < c->rank && !c->axes[a0].reduce) a0++;

@@ -133,9 +133,9 @@ typedef struct nj_model_pass {
     double pct_same;
     int32_t nlaunch;
     nj_model_launch launch[NJ_MAX_LAUNCHES];
-    /* for the goals (model_goals.c): the ideal bytes with x (and the residual) read once more, the floor
-     * of a forward whose set (one statistic's x) outgrows an SM's shared memory (two_read 1); vec16 1
-     * where x's contiguous innermost run is a whole number of 16-byte vectors */
+    /* for the goals (model_goals.c): the ideal bytes with x and the residual (forward) or x and dy
+     * (backward) read once more, the floor of a pass whose sets cannot stay in an SM's shared memory
+     * (two_read 1); vec16 1 where x's contiguous innermost run is a whole number of 16-byte vectors */
     double two_read_bytes;
     int32_t two_read, vec16;
 } nj_model_pass;

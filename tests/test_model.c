@@ -292,6 +292,13 @@ static void test_goals(void **state)
     free(line);
     r.pass[0].dram_bytes = 131e6;
     expect_unmet(&r, "bytes");
+    /* sets past shared memory: x and dy read twice, 1.05x that floor */
+    r.pass[0].two_read = 1, r.pass[0].two_read_bytes = 166e6, r.pass[0].dram_bytes = 170e6;
+    line = goals_of(&r);
+    assert_non_null(strstr(line, "all goals met"));
+    free(line);
+    r.pass[0].dram_bytes = 175e6;
+    expect_unmet(&r, "bytes");
 }
 
 int main(void)
