@@ -27,7 +27,7 @@
  *   P.role            the launch of each role the plan has (planner.h: nj_role), as in P.launch:
  *                     P.role.part, .main, .pgrad, .merge, .colsum (nil when the plan has none)
  *   P.pgrad           how dgamma/dbeta are made (nj_pgrad): "none" | "slots" | "fused" | "walk" | "tiles" |
- *                     "sets" | "rows" | "pieces"; P.pgrad_parts: partials of each element the column sum adds (slots, walk, tiles)
+ *                     "sets" | "rows" | "pieces" | "tiles_dx"; P.pgrad_parts: partials of each element the column sum adds (slots, walk, tiles)
  *   P.ws              named workspace regions {fixed=, per_row=} in floats: P.ws.pgrad, .parts, .means, .dl, .sets
  *                     (nil when unused); P.ws_stride: floats a batch row when the regions repeat per row
  *                     (the offsets are then within a row's), else 0

@@ -17,7 +17,8 @@
  * and read only for sets whose |mean| * rstd exceeds NJ_FIX_RATIO (none for ordinary data). */
 static void bwd_reserve_dl(const nj_canon *c, nj_plan_params *pp)
 {
-    if (!(c->flags & NJ_FLAG_CENTER) || (pp->pgrad != NJ_PGRAD_WALK && pp->pgrad != NJ_PGRAD_TILES)) return;
+    if (!(c->flags & NJ_FLAG_CENTER) || (pp->pgrad != NJ_PGRAD_WALK && pp->pgrad != NJ_PGRAD_TILES && pp->pgrad != NJ_PGRAD_TILES_DX))
+        return;
     nj_plan_ws(pp, NJ_WS_DL, (int64_t)(pp->workspace_fixed / sizeof(float)),
                (int64_t)(pp->workspace_per_row / sizeof(float)));
     pp->workspace_per_row += (uint64_t)c->kept_inner * sizeof(float);

@@ -99,13 +99,14 @@ typedef enum nj_role { NJ_ROLE_PART, NJ_ROLE_MAIN, NJ_ROLE_PGRAD, NJ_ROLE_MERGE,
  * added by the column sum over the tiles. */
 typedef enum nj_pgrad {
     NJ_PGRAD_NONE, NJ_PGRAD_SLOTS, NJ_PGRAD_FUSED, NJ_PGRAD_WALK, NJ_PGRAD_TILES, NJ_PGRAD_SETS, NJ_PGRAD_ROWS,
-    NJ_PGRAD_PIECES, NJ_PGRAD_COUNT
+    NJ_PGRAD_PIECES, NJ_PGRAD_TILES_DX, NJ_PGRAD_COUNT
 } nj_pgrad;
 /* Named workspace regions. PGRAD: the dgamma/dbeta partials ([2][parts][param] floats: gamma's, then
  * beta's, except WALK's [parts][param][2] pairs and the layouts the FUSED families document). PARTS:
  * the pieces' partial sums of a split pass. MEANS: the statistics (forward) or means (backward) the merge
  * writes. DL: the saved-mean corrections a dx kernel leaves for a separate dgamma/dbeta walk. SETS:
- * a statistic's (sum dz * xhat, sum dz) pair under NJ_PGRAD_SETS, a piece's under NJ_PGRAD_PIECES. */
+ * a statistic's (sum dz * xhat, sum dz) pair under NJ_PGRAD_SETS, a piece's under NJ_PGRAD_PIECES, a
+ * row's two means (of g and g * xhat) under NJ_PGRAD_TILES_DX. */
 typedef enum nj_ws_name { NJ_WS_PGRAD, NJ_WS_PARTS, NJ_WS_MEANS, NJ_WS_DL, NJ_WS_SETS, NJ_WS_COUNT } nj_ws_name;
 /* A region starts fixed + per_row * rows floats into the workspace (rows: the batch's), or, in a plan
  * with ws_stride, that far into each batch row's ws_stride floats. */

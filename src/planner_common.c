@@ -67,7 +67,7 @@ const char *nj_role_name(int32_t role)
 const char *nj_pgrad_name(int32_t pgrad)
 {
     static const char *const names[NJ_PGRAD_COUNT] = {"none", "slots", "fused", "walk", "tiles", "sets", "rows",
-                                                              "pieces"};
+                                                              "pieces", "tiles_dx"};
     return pgrad >= 0 && pgrad < NJ_PGRAD_COUNT ? names[pgrad] : NULL;
 }
 
@@ -278,6 +278,21 @@ static void plan_pgrad_col(const nj_canon *c, const nj_device_props *dev, nj_pla
         nj_plan_add_colsum(pp, arg);
         pp->workspace_fixed = (uint64_t)split * (uint64_t)c->param_size * 2u * sizeof(float);
     }
+}
+
+/* Rows whose dgamma/dbeta come from column tiles (NJ_PGRAD_TILES) read x and dy three times: the sums
+ * walk, the dx walk, the tiles' walk. Under NJ_PGRAD_TILES_DX the dx launch stops after the sums, leaving
+ * each row's two means (of g and g * xhat) in the workspace (NJ_WS_SETS: a pair a row, after the plan's
+ * regions so far), and the tiles' walk, which reads x and dy anyway, writes dx from them: x and dy read
+ * twice (LayerNorm f32 1000 x 100000: 2.69x -> ~1.67x the ideal bytes in the model). Row problems only
+ * (one statistic a batch row, gamma along it); NORMJIT_PLAN_NO_PGRAD_DX=1 keeps the three walks. */
+void nj_plan_pgrad_dx(const nj_canon *c, nj_plan_params *pp)
+{
+    if (pp->pgrad != NJ_PGRAD_TILES || c->rank != 2 || c->kept_inner != 1 || nj_plan_switched_off("PGRAD_DX")) return;
+    pp->pgrad = NJ_PGRAD_TILES_DX;
+    nj_plan_ws(pp, NJ_WS_SETS, (int64_t)(pp->workspace_fixed / sizeof(float)),
+               (int64_t)(pp->workspace_per_row / sizeof(float)));
+    pp->workspace_per_row += 2u * sizeof(float);
 }
 
 /* The dgamma/dbeta launches of the general and column families (none without scale/bias). */

@@ -66,5 +66,6 @@ nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_
     else nj_plan_pgrad(c, dev, pp);
     /* [statistic][piece][WQ] sums, after the fixed region of the dgamma/dbeta launches */
     if (pp->split > 1) nj_plan_ws(pp, NJ_WS_PARTS, (int64_t)(pp->workspace_fixed / sizeof(float)), 0);
+    if (pp->split > 1) nj_plan_pgrad_dx(c, pp); /* the pieces' dx launch then only merges their sums */
     return NJ_OK;
 }

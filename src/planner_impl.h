@@ -48,6 +48,8 @@ NJ_HIDDEN void nj_plan_pgrad_slots(nj_plan_params *pp, int64_t n, int32_t nslot)
  * do not fuse them into their own walk: none without scale/bias. Appended after pp's launches, their
  * partials in the workspace's fixed region. */
 NJ_HIDDEN void nj_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp);
+/* After nj_plan_pgrad: the column tiles' walk writes dx too where it can (NJ_PGRAD_TILES_DX). */
+NJ_HIDDEN void nj_plan_pgrad_dx(const nj_canon *c, nj_plan_params *pp);
 NJ_HIDDEN bool nj_pgrad_sets_ok(const nj_canon *c);
 NJ_HIDDEN void nj_plan_pgrad_sets(const nj_canon *c, nj_plan_params *pp);
 NJ_HIDDEN int64_t nj_pgrad_pieces_run(const nj_canon *c, int32_t split);

@@ -405,6 +405,7 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
         pp->launch[0].row_div = pp->rows_per_block;
         nj_plan_grid_loop(pp, (int64_t)pp->rows_per_block * n, dev);
         nj_plan_pgrad(c, dev, pp); /* none without gamma/beta */
+        nj_plan_pgrad_dx(c, pp);
         return NJ_OK;
     }
     /* A fixed number of blocks (one partial row each), 1024 threads an SM. A 512-thread block whose

@@ -38,6 +38,10 @@ local SETS = P.pgrad == "sets"
 -- st's piece q at pair st * NJ_SPLIT + q, which the column sum adds per gamma element
 local PIECES = P.pgrad == "pieces"
 if PIECES and SPLIT < 2 then error("bwd_general: pieces need a split walk") end
+-- dx from the column tiles' walk (P.pgrad "tiles_dx", planner_common.c: nj_plan_pgrad_dx): the dx
+-- launch only merges its row's pieces and leaves the two means, a pair a row, in the workspace
+local PDX = P.pgrad == "tiles_dx"
+if PDX and (SPLIT < 2 or P.kept_inner ~= 1) then error("bwd_general: tiles_dx needs split rows") end
 local SG = SETS and "dz" or "g"
 local GS = (SETS and F.scale) and "gs_ * " or ""
 %}
@@ -51,8 +55,9 @@ local GS = (SETS and F.scale) and "gs_ * " or ""
 #define NJ_WS_DX ((float *)A.workspace{{ ws_plus("parts") }})
 #define NJ_WQ {{ WQ }}
 {% end %}
-{% if SETS or PIECES then %}
-/* a statistic's (or piece's) (sum dz * xhat, sum dz): its shares of dgamma and dbeta, for the column sum */
+{% if SETS or PIECES or PDX then %}
+/* a statistic's (or piece's) (sum dz * xhat, sum dz): its shares of dgamma and dbeta, for the column sum;
+   tiles_dx: a row's two means, for the column tiles' dx */
 #define NJ_WS_SETS ((float *)A.workspace{{ ws_plus("sets") }})
 {% end %}
 
@@ -186,6 +191,13 @@ NJ_KERNEL({{ name }}, {{ B }})
         const float m1 = {{ GS }}s1 * (1.0f / (float)NJ_N);
 {% end %}
         const float m2 = {{ GS }}s2 * (1.0f / (float)NJ_N);
+{% if PDX then %}
+        (void)odx;
+        if (threadIdx.x == 0 && piece == 0) {
+            NJ_WS_SETS[st * 2] = {{ F.center and "m1" or "0.0f" }};
+            NJ_WS_SETS[st * 2 + 1] = m2;
+        }
+{% else %}
 {% if PIECES then %}
         float p1 = 0.0f, p2 = 0.0f; /* the piece's sums of dz * xhat and dz */
 {% end %}
@@ -208,6 +220,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             NJ_WS_SETS[wi * 2 + 1] = p2;
         }
 {% end %}
+{% end %}
     }
 }
 {% end %}
@@ -219,7 +232,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% else %}
 {% dx_kernel(P.role.main.kernel, "full") %}
 {% end %}
-{% if P.pgrad == "tiles" then %}
+{% if P.pgrad == "tiles" or PDX then %}
 {% include("bwd_pgrad_col.cuh") %}
 {% elseif P.pgrad == "walk" then %}
 {% include("bwd_pgrad.cuh") %}

@@ -4,7 +4,10 @@
    one column, warp ty walks the non-feature index space at s * BY + ty, stepping NJ_S * BY (32 reads of
    neighbouring elements per warp: coalesced); warp 0 adds the BY warp sums in order. With NJ_S > 1 each
    split writes a partial row to the workspace and the library's column sum (lib_colsum.cu) adds the
-   NJ_S partials of a feature element in split order. Fixed split, fixed order: deterministic. #}
+   NJ_S partials of a feature element in split order. Fixed split, fixed order: deterministic.
+   DX (P.pgrad "tiles_dx": rows, one statistic a batch row): the dx launch left each row's two means of g
+   and g * xhat in NJ_WS_SETS (a pair a row); this walk, which reads x and dy anyway, writes dx from them,
+   so x and dy are read twice in all. #}
 {%
 -- walks across sets: each set's correction comes from the dx kernel through the workspace (bwd_lib.cuh)
 BWD_DL = bwd_dl_store() and "dl" or nil
@@ -26,6 +29,8 @@ local fkept, nkept = {}, {1}
 for _, a in ipairs(feat) do if not P.axes[a].reduce then fkept[#fkept + 1] = a end end
 for _, a in ipairs(nf_in) do if not P.axes[a].reduce then nkept[#nkept + 1] = a end end
 local STEP = S * BY
+local DX = P.pgrad == "tiles_dx"
+if DX and (nonfeat_inner ~= 1 or #nonfeat ~= 1) then error("bwd_pgrad_col: dx needs a statistic a batch row") end
 %}
 
 #define NJ_S {{ S }}
@@ -33,7 +38,9 @@ local STEP = S * BY
 NJ_KERNEL({{ PL.kernel }}, {{ PB }})
 {
     NJ_SHARED(float, nj_part, {{ 2 * PB }});
+{% if not DX then %}
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
+{% end %}
 {{ bwd_pointers() }}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
 {% local NTASK = PS // EC * NT * S %}
@@ -51,6 +58,9 @@ NJ_KERNEL({{ PL.kernel }}, {{ PB }})
         {{ split_index("fo", fouter, "f", "unsigned") }}
         const nj_i64 op = {{ offset("param", feat, "f") }};
         const nj_i64 fx = {{ offset("x", feat, "f") }}, fdy = {{ offset("dy", feat, "f") }};
+{% if DX then %}
+        const nj_i64 fdx = {{ offset("dx", feat, "f") }};
+{% end %}
         const nj_i64 fs = {{ offset("stats", fkept, "f") }};
         float s1 = 0.0f, s2 = 0.0f;
         if (col_ok) {
@@ -67,7 +77,14 @@ NJ_KERNEL({{ PL.kernel }}, {{ PB }})
                 const float dl = fabsf(mean) * rstd > NJ_FIX_RATIO ? {{ bwd_dl_base() }}[os] : 0.0f;
 {% end %}
 {{ bwd_element("X[fx + " .. offset("x", nonfeat, "n") .. "]", "DY[fdy + " .. offset("dy", nonfeat, "n") .. "]",
-               "op", "                ", true) }}
+               "op", "                ", not DX) }}
+{% if DX then %}
+                /* row n1's means (the dx launch's), then dx as that launch would write it */
+                const float2 mm_ = make_float2(NJ_WS_SETS[n1 * 2], NJ_WS_SETS[n1 * 2 + 1]);
+                const float m1 = mm_.x, m2 = mm_.y;
+                (void)m1;
+                nj_store_f32(DX, fdx + {{ offset("dx", nonfeat, "n") }}, {{ bwd_dx_expr("g", "xh", "m1", "m2") }});
+{% end %}
                 s1 += dz * xh;
                 s2 += dz;
                 r += {{ STEP % nonfeat_inner }}u;

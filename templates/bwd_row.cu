@@ -51,12 +51,21 @@ if PF and (GROUPS or not PGRAD or not CACHE or SHARE > 8) then
   error("bwd_row: persist needs the slots' column sums and a share of at most 8 elements, a warp or more a row")
 end
 if PF and bwd_dl_store() then error("bwd_row: the prefetching loop has no stats offset for dl") end
+-- PDX (P.pgrad "tiles_dx", planner_common.c: nj_plan_pgrad_dx): the row's walk stops after its sums and
+-- leaves the two means in the workspace, a pair a row; the column tiles' walk (bwd_pgrad_col.cuh), which
+-- reads x and dy anyway, writes dx from them
+local PDX = P.pgrad == "tiles_dx"
+if PDX and (PF or CACHE or GROUPS or RPB ~= 1 or P.kept_inner ~= 1) then error("bwd_row: tiles_dx needs a block a row") end
 %}
 {{ bwd_typedefs() }}
 
 #define NJ_TPR {{ TPR }}
 #define NJ_RPB {{ RPB }}
 #define NJ_N {{ N }}
+{% if PDX then %}
+/* a row's two means (of g and g * xhat) for the column tiles' dx (bwd_pgrad_col.cuh) */
+#define NJ_WS_SETS ((float *)A.workspace{{ ws_plus("sets") }})
+{% end %}
 {% if GROUPS then %}
 {% row_group_fns() %}
 {% end %}
@@ -274,6 +283,13 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         const float m1 = s1 * (1.0f / (float)NJ_N);
 {% end %}
         const float m2 = s2 * (1.0f / (float)NJ_N);
+{% if PDX then %}
+        (void)odx;
+        if (threadIdx.x == 0) {
+            NJ_WS_SETS[row * 2] = {{ F.center and "m1" or "0.0f" }};
+            NJ_WS_SETS[row * 2 + 1] = m2;
+        }
+{% else %}
 {{ CUNROLL }}
         for (int c = 0; c < CPT; c++) {
             const int ch = lane + c * NJ_TPR;
@@ -297,6 +313,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                 nj_store_vec<V>(DX, odx + j, o_);
             }
         }
+{% end %}
     }
 {% if PGRAD then %}
     if (!want_p) return; /* uniform: the same for every thread */
@@ -376,7 +393,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {% end %}
     nj_bwd_row_body<{{ P.vec }}>(A, nj_scratch, nj_pshared);
 }
-{% if P.pgrad == "tiles" then %}
+{% if P.pgrad == "tiles" or PDX then %}
 {% include("bwd_pgrad_col.cuh") %}
 {% elseif P.pgrad == "walk" then %}
 {% include("bwd_pgrad.cuh") %}

@@ -562,7 +562,17 @@ static void test_plan_shape(void **state)
     assert_int_equal(pp.vec, 8);
     assert_string_equal(pp.launch[0].kernel, "nj_bwd_row");
     assert_string_equal(pp.launch[1].kernel, "nj_bwd_pgrad_col");
-    /* a float a row: the dx kernel's correction of the saved mean for the dgamma walk (bwd_reserve_dl) */
+    /* the row launch stops at its sums: the tiles' walk writes dx from the row's two means (a pair a row,
+     * NJ_PGRAD_TILES_DX), beside the float a row of the saved mean's correction (bwd_reserve_dl) */
+    assert_int_equal(pp.pgrad, NJ_PGRAD_TILES_DX);
+    assert_int_equal(pp.ws[NJ_WS_SETS].per_row, 0);
+    assert_int_equal(pp.ws[NJ_WS_DL].per_row, 2);
+    assert_int_equal(pp.workspace_per_row, 3 * sizeof(float));
+    /* NORMJIT_PLAN_NO_PGRAD_DX=1: the row launch writes dx, the tiles' walk dgamma/dbeta only */
+    setenv("NORMJIT_PLAN_NO_PGRAD_DX", "1", 1);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
+    unsetenv("NORMJIT_PLAN_NO_PGRAD_DX");
+    assert_int_equal(pp.pgrad, NJ_PGRAD_TILES);
     assert_int_equal(pp.workspace_per_row, sizeof(float));
     /* long rows: the dx walk is split over blocks (pieces of 2^15), the pieces' sums in the workspace
      * after the dgamma/dbeta launches' fixed region; dgamma's grid still ignores the batch */
@@ -575,9 +585,12 @@ static void test_plan_shape(void **state)
     assert_string_equal(pp.launch[1].kernel, "nj_bwd_dx");
     assert_int_equal(pp.launch[0].row_mult, 32);
     assert_non_null(strstr(pp.launch[2].kernel, "pgrad"));
-    /* three floats a piece (the third: the saved mean's correction), and the float a row that hands the
+    /* three floats a piece (the third: the saved mean's correction), the row's two means for the tiles'
+     * dx (NJ_PGRAD_TILES_DX: the pieces' dx launch only merges), and the float a row that hands the
      * correction to the dgamma walk */
-    assert_int_equal(pp.workspace_per_row, (32 * 3 + 1) * sizeof(float));
+    assert_int_equal(pp.pgrad, NJ_PGRAD_TILES_DX);
+    assert_int_equal(pp.ws[NJ_WS_SETS].per_row, 32 * 3);
+    assert_int_equal(pp.workspace_per_row, (32 * 3 + 2 + 1) * sizeof(float));
     assert_int_equal(nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1, 0, g1), NJ_OK);
     assert_int_equal(nj_launch_grid(&pp.launch[pp.nlaunch - 1], 1 << 20, 0, g2), NJ_OK);
     assert_int_equal(g1[0], g2[0]);
