@@ -82,7 +82,8 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
      * something; 1: a whole column walk's tile, a persistent row forward's gamma/beta, an image's slab
      * (backward: x and dy) or a tile of rows; 2: a streamed row forward's x, or an image backward's x
      * alone */
-    bool row_stage = pp->family == NJ_FAMILY_ROW && pp->persist > 0;
+    bool row_stage = pp->family == NJ_FAMILY_ROW && (pp->persist > 0 || (pp->pass == NJ_PASS_BACKWARD &&
+                                                    pp->pgrad == NJ_PGRAD_SLOTS && pp->rows_per_block == 1));
     bool row_x = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->persist == 0 &&
                  pp->regs_cache == 0 && pp->rows_per_block == 1 && pp->split == 1;
     bool always = pp->family == NJ_FAMILY_IMAGE || pp->family == NJ_FAMILY_TILE;

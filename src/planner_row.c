@@ -424,18 +424,21 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     int32_t nslot = sms * per_sm;
     nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot);
     nj_plan_role(pp, NJ_ROLE_MAIN);
-    if (plan_bwd_fetch(c, pp)) {
-        pp->persist = per_sm;
-        /* f32 gamma (and beta under an activation) in shared memory, copied once a block: re-read each
-         * row, they made the walk L2-bound (LayerNorm bf16 rows of 4096: 36.6 us of L2 traffic, 26.7 of
-         * DRAM, in the model). 16-bit ones stay loads (measured on the H200 as they are). */
-        int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
-        int64_t bytes = nparam * n * 4;
-        if (nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) == 4 && nparam > 0 && bytes <= NJ_PERSIST_STAGE_MAX &&
-            bytes <= (int64_t)dev->max_shared_per_block && per_sm * (bytes + 4096) <= NJ_PERSIST_STAGE_SM) {
-            pp->stage = 1;
-            pp->launch[0].shmem = (uint32_t)bytes;
-        }
+    bool fetch = plan_bwd_fetch(c, pp);
+    if (fetch) pp->persist = per_sm;
+    /* f32 gamma (and beta under an activation) in shared memory, copied once a block (the slots' blocks
+     * walk many rows): re-read each row, they made the walk L2-bound (LayerNorm bf16 rows of 4096: 36.6 us
+     * of L2 traffic, 26.7 of DRAM, in the model; f32 rows of 10000, not fetching ahead, whose two walks
+     * read gamma twice a row: 402 us of L2 traffic, 295 of DRAM). 16-bit ones stay loads (measured on the
+     * H200 as they are). NORMJIT_PLAN_NO_ROW_STAGE=1: only fetching walks stage them, as before. */
+    int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
+    int64_t bytes = nparam * n * 4;
+    /* (not for blocks under 256 threads: f32 rows of 768, 96 threads, spilled on sm_90 with the table) */
+    if ((fetch || (pp->rows_per_block == 1 && pp->block >= 256 && !nj_plan_switched_off("ROW_STAGE"))) && nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) == 4 &&
+        nparam > 0 && bytes <= NJ_PERSIST_STAGE_MAX && bytes <= (int64_t)dev->max_shared_per_block &&
+        per_sm * (bytes + 4096) <= NJ_PERSIST_STAGE_SM) {
+        pp->stage = 1;
+        pp->launch[0].shmem = (uint32_t)bytes;
     }
     nj_plan_pgrad_slots(pp, n, nslot);
     return NJ_OK;

@@ -78,11 +78,11 @@ if PDX and (PF or CACHE or GROUPS or RPB ~= 1 or P.kept_inner ~= 1) then error("
 {% local function element(c, k) %}
 {{ bwd_element("xv_[k]", "dv_[k]", {g = "gv_[k]", b = "bv_[k]"}, "                    ") }}
 {% end %}
-{# PSTAGE (P.stage on a fetching plan): gamma (and beta under an activation) copied once a block into
+{# PSTAGE (P.stage on a fetching plan, or a slots plan of a block a row): gamma (and beta under an activation) copied once a block into
    dynamic shared memory as floats, [gamma][beta]: f32 gamma/beta re-read each row made the walk
    L2-bound (LayerNorm bf16 rows of 4096 with f32 gamma/beta: 36.6 us of L2 traffic for 26.7 of DRAM) #}
 {% local PSTAGE = P.stage == 1 %}
-{% if PSTAGE and not (PF and (F.scale or BETA_USED)) then error("bwd_row: stage needs a fetching plan with gamma or beta") end %}
+{% if PSTAGE and not ((PF or (PGRAD and RPB == 1)) and (F.scale or BETA_USED)) then error("bwd_row: stage needs a fetching plan, or slots of a block a row, with gamma or beta") end %}
 {% local function load_params() %}
 {%   if F.scale and PSTAGE then %}
                 float gv_[V];

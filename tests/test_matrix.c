@@ -225,6 +225,11 @@ static void test_image(void **state)
      * saved mean's correction at the offset; 143 pixels, the last tile 15 columns wide */
     check_line(m, "layernorm f32 nchw 2x384x14x14 axes=1 flags=scale,bias", 1e6, 74);
     check_line(m, "layernorm f32 nchw 3x300x11x13 axes=1 flags=scale,bias act=gelu_tanh", 0.0, 75);
+    /* slots backwards with f32 gamma (and beta under an activation) staged once a block: rows of 10000
+     * (not fetching ahead), of 5000 with silu, an RMSNorm of 9000 with relu (gamma alone) */
+    check_line(m, "layernorm f32 3x10000 flags=scale,bias", 1e6, 76);
+    check_line(m, "layernorm f32 3x5000 flags=scale,bias act=silu", 0.0, 77);
+    check_line(m, "rmsnorm f32 2x9000 flags=scale act=relu", 0.0, 78);
     assert_int_equal(m->failed - before, 0);
 }
 

@@ -1109,6 +1109,35 @@ static void test_column_bwd_wide_stage(void **state)
     assert_int_equal(pp.stage, 0);
 }
 
+/* A slots backward that does not fetch ahead (f32 rows of 10000: 20 elements a thread) stages f32 gamma
+ * too, once a block for its rows (its two walks read gamma twice a row); not below 256 threads, and not
+ * under NORMJIT_PLAN_NO_ROW_STAGE=1. */
+static void test_row_bwd_gamma_stage(void **state)
+{
+    (void)state;
+    nj_canon v;
+    nj_plan_params pp = plan_line_v("layernorm f32 *x10000 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
+    assert_int_equal(pp.pgrad, NJ_PGRAD_SLOTS);
+    assert_int_equal(pp.persist, 0);
+    assert_int_equal(pp.stage, 1);
+    assert_int_equal(pp.launch[0].shmem, 10000 * 4); /* gamma alone: beta only under an activation */
+    assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+    /* beta too under an activation: 80000 B, past the 44 KB a table may take */
+    pp = plan_line("layernorm f32 *x10000 flags=scale,bias act=silu", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.stage, 0);
+    pp = plan_line("layernorm f32 *x5000 flags=scale,bias act=silu", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.stage, 1);
+    assert_int_equal(pp.launch[0].shmem, 2 * 5000 * 4);
+    pp = plan_line("layernorm f32 *x768 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.stage, 0);
+    setenv("NORMJIT_PLAN_NO_ROW_STAGE", "1", 1);
+    pp = plan_line("layernorm f32 *x10000 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
+    unsetenv("NORMJIT_PLAN_NO_ROW_STAGE");
+    assert_int_equal(pp.stage, 0);
+    assert_int_equal(pp.launch[0].shmem, 0);
+}
+
 /* A streamed block-per-row forward keeps its row in shared memory where it fits (P.stage 2): 1024
  * threads, the row's bytes (floats with the residual); the unaligned variant streams it twice as
  * before; rows held in registers, and rows past 200 KB, are not staged. */
@@ -1294,7 +1323,7 @@ int main(void)
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan),
-        cmocka_unit_test(test_column_bwd_wide_stage), cmocka_unit_test(test_row_xstage), cmocka_unit_test(test_tile_plan), cmocka_unit_test(test_kernel_count),
+        cmocka_unit_test(test_column_bwd_wide_stage), cmocka_unit_test(test_row_bwd_gamma_stage), cmocka_unit_test(test_row_xstage), cmocka_unit_test(test_tile_plan), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
     };
