@@ -131,8 +131,9 @@ typedef struct nj_plan_params {
     int32_t stage;       /* dynamic shared memory the main launch holds (its shmem): column family, whole
                             walks: 1 = the first walk keeps the tile's x (backward: and dy), the second reads
                             it there; image family: always 1 (the slab); row family: 1 = a persistent
-                            forward's gamma/beta, 2 = a streamed forward row's x, kept by the statistics
-                            walk for the normalizing one */
+                            forward's gamma/beta, or a slots backward's f32 gamma (and beta under an
+                            activation), copied once a block, 2 = a streamed forward row's x, kept by the
+                            statistics walk for the normalizing one */
     int32_t persist;     /* row family forward: n > 0 = n blocks an SM held resident (__launch_bounds__(block,
                             n)), the grid at most SMs x n blocks that walk the rows in turn, each holding
                             gamma/beta from its first row and fetching the next row while it reduces this
