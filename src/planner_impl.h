@@ -42,7 +42,7 @@ NJ_HIDDEN bool nj_plan_switched_off(const char *what);
  * column sum: "rows" (tiles items a batch row, [row][tile][n][2] in the pgrad region, per row) or
  * "slots" (nslot fixed blocks, [slot][n] dgamma then [nslot + slot][n] dbeta, the fixed region). */
 NJ_HIDDEN void nj_plan_pgrad_rows(nj_plan_params *pp, int64_t n, int64_t tiles);
-NJ_HIDDEN void nj_plan_pgrad_slots(nj_plan_params *pp, int64_t n, int32_t nslot);
+NJ_HIDDEN void nj_plan_pgrad_slots(nj_plan_params *pp, int64_t n, int32_t nslot, int bias);
 
 /* The separate dgamma/dbeta launches (bwd_pgrad.cuh, bwd_pgrad_col.cuh) of the backward families that
  * do not fuse them into their own walk: none without scale/bias. Appended after pp's launches, their

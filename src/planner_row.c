@@ -440,7 +440,7 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
         pp->stage = 1;
         pp->launch[0].shmem = (uint32_t)bytes;
     }
-    nj_plan_pgrad_slots(pp, n, nslot);
+    nj_plan_pgrad_slots(pp, n, nslot, !!(c->flags & NJ_FLAG_BIAS));
     return NJ_OK;
 }
 

@@ -115,6 +115,6 @@ nj_status nj_plan_bwd_tile(const nj_canon *c, const nj_device_props *dev, nj_pla
     pp->launch[0].shmem = (uint32_t)((5 * rows + 2 * NJ_TILE_BLOCK + 3) / 4 * 16 + (rows * n * xb + 15) / 16 * 16 +
                                      rows * n * db);
     if (!(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || c->param_size == 0) return NJ_OK;
-    nj_plan_pgrad_slots(pp, n, nslot);
+    nj_plan_pgrad_slots(pp, n, nslot, !!(c->flags & NJ_FLAG_BIAS));
     return NJ_OK;
 }

@@ -34,6 +34,9 @@ local WSUM, WSUM2 = GROUPS and "nj_group_sum" or "nj_warp_sum", GROUPS and "nj_g
 local CHUNK_OK = GROUPS and "live && (NCH % NJ_TPR == 0 || ch < NCH)" or "NCH % NJ_TPR == 0 || ch < NCH"
 local N = P.reduce_size
 local NSLOT = PGRAD and P.pgrad_parts or 0
+-- PB: the slots carry dbeta's partials (dz sums) only under a bias (nj_plan_pgrad_slots: RMSNorm's
+-- workspace holds no beta rows); without one the sums and their registers go
+local PB = PGRAD and F.bias
 -- the slot rows stored as float vectors: V floats at a multiple of V from the (16-byte aligned)
 -- workspace, whose pgrad region starts at a multiple of 4 floats
 local SLOT_VEC = PGRAD and P.vec > 1 and P.ws.pgrad and P.ws.pgrad.fixed % 4 == 0 and P.ws.pgrad.per_row % 4 == 0
@@ -115,11 +118,11 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
 {% if PGRAD then %}
     const bool want_p = A.dgamma || A.dbeta;
-    float pg[CPT][V], pb[CPT][V];
+    float pg[CPT][V]{{ PB and ", pb[CPT][V]" or "" }};
 #pragma unroll
     for (int c = 0; c < CPT; c++)
 #pragma unroll
-        for (int k = 0; k < V; k++) pg[c][k] = pb[c][k] = 0.0f;
+        for (int k = 0; k < V; k++) pg[c][k] = {{ PB and "pb[c][k] = " or "" }}0.0f;
 {% end %}
 {% if PF then %}
     /* Row r + 1's x, dy, mean and rstd are fetched (as raw words) before row r's reduction, so the
@@ -269,7 +272,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
 {% if PGRAD then %}
                     pg[c][k] += dz * xh;
+{% if PB then %}
                     pb[c][k] += dz;
+{% end %}
 {% end %}
                 }
             }
@@ -329,7 +334,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 #pragma unroll
             for (int m = NJ_TPR; m < 32; m <<= 1) {
                 pg[c][k] += nj_shfl_xor(pg[c][k], m);
+{% if PB then %}
                 pb[c][k] += nj_shfl_xor(pb[c][k], m);
+{% end %}
             }
 {% end %}
     /* the warps of the block add their columns in warp order (fixed), then the block writes its slot */
@@ -344,7 +351,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                     for (int k = 0; k < V; k++) {
                         const int j = ch * V + k;
                         pshared[j] = w ? pshared[j] + pg[c][k] : pg[c][k];
+{% if PB then %}
                         pshared[NJ_N + j] = w ? pshared[NJ_N + j] + pb[c][k] : pb[c][k];
+{% end %}
                     }
                 }
             }
@@ -354,7 +363,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 #pragma unroll 1
     for (int j = threadIdx.x; j < NJ_N; j += {{ B }}) {
         WS[j] = pshared[j];
+{% if PB then %}
         WS[(nj_i64)NJ_NSLOT * NJ_N + j] = pshared[NJ_N + j];
+{% end %}
     }
 {% else %}
     /* a lane's V columns as float vectors (16-byte pieces): one float a store put 32 lanes' stores of
@@ -365,12 +376,16 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         if (NCH % NJ_TPR == 0 || ch < NCH) {
 {% if SLOT_VEC then %}
             nj_store_vec<V>(WS, ch * V, pg[c]);
+{% if PB then %}
             nj_store_vec<V>(WS, (nj_i64)NJ_NSLOT * NJ_N + ch * V, pb[c]);
+{% end %}
 {% else %}
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 WS[ch * V + k] = pg[c][k];
+{% if PB then %}
                 WS[(nj_i64)NJ_NSLOT * NJ_N + ch * V + k] = pb[c][k];
+{% end %}
             }
 {% end %}
         }
@@ -379,7 +394,14 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
 }
 
+{# 512-thread slots walks without a bias (dgamma sums only: 16-32 a thread on f32 rows) sat at the edge
+   of sm_80 ptxas's 64-register default and spilled 8-32 bytes (LayerNorm f32 rows of 16384, SiLU);
+   with the beta sums they took 128, as these now may #}
+{% if PGRAD and not PB and B == 512 then %}
+NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
+{% else %}
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
+{% end %}
 {
 {% if RPB == 1 then %}
     NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
@@ -387,7 +409,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
     float *const nj_scratch = 0; /* a warp or a group of lanes per row: shuffles only */
 {% end %}
 {% if PGRAD and RPB > 1 then %}
-    NJ_SHARED(float, nj_pshared, {{ 2 * N }});
+    NJ_SHARED(float, nj_pshared, {{ (PB and 2 or 1) * N }});
 {% else %}
     float *const nj_pshared = 0;
 {% end %}

@@ -194,7 +194,11 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
         }
         float *const WS = (float *)A.workspace{{ ws_plus("pgrad") }};
         WS[(nj_i64)blockIdx.x * NJ_N + t] = a;
+{% if P.flags.bias then %}
         WS[((nj_i64)gridDim.x + blockIdx.x) * NJ_N + t] = b;
+{% else %}
+        (void)b; /* no beta rows without a bias (nj_plan_pgrad_slots) */
+{% end %}
     }
 {% else %}
     (void)acc_g;

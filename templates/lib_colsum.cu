@@ -48,7 +48,7 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 #pragma unroll 1
         for (; i + 3 * nw < nparts; i += 4 * nw) {
 {% for u = 0, 3 do %}
-            const float a{{ u }} = PA[off], b{{ u }} = PB[off];
+            const float a{{ u }} = wa ? PA[off] : 0.0f, b{{ u }} = wb ? PB[off] : 0.0f;
             NJ_COLSUM_STEP();
 {% end %}
 {% for u = 0, 3 do %}
@@ -58,8 +58,9 @@ NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
         }
 #pragma unroll 1
         for (; i < nparts; i += nw) {
-            a += PA[off]; /* both streams: every producer writes both partials, whatever it is asked for */
-            b += PB[off];
+            /* a stream only when asked for: a producer without a bias (RMSNorm slots) writes no B */
+            if (wa) a += PA[off];
+            if (wb) b += PB[off];
             NJ_COLSUM_STEP();
         }
     }

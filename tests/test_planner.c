@@ -207,6 +207,11 @@ static void test_row_backward_slots(void **state)
         assert_int_equal(pp.launch[1].block[0], want[i].colsum_block);
         assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], want[i].slots);
         assert_int_equal(pp.workspace_fixed, (uint64_t)want[i].slots * want[i].n * 2 * sizeof(float));
+        /* without a bias (RMSNorm, LayerNorm with gamma only) the slots hold no beta rows: half the bytes */
+        tc_row(&c, want[i].dtype, want[i].n, NJ_FLAG_SCALE);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+        assert_int_equal(pp.launch[0].grid_x, want[i].slots);
+        assert_int_equal(pp.workspace_fixed, (uint64_t)want[i].slots * want[i].n * sizeof(float));
     }
     /* short rows on the row family (NORMJIT_PLAN_NO_TILE=1: they are the tile family's, test_tile_plan):
      * 10 f32 (5 float2 chunks) take 2 lanes a row, 128 rows a 256-thread block; 100 f32 (25 float4
@@ -1210,6 +1215,8 @@ static void test_tile_plan(void **state)
     assert_int_equal(pp.pgrad_parts, 132 * 4);
     assert_int_equal(pp.launch[1].lib, NJ_LIB_COLSUM);
     assert_int_equal(pp.workspace_fixed, 132 * 4 * 10 * 2 * sizeof(float));
+    assert_int_equal(plan_line("rmsnorm f32 *x10 flags=scale", NJ_PASS_BACKWARD, &dev90).workspace_fixed,
+                     132 * 4 * 10 * sizeof(float)); /* no beta rows without a bias */
     assert_int_equal(pp.align_opds, (1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX));
     assert_true(4 * (pp.launch[0].shmem + 1024) <= (uint32_t)dev90.max_shared_per_block + 1024);
     nj_plan_unaligned(&pp, &uv);
