@@ -346,11 +346,12 @@ static void m_time(nj_model_launch *m, const nj_model_device *d)
      * next row before this row's reduction waits the longer of the two a row, and one latency first. */
     double resident = m->blocks < per_sm_slots ? m->blocks : per_sm_slots;
     /* a persistent grid's rounds are rows: the last round is as full as the rows' remainder */
-    if (m->row_fetch && m->row_sync && resident > 0 && m->rows > resident)
-        m->tail = m->rows / resident / ceil(m->rows / resident);
+    double rounds = m->rows / (m->rows_per_block > 1 ? m->rows_per_block : 1); /* a block's rows at a time */
+    if (m->row_fetch && m->row_sync && resident > 0 && rounds > resident)
+        m->tail = rounds / resident / ceil(rounds / resident);
     double per_row = m->row_fetch ? fmax(d->latency_s, d->row_sync_s) : d->latency_s + d->row_sync_s;
     double first = m->row_fetch ? d->latency_s : 0;
-    m->t_rows = m->row_sync && resident > 0 ? ceil(m->rows / resident) * per_row + first : 0;
+    m->t_rows = m->row_sync && resident > 0 ? ceil(rounds / resident) * per_row + first : 0;
     double body = m->t_dram, tail = m->tail > 0 ? m->tail : 1;
     m->bound = "dram";
     if (m->t_lat > body) body = m->t_lat, m->bound = "latency";
@@ -409,7 +410,9 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         } else if (l->lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_ROW && pp->split <= 1) {
             m->rows = (double)plan->rows;
             m->rows_per_block = pp->rows_per_block > 1 ? pp->rows_per_block : 1;
-            m->row_sync = pp->rows_per_block <= 1;
+            /* a block a row, or row groups of whole warps (the backward's slots): the block's barriers
+               each round of rows_per_block rows */
+            m->row_sync = pp->rows_per_block <= 1 || l->block[0] / pp->rows_per_block > 32;
             m->row_fetch = pp->persist > 0;
         }
         m->regs_cache = pp->regs_cache, m->vec = pp->vec, m->chans = pp->chans, m->split = pp->split;

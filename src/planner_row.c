@@ -369,6 +369,30 @@ static bool plan_bwd_fetch(const nj_canon *c, const nj_plan_params *pp)
     return pp->block >= 512 || (words <= 8 && c->act != NJ_ACT_GELU_ERF && c->act != NJ_ACT_GELU_TANH);
 }
 
+/* Slots are blocks: each writes a partial row of dgamma (and dbeta) that the column sum reads back, so
+ * 2 or 4 blocks an SM write 2 or 4 times the partial rows one would (LayerNorm 16-bit rows of 2048: 528
+ * blocks of 256 threads, 8.65 MB written and read, 17% of the pass's DRAM bytes in the model). Where
+ * those blocks are 256 or 512 threads that each own one vector chunk (16-bit rows of 2048 and 4096:
+ * 53-60 registers, NVRTC sm_80/sm_90), they become row groups of one 1024-thread block: rows_per_block
+ * 2 or 4, a slot an SM (2.16 MB for the rows of 2048), the row reductions over the block's barriers
+ * (bwd_row.cu: GW). 1024 threads cap a thread at 64 registers: not with a bias (the dbeta sums: 64
+ * registers and 48-100 B spilled, LayerNorm 16-bit rows of 2048 and 4096, sm_80 and sm_90, where the
+ * separate blocks took 63-64 and none), nor under GELU, nor where a thread owns several chunks (f32
+ * rows of 1000: 80 registers). RMSNorm and LayerNorm without a bias, 16-bit rows of 2048 and 4096, any
+ * other activation, with and without the residual: 64 registers, none spilled. NORMJIT_PLAN_NO_ROW_GROUPS=1:
+ * the separate blocks, as before. */
+static bool plan_bwd_row_groups(const nj_canon *c, nj_plan_params *pp, int64_t one_chunk, int32_t per_sm,
+                                int32_t maxt)
+{
+    if (per_sm < 2 || pp->block < 256 || pp->block * per_sm != 1024 || maxt < 1024 || one_chunk > pp->block ||
+        pp->rows_per_block != 1 || (c->flags & NJ_FLAG_BIAS) || c->act == NJ_ACT_GELU_ERF || c->act == NJ_ACT_GELU_TANH ||
+        nj_plan_switched_off("ROW_GROUPS"))
+        return false;
+    pp->rows_per_block = per_sm;
+    pp->block = 1024;
+    return true;
+}
+
 nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
@@ -421,10 +445,11 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
      * threads resident), of 768 72 (9 of 10 blocks of 96). */
     int64_t one_chunk = (n / pp->vec + 31) / 32 * 32;
     int32_t per_sm = pp->block < 512 ? 1024 / pp->block : pp->block == 512 && one_chunk <= 512 ? 2 : 1;
+    bool fetch = plan_bwd_fetch(c, pp);
+    if (plan_bwd_row_groups(c, pp, one_chunk, per_sm, maxt)) per_sm = 1;
     int32_t nslot = sms * per_sm;
     nj_plan_add_launch(pp, "nj_bwd_row", pp->block, 1, 1, nslot);
     nj_plan_role(pp, NJ_ROLE_MAIN);
-    bool fetch = plan_bwd_fetch(c, pp);
     if (fetch) pp->persist = per_sm;
     /* f32 gamma (and beta under an activation) in shared memory, copied once a block (the slots' blocks
      * walk many rows): re-read each row, they made the walk L2-bound (LayerNorm bf16 rows of 4096: 36.6 us
@@ -434,7 +459,7 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
     int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
     int64_t bytes = nparam * n * 4;
     /* (not for blocks under 256 threads: f32 rows of 768, 96 threads, spilled on sm_90 with the table) */
-    if ((fetch || (pp->rows_per_block == 1 && pp->block >= 256 && !nj_plan_switched_off("ROW_STAGE"))) && nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) == 4 &&
+    if ((fetch || (pp->block / pp->rows_per_block >= 256 && !nj_plan_switched_off("ROW_STAGE"))) && nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) == 4 &&
         nparam > 0 && bytes <= NJ_PERSIST_STAGE_MAX && bytes <= (int64_t)dev->max_shared_per_block &&
         per_sm * (bytes + 4096) <= NJ_PERSIST_STAGE_SM) {
         pp->stage = 1;

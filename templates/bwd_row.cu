@@ -28,10 +28,17 @@ local NW = B // 32
 -- GROUPS: a group of TPR < 32 lanes a row, several rows a warp (lib_index.cuh: row_group_fns,
 -- row_of_group)
 local GROUPS = TPR < 32
+-- GW (P.rows_per_block > 1 with TPR a multiple of 32 above it: planner_row.c, plan_bwd_row_groups): a
+-- group of TPR / 32 warps a row, NJ_RPB rows a 1024-thread block, so that a block (a slot) stands for
+-- what were NJ_RPB blocks: a quarter or half the slot rows. Its row reductions take the block's barriers
+-- (every group the same number of rounds: a group past the last row is not live), and a row needing
+-- dl makes the whole block take that path (__syncthreads_or)
+local GW = RPB > 1 and TPR > 32
+if GW and (TPR % 32 ~= 0 or P.pgrad ~= "slots") then error("bwd_row: warp groups need whole warps and slots") end
 local WSUM, WSUM2 = GROUPS and "nj_group_sum" or "nj_warp_sum", GROUPS and "nj_group_sum2" or "nj_warp_sum2"
 -- a chunk of the row the thread loads and stores; a group past the last row (live false) neither loads
 -- nor stores (dx may be dy) nor adds to the column sums, it only takes part in the shuffles
-local CHUNK_OK = GROUPS and "live && (NCH % NJ_TPR == 0 || ch < NCH)" or "NCH % NJ_TPR == 0 || ch < NCH"
+local CHUNK_OK = (GROUPS or GW) and "live && (NCH % NJ_TPR == 0 || ch < NCH)" or "NCH % NJ_TPR == 0 || ch < NCH"
 local N = P.reduce_size
 local NSLOT = PGRAD and P.pgrad_parts or 0
 -- PB: the slots carry dbeta's partials (dz sums) only under a bias (nj_plan_pgrad_slots: RMSNorm's
@@ -72,6 +79,24 @@ if PDX and (PF or CACHE or GROUPS or RPB ~= 1 or P.kept_inner ~= 1) then error("
 {% if GROUPS then %}
 {% row_group_fns() %}
 {% end %}
+{% if GW then %}
+/* The two sums of each row group (WPG consecutive warps) of the block, added in warp order: every thread
+ * of the block calls it (two barriers), each gets its group's. */
+template <int NW, int WPG> NJ_DEVICE void nj_rgroup_sum2(float &a, float &b, float *scratch)
+{
+    nj_warp_sum2(a, b);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, first = warp / WPG * WPG;
+    if (lane == 0) {
+        scratch[warp] = a;
+        scratch[NW + warp] = b;
+    }
+    __syncthreads();
+    a = lane < WPG ? scratch[first + lane] : 0.0f;
+    b = lane < WPG ? scratch[NW + first + lane] : 0.0f;
+    nj_warp_sum2(a, b);
+    __syncthreads();
+}
+{% end %}
 {% if PGRAD then %}
 #define NJ_NSLOT {{ NSLOT }}
 {% end %}
@@ -85,7 +110,7 @@ if PDX and (PF or CACHE or GROUPS or RPB ~= 1 or P.kept_inner ~= 1) then error("
    dynamic shared memory as floats, [gamma][beta]: f32 gamma/beta re-read each row made the walk
    L2-bound (LayerNorm bf16 rows of 4096 with f32 gamma/beta: 36.6 us of L2 traffic for 26.7 of DRAM) #}
 {% local PSTAGE = P.stage == 1 %}
-{% if PSTAGE and not ((PF or (PGRAD and RPB == 1)) and (F.scale or BETA_USED)) then error("bwd_row: stage needs a fetching plan, or slots of a block a row, with gamma or beta") end %}
+{% if PSTAGE and not ((PF or (PGRAD and (RPB == 1 or GW))) and (F.scale or BETA_USED)) then error("bwd_row: stage needs a fetching plan, or slots of a block a row, with gamma or beta") end %}
 {% local function load_params() %}
 {%   if F.scale and PSTAGE then %}
                 float gv_[V];
@@ -134,6 +159,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     float mean_n = 0.0f, rstd_n = 0.0f;
     const nj_i64 rstep = (nj_i64)gridDim.x * NJ_RPB;
     nj_i64 row = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / NJ_TPR;
+{%   if GW then %}
+    nj_i64 base = (nj_i64)blockIdx.x * NJ_RPB; /* the block's rounds: the same count for every group */
+{%   end %}
 {%   local function fetch(var, pre) %}
         {
         {{ split_index(var, kept, pre) }}
@@ -156,7 +184,12 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {%   end %}
     if (row < nrows)
 {%   fetch("row", "q") %}
+{%   if GW then %}
+    for (; base < nrows; base += rstep, row += rstep) {
+        const bool live = row < nrows; /* the words of a row past the end are stale: not used */
+{%   else %}
     for (; row < nrows; row += rstep) {
+{%   end %}
         unsigned xc_[CPT][nj_iox::W], dc_[CPT][nj_iody::W];
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
@@ -178,6 +211,11 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     for (nj_i64 wrow = (nj_i64)blockIdx.x * NJ_RPB + threadIdx.x / 32 * NJ_GPW; wrow < nrows;
          wrow += (nj_i64)gridDim.x * NJ_RPB) {
         const nj_i64 grow = wrow + threadIdx.x % 32 / NJ_TPR, row = {{ row_of_group("grow") }};
+        const bool live = grow < nrows;
+{% elseif PGRAD and GW then %}
+    /* the plan's NSLOT blocks stride over the rows, NJ_RPB at a time, every group every round */
+    for (nj_i64 base = (nj_i64)blockIdx.x * NJ_RPB; base < nrows; base += (nj_i64)gridDim.x * NJ_RPB) {
+        const nj_i64 grow = base + threadIdx.x / NJ_TPR, row = grow < nrows ? grow : nrows - 1;
         const bool live = grow < nrows;
 {% elseif PGRAD then %}
     /* the plan's NSLOT blocks stride over the rows, each summing its rows' dgamma/dbeta terms */
@@ -205,6 +243,10 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
            (bwd_lib.cuh: BWD_DL); the others sum and drop it */
         const bool fix_ = live && fabsf(mean) * rstd > NJ_FIX_RATIO;
         if (nj_warp_any(fix_)) {
+{% elseif GW then %}
+        /* the groups reduce with the block's barriers: the block enters when one of its rows needs dl */
+        const bool fix_ = live && fabsf(mean) * rstd > NJ_FIX_RATIO;
+        if (__syncthreads_or(fix_)) {
 {% else %}
         if (fabsf(mean) * rstd > NJ_FIX_RATIO) { /* uniform over the row (bwd_lib.cuh: BWD_DL) */
 {% end %}
@@ -230,6 +272,10 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% if GROUPS then %}
             const float dl_ = {{ WSUM }}(c_) * (1.0f / (float)NJ_N); /* every lane: a shuffle */
             dl = fix_ ? dl_ : 0.0f;
+{% elseif GW then %}
+            float z_ = 0.0f;
+            nj_rgroup_sum2<{{ NW }}, NJ_TPR / 32>(c_, z_, scratch);
+            dl = fix_ ? c_ * (1.0f / (float)NJ_N) : 0.0f;
 {% elseif RPB > 1 then %}
             dl = {{ WSUM }}(c_) * (1.0f / (float)NJ_N);
 {% else %}
@@ -239,7 +285,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
 {% if bwd_dl_store() then %}
             /* for the dgamma/dbeta walks */
-            if ({{ GROUPS and "lane == 0 && fix_" or "lane == 0" }}) {{ bwd_dl_base() }}[os] = dl;
+            if ({{ (GROUPS or GW) and "lane == 0 && fix_" or "lane == 0" }}) {{ bwd_dl_base() }}[os] = dl;
 {% end %}
         }
 {% end %}
@@ -279,7 +325,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
                 }
             }
         }
-{% if RPB > 1 then %}
+{% if GW then %}
+        nj_rgroup_sum2<{{ NW }}, NJ_TPR / 32>(s1, s2, scratch);
+{% elseif RPB > 1 then %}
         {{ WSUM2 }}(s1, s2);
 {% else %}
         nj_block_sum2<{{ NW }}>(s1, s2, scratch);
@@ -403,7 +451,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {% end %}
 {
-{% if RPB == 1 then %}
+{% if RPB == 1 or GW then %}
     NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
 {% else %}
     float *const nj_scratch = 0; /* a warp or a group of lanes per row: shuffles only */

@@ -736,6 +736,7 @@ static void test_nvrtc_no_spills(void **state)
     static const int64_t ln_long[] = {4, 20480}; /* row dx, column-tiled dgamma/dbeta */
     static const int64_t ln_wide[] = {16, 8192}; /* 16-bit: 1024 threads of one vector chunk each */
     static const int64_t ln_mid[] = {16, 5120};  /* 16-bit: 640 threads, the next row fetched (persist) */
+    static const int64_t grp2[] = {16, 2048}, grp4[] = {16, 4096}; /* 16-bit, no bias: row groups (64 registers) */
     static const int64_t ncl[] = {4, 16, 100};
     static const int64_t img_long[] = {2, 48, 64, 80}; /* channels last, 5120 pixels an image: split walks */
     static const int64_t staged[] = {2, 96, 7, 5};      /* LayerNorm over C: x and dy staged in shared memory */
@@ -747,7 +748,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[18];
+            nj_problem_desc ps[20];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -767,6 +768,8 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_batchnorm(&ps[n++], dts[d], 4, img_long, 1, f), NJ_OK);
             assert_int_equal(mk_ln_channel(&ps[n++], dts[d], f, staged, 4, 1), NJ_OK);
             assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, gn_split, 2, 0, f), NJ_OK);
+            assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, grp2, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, grp4, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];

@@ -105,6 +105,20 @@ extern "C" __attribute__((no_sanitize_address)) void __asan_handle_no_return(voi
 
 /* ---- barriers and warp operations (the runtime switches fibers inside these calls) ---- */
 static inline void __syncthreads(int line = __builtin_LINE()) { nj_emu_rt_->sync(line); }
+/* A barrier that also ORs a predicate over the block, as the GPU's bar.red.or: one shared flag a block,
+ * cleared, set and read between three barriers (the next call's first barrier keeps a fast thread from
+ * clearing it before every thread has read it). */
+static inline int __syncthreads_or(int p, int line = __builtin_LINE())
+{
+    NJ_SHARED(int, nj_emu_or_, 1);
+    const bool first = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+    nj_emu_rt_->sync(line);
+    if (first) *nj_emu_or_ = 0;
+    nj_emu_rt_->sync(line);
+    if (p) *nj_emu_or_ = 1;
+    nj_emu_rt_->sync(line);
+    return *nj_emu_or_;
+}
 static inline void __threadfence(void) { __asm__ __volatile__("" ::: "memory"); }
 static inline void __threadfence_block(void) { __asm__ __volatile__("" ::: "memory"); }
 
