@@ -375,17 +375,17 @@ static bool plan_bwd_fetch(const nj_canon *c, const nj_plan_params *pp)
  * those blocks are 256 or 512 threads that each own one vector chunk (16-bit rows of 2048 and 4096:
  * 53-60 registers, NVRTC sm_80/sm_90), they become row groups of one 1024-thread block: rows_per_block
  * 2 or 4, a slot an SM (2.16 MB for the rows of 2048), the row reductions over the block's barriers
- * (bwd_row.cu: GW). 1024 threads cap a thread at 64 registers: not with a bias (the dbeta sums: 64
- * registers and 48-100 B spilled, LayerNorm 16-bit rows of 2048 and 4096, sm_80 and sm_90, where the
- * separate blocks took 63-64 and none), nor under GELU, nor where a thread owns several chunks (f32
- * rows of 1000: 80 registers). RMSNorm and LayerNorm without a bias, 16-bit rows of 2048 and 4096, any
- * other activation, with and without the residual: 64 registers, none spilled. NORMJIT_PLAN_NO_ROW_GROUPS=1:
- * the separate blocks, as before. */
+ * (bwd_row.cu: GW). 1024 threads cap a thread at 64 registers: not under GELU, nor where a thread owns
+ * several chunks (f32 rows of 1000: 80 registers). RMSNorm and LayerNorm, 16-bit rows of 2048 and 4096,
+ * with or without bias, residual, saved statistics, f32 gamma/beta, ReLU, SiLU or sigmoid: 63-64
+ * registers and no spill (NVRTC 13.0, sm_80 and sm_90; the separate blocks took 53-64). A row group
+ * past the last row fetches zeros (its sums add nothing): testing it at each chunk of the sums spilled
+ * 40-64 B with the dbeta sums. NORMJIT_PLAN_NO_ROW_GROUPS=1: the separate blocks, as before. */
 static bool plan_bwd_row_groups(const nj_canon *c, nj_plan_params *pp, int64_t one_chunk, int32_t per_sm,
                                 int32_t maxt)
 {
     if (per_sm < 2 || pp->block < 256 || pp->block * per_sm != 1024 || maxt < 1024 || one_chunk > pp->block ||
-        pp->rows_per_block != 1 || (c->flags & NJ_FLAG_BIAS) || c->act == NJ_ACT_GELU_ERF || c->act == NJ_ACT_GELU_TANH ||
+        pp->rows_per_block != 1 || c->act == NJ_ACT_GELU_ERF || c->act == NJ_ACT_GELU_TANH ||
         nj_plan_switched_off("ROW_GROUPS"))
         return false;
     pp->rows_per_block = per_sm;

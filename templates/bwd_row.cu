@@ -39,6 +39,10 @@ local WSUM, WSUM2 = GROUPS and "nj_group_sum" or "nj_warp_sum", GROUPS and "nj_g
 -- a chunk of the row the thread loads and stores; a group past the last row (live false) neither loads
 -- nor stores (dx may be dy) nor adds to the column sums, it only takes part in the shuffles
 local CHUNK_OK = (GROUPS or GW) and "live && (NCH % NJ_TPR == 0 || ch < NCH)" or "NCH % NJ_TPR == 0 || ch < NCH"
+-- ACC_OK: a chunk the sums take. Fetching row groups zero a row past the end (words, mean and rstd: every
+-- term it adds is 0), so their sums need no live test, only their stores: with it, the 1024-thread
+-- LayerNorm kernels spilled 40-64 B (the predicate kept per chunk through the unrolled sums)
+local ACC_OK = (GW and P.persist > 0) and "NCH % NJ_TPR == 0 || ch < NCH" or CHUNK_OK
 local N = P.reduce_size
 local NSLOT = PGRAD and P.pgrad_parts or 0
 -- PB: the slots carry dbeta's partials (dz sums) only under a bias (nj_plan_pgrad_slots: RMSNorm's
@@ -162,7 +166,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {%   if GW then %}
     nj_i64 base = (nj_i64)blockIdx.x * NJ_RPB; /* the block's rounds: the same count for every group */
 {%   end %}
-{%   local function fetch(var, pre) %}
+{%   function bwd_row_fetch(var, pre) %}
         {
         {{ split_index(var, kept, pre) }}
         const nj_i64 fx = {{ offset("x", kept, pre) }};
@@ -182,11 +186,24 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         }
         }
 {%   end %}
+{%   function bwd_row_zero() %}
+        else { /* a group's row past the end: zeros, which add nothing to the sums (ACC_OK) */
+            mean_n = rstd_n = 0.0f;
+#pragma unroll
+            for (int c = 0; c < CPT; c++) {
+#pragma unroll
+                for (int k = 0; k < nj_iox::W; k++) xw_[c][k] = 0u;
+#pragma unroll
+                for (int k = 0; k < nj_iody::W; k++) dw_[c][k] = 0u;
+            }
+        }
+{%   end %}
     if (row < nrows)
-{%   fetch("row", "q") %}
+{%   bwd_row_fetch("row", "q") %}
+{%   if GW then bwd_row_zero() end %}
 {%   if GW then %}
     for (; base < nrows; base += rstep, row += rstep) {
-        const bool live = row < nrows; /* the words of a row past the end are stale: not used */
+        const bool live = row < nrows; /* a row past the end: zeros (bwd_row_zero); only dx tests it */
 {%   else %}
     for (; row < nrows; row += rstep) {
 {%   end %}
@@ -201,7 +218,8 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         const float mean = mean_n, rstd = rstd_n;
         const nj_i64 nrow = row + rstep;
         if (nrow < nrows)
-{%   fetch("nrow", "q") %}
+{%   bwd_row_fetch("nrow", "q") %}
+{%   if GW then bwd_row_zero() end %}
         {{ split_index("row", kept, "k") }}
         const nj_i64 odx = {{ offset("dx", kept, "k") }};
 {% else %}
@@ -258,7 +276,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
             for (int c = 0; c < CPT; c++) {
                 const int ch = lane + c * NJ_TPR;
-                if ({{ CHUNK_OK }}) {
+                if ({{ ACC_OK }}) {
                     float xv_[V];
 {% if PF then %}
                     nj_row_convert<V>(xc_[c], xv_, (const nj_tx *)0);
@@ -296,7 +314,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {{ CUNROLL }}
         for (int c = 0; c < CPT; c++) {
             const int ch = lane + c * NJ_TPR;
-            if ({{ CHUNK_OK }}) {
+            if ({{ ACC_OK }}) {
                 const int j = ch * V;
                 float xv_[V], dv_[V];
 {% if PF then %}

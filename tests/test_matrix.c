@@ -160,30 +160,34 @@ static void test_rmsnorm(void **state)
     check_line(m, "rmsnorm bf16 600x4096 flags=scale", 0.0, 41);
     check_line(m, "layernorm f32 300x4096 flags=scale,bias", 0.0, 42);
     check_line(m, "layernorm f32 300x4096 flags=scale,bias", 1e5, 43);
-    /* Without a bias, 16-bit rows of 2048 and 4096 are row groups of a 1024-thread block (4 and 2 rows
-     * a round, 132 slots): rounds whose last groups are past the end (not live, beside
-     * live ones that take the saved mean's correction: 1e5), an activation, the residual. 600x4096 and
-     * 1700x2048 above and in test_row_persist are such plans too. */
-    check_line(m, "layernorm bf16 1061x2048 flags=scale", 1e5, 44);
-    check_line(m, "layernorm f16 267x4096 flags=scale act=silu", 1e4, 45);
+    /* 16-bit rows of 2048 and 4096 are row groups of a 1024-thread block (4 and 2 rows a round, 132
+     * slots): rounds whose last groups are past the end, which fetch zeros (stale words there add a row
+     * twice to dbeta: 530x2048 and 267x4096 fail), offsets that take the block into the saved mean's
+     * correction (16-bit: 1e2-1e3, beyond which f16 x loses the data), an activation, the residual.
+     * 600x4096 and 1700x2048 above and in test_row_persist are such plans too. */
+    check_line(m, "layernorm f16 1061x2048 flags=scale", 1e3, 44);
+    check_line(m, "layernorm f16 267x4096 flags=scale act=silu", 1e2, 45);
     check_line(m, "rmsnorm bf16 531x2048 flags=scale,residual,resout", 0.0, 46);
+    check_line(m, "layernorm bf16 530x2048 flags=scale,bias act=relu", 0.0, 47);
+    check_line(m, "layernorm f16 267x4096 flags=scale,bias", 1e3, 48);
     assert_int_equal(m->failed - before, 0);
 }
 
 /* Persistent row forwards (P.persist): more rows than the plan's resident blocks (396 of 512 threads,
  * 792 of 256, 264 of 384 for 132 SMs), so each block walks several rows with the next one's words
- * fetched; gamma/beta held as words across them; a 1e4 offset takes the shift from the fetched first
- * element; stats and GELU share the epilogue. */
+ * fetched; gamma/beta held as words across them; an offset takes the shift from the fetched first
+ * element (1e3 for f16, 1e2 for bf16: at 1e4 both round x to one value a row, the mean test empty);
+ * stats and GELU share the epilogue. */
 static void test_row_persist(void **state)
 {
     matrix_state *m = *state;
     int before = m->failed;
     check_line(m, "layernorm bf16 900x4096 flags=scale,bias,stats", 0.0, 51);
-    check_line(m, "layernorm f16 900x4096 flags=scale,bias act=gelu_erf", 1e4, 52);
+    check_line(m, "layernorm f16 900x4096 flags=scale,bias act=gelu_erf", 1e3, 52);
     check_line(m, "rmsnorm f16 1700x2048 flags=scale,stats", 0.0, 53);
-    check_line(m, "layernorm bf16 450x3000", 1e4, 54); /* 375 vectors over 384 threads */
+    check_line(m, "layernorm bf16 450x3000", 1e2, 54); /* 375 vectors over 384 threads */
     /* f32 gamma/beta beside 16-bit x: copied once a block into shared memory */
-    check_line(m, "layernorm bf16 900x4096 flags=scale,bias,stats param=f32", 1e4, 56);
+    check_line(m, "layernorm bf16 900x4096 flags=scale,bias,stats param=f32", 1e2, 56);
     check_line(m, "rmsnorm f16 1700x2048 flags=scale param=f32", 0.0, 57);
     /* the backward stages gamma and, under an activation, beta (264 slots) */
     check_line(m, "layernorm bf16 400x4096 flags=scale,bias param=f32 act=silu", 1e3, 58);
@@ -195,7 +199,7 @@ static void test_row_persist(void **state)
     check_regime(m, "rmsnorm f16 2x30001 flags=scale,stats", &fwd, 61);
     check_regime(m, "layernorm bf16 2x65536 flags=scale,bias act=gelu_erf", &fwd, 62);
     /* the backward's slots fetch the next row in 640-thread blocks too (132 of them here) */
-    check_line(m, "layernorm f16 300x5120 flags=scale,bias", 1e5, 55);
+    check_line(m, "layernorm f16 300x5120 flags=scale,bias", 1e3, 55); /* 1e5 overflowed f16 x */
     assert_int_equal(m->failed - before, 0);
 }
 

@@ -189,13 +189,12 @@ static void test_row_backward_slots(void **state)
     static const struct {
         int32_t dtype;
         int64_t n;
-        int32_t block, slots, colsum_block;
-        int32_t nb_block, nb_rpb; /* without a bias: row groups of a 1024-thread block where a thread owns a chunk */
-    } want[] = {{NJ_BF16, 4096, 512, 264, 1024, 1024, 2}, /* one chunk of 8 a thread: 2 blocks an SM */
-                {NJ_F32, 4096, 512, 132, 544, 512, 1},    /* two chunks of 4 a thread: 1; 132 parts: 17 warps */
-                {NJ_BF16, 8192, 1024, 132, 544, 1024, 1}, /* 1024 threads: 1 */
-                {NJ_BF16, 2048, 256, 528, 1024, 1024, 4}, /* 4 blocks of 256 an SM; 528 parts: 32 warps at most */
-                {NJ_F32, 512, 64, 2112, 1024, 64, 1}};    /* 64 threads: no row groups (registers) */
+        int32_t block, rpb, slots, colsum_block;
+    } want[] = {{NJ_BF16, 4096, 1024, 2, 132, 544}, /* one chunk of 8 a thread: 2 groups of 512 a block */
+                {NJ_F32, 4096, 512, 1, 132, 544},   /* two chunks of 4 a thread: a block an SM; 132 parts: 17 warps */
+                {NJ_BF16, 8192, 1024, 1, 132, 544}, /* 1024 threads: 1 */
+                {NJ_BF16, 2048, 1024, 4, 132, 544}, /* 4 groups of 256 a block */
+                {NJ_F32, 512, 64, 1, 2112, 1024}};  /* 64 threads, 32 blocks an SM: no row groups (registers) */
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         nj_canon c;
         nj_plan_params pp;
@@ -203,39 +202,39 @@ static void test_row_backward_slots(void **state)
         assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
         assert_int_equal(pp.nlaunch, 2);
         assert_int_equal(pp.block, want[i].block);
+        assert_int_equal(pp.rows_per_block, want[i].rpb);
         assert_int_equal(pp.launch[0].grid_x, want[i].slots);
         assert_string_equal(pp.launch[1].kernel, "nj_lib_colsum");
         assert_int_equal(pp.launch[1].block[0], want[i].colsum_block);
         assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], want[i].slots);
         assert_int_equal(pp.workspace_fixed, (uint64_t)want[i].slots * want[i].n * 2 * sizeof(float));
-        /* without a bias (RMSNorm, LayerNorm with gamma only) the slots hold no beta rows, and blocks of
-         * 256 or 512 threads owning a chunk a thread become the row groups of one block an SM */
+        if (want[i].rpb > 1) assert_int_equal(pp.persist, 1); /* row groups still fetch the next rows */
+        assert_int_equal(nj_plan_check(&c, &pp, &dev90), NJ_OK);
+        /* without a bias (RMSNorm, LayerNorm with gamma only) the slots hold no beta rows */
         tc_row(&c, want[i].dtype, want[i].n, NJ_FLAG_SCALE);
         assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
-        int32_t slots = want[i].nb_rpb > 1 ? 132 : want[i].slots;
-        assert_int_equal(pp.block, want[i].nb_block);
-        assert_int_equal(pp.rows_per_block, want[i].nb_rpb);
-        assert_int_equal(pp.launch[0].grid_x, slots);
-        assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], slots);
-        assert_int_equal(pp.workspace_fixed, (uint64_t)slots * want[i].n * sizeof(float));
-        if (want[i].nb_rpb > 1) assert_int_equal(pp.persist, 1); /* it still fetches the next rows */
-        assert_int_equal(nj_plan_check(&c, &pp, &dev90), NJ_OK);
+        assert_int_equal(pp.rows_per_block, want[i].rpb);
+        assert_int_equal(pp.launch[0].grid_x, want[i].slots);
+        assert_int_equal(pp.workspace_fixed, (uint64_t)want[i].slots * want[i].n * sizeof(float));
     }
-    /* not under GELU (registers), and NORMJIT_PLAN_NO_ROW_GROUPS=1 keeps the separate blocks */
+    /* not under GELU (registers): 2 and 4 blocks an SM of 512 and 256 threads, a slot each; and
+     * NORMJIT_PLAN_NO_ROW_GROUPS=1 keeps the separate blocks */
     nj_canon gc;
     nj_plan_params gp;
-    tc_row(&gc, NJ_BF16, 2048, NJ_FLAG_SCALE);
+    tc_row(&gc, NJ_BF16, 2048, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
     gc.act = NJ_ACT_GELU_ERF;
     assert_int_equal(nj_plan_pass(&gc, NJ_PASS_BACKWARD, &dev90, &gp), NJ_OK);
     assert_int_equal(gp.block, 256);
     assert_int_equal(gp.launch[0].grid_x, 528);
-    tc_row(&gc, NJ_BF16, 2048, NJ_FLAG_SCALE);
+    assert_int_equal(gp.workspace_fixed, (uint64_t)528 * 2048 * 2 * sizeof(float));
+    tc_row(&gc, NJ_BF16, 4096, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
     setenv("NORMJIT_PLAN_NO_ROW_GROUPS", "1", 1);
     assert_int_equal(nj_plan_pass(&gc, NJ_PASS_BACKWARD, &dev90, &gp), NJ_OK);
     unsetenv("NORMJIT_PLAN_NO_ROW_GROUPS");
-    assert_int_equal(gp.block, 256);
+    assert_int_equal(gp.block, 512);
     assert_int_equal(gp.rows_per_block, 1);
-    assert_int_equal(gp.launch[0].grid_x, 528);
+    assert_int_equal(gp.launch[0].grid_x, 264);
+    assert_int_equal(gp.persist, 2);
     /* short rows on the row family (NORMJIT_PLAN_NO_TILE=1: they are the tile family's, test_tile_plan):
      * 10 f32 (5 float2 chunks) take 2 lanes a row, 128 rows a 256-thread block; 100 f32 (25 float4
      * chunks) keep a warp (narrower groups would give a lane more than 8 elements) */
@@ -656,9 +655,11 @@ static void test_row_persist(void **state)
     assert_int_equal(un.persist, 0);
     assert_int_equal(un.launch[0].shmem, 0);
     assert_int_equal(nj_plan_check(&c, &un, &dev90), NJ_OK);
-    /* its backward's slots stage f32 gamma too (beta only under an activation) */
+    /* its backward's slots (row groups: 2 rows of 512 threads a block) stage f32 gamma too (beta only
+     * under an activation) */
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
-    assert_int_equal(bp.persist, 2);
+    assert_int_equal(bp.persist, 1);
+    assert_int_equal(bp.rows_per_block, 2);
     assert_int_equal(bp.stage, 1);
     assert_int_equal(bp.launch[0].shmem, 4096 * 4);
     assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
@@ -690,10 +691,10 @@ static void test_row_persist(void **state)
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK); /* bf16 rows of 1024 */
     assert_int_equal(bp.block, 128);
     assert_int_equal(bp.persist, 8); /* 8 blocks of 128 an SM, a vector a thread */
-    row_same_params(&c, NJ_BF16, 4096, ln);
+    row_same_params(&c, NJ_BF16, 4096, ln); /* row groups: one 1024-thread block an SM */
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
-    assert_int_equal(bp.persist, 2);
-    assert_int_equal(bp.launch[0].grid_x, 132 * 2);
+    assert_int_equal(bp.persist, 1);
+    assert_int_equal(bp.launch[0].grid_x, 132);
     row_same_params(&c, NJ_BF16, 5120, ln);
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
     assert_int_equal(bp.block, 640);
