@@ -473,12 +473,21 @@ static void test_row_grid_stride_and_misaligned(void **state)
     check_problem(s, "rmsnorm 50x600 silu, 1 SM", p, 62, true, true);
     assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, big, 1, sb), NJ_OK);
     check_problem(s, "layernorm 6x12288, 1 SM", p, 63, true, true);
+    /* row groups (4 rows of 2048 a 1024-thread block): one block walks 37 rows, its last round one row
+     * and three groups past the end */
+    static const int64_t grp[] = {37, 2048};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, grp, 1, sb), NJ_OK);
+    check_problem(s, "layernorm bf16 37x2048 row groups, 1 SM", p, 70, true, true);
     s->dev.sm_count = sms;
     s->shift = 1;
     assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, block, 1, sb), NJ_OK);
     check_problem(s, "layernorm 50x600 misaligned", p, 64, true, true);
     assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, warp, 1, sb), NJ_OK);
     check_problem(s, "layernorm 300x40 misaligned", p, 65, true, true);
+    /* the row groups' unaligned variant: a chunk of one element, 8 chunks a thread */
+    static const int64_t grp_u[] = {70, 2048};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, grp_u, 1, sb), NJ_OK);
+    check_problem(s, "layernorm f16 70x2048 row groups misaligned", p, 72, true, true);
     /* channels-last GroupNorm tiles: 4 f16 channels a load, a channel at a time when shifted */
     static const int64_t img[] = {2, 64, 12, 12};
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, sb), NJ_OK);
