@@ -30,6 +30,7 @@
     X(cuModuleLoadData, (CUmodule * m, const void *image))                                                 \
     X(cuModuleUnload, (CUmodule m))                                                                        \
     X(cuModuleGetFunction, (CUfunction * f, CUmodule m, const char *name))                                 \
+    X(cuFuncGetAttribute, (int *v, CUfunction_attribute a, CUfunction f))                                  \
     X(cuFuncSetAttribute, (CUfunction f, CUfunction_attribute a, int v))                                   \
     X(cuLaunchKernel, (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,      \
                        unsigned bz, unsigned shmem, CUstream s, void **params, void **extra))              \
@@ -230,10 +231,16 @@ static nj_status nj_cuda_function(nj_backend *b, void *module, const char *name,
 static nj_status nj_cuda_launch_in_ctx(void *fn, const uint32_t grid[3], const int32_t block[3], uint32_t shmem,
                                        void *stream, const void *args)
 {
-    /* Above 48 KiB a kernel must opt in to its dynamic shared memory; below it the call is not needed. */
-    if (shmem > 48u * 1024u)
-        NJ_TRY(NJ_CU(cuFuncSetAttribute, (CUfunction)fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                     (int)shmem));
+    /* A kernel may use 48 KiB of static and dynamic shared memory together without opting in (its default
+     * dynamic limit is 48 KiB less its static arrays); past that it must opt in to its dynamic size. Only
+     * launches with dynamic memory ask for the static size (a driver-side lookup). */
+    if (shmem > 0) {
+        int st = 0;
+        NJ_TRY(NJ_CU(cuFuncGetAttribute, &st, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, (CUfunction)fn));
+        if ((uint64_t)shmem + (uint64_t)(st > 0 ? st : 0) > 48u * 1024u)
+            NJ_TRY(NJ_CU(cuFuncSetAttribute, (CUfunction)fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                         (int)shmem));
+    }
     void *params[1] = {(void *)args}; /* the one nj_kargs parameter, copied by value by the driver */
     return NJ_CU(cuLaunchKernel, (CUfunction)fn, grid[0], grid[1], grid[2], (unsigned)block[0], (unsigned)block[1],
                  (unsigned)block[2], shmem, (CUstream)stream, params, NULL);

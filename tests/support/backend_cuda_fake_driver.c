@@ -30,7 +30,8 @@ static int fake_ctx_token[8];
 #define FAKE_CTX_OF(dev) ((void *)&fake_ctx_token[dev])
 static _Thread_local void *ctx_stack[16];
 static _Thread_local int ctx_depth;
-static int ctx_refs, dyn_shared_attr;
+static int ctx_refs, dyn_shared_attr = -1; /* -1: not set, the default limit of 48 KiB less the static size */
+static int static_shared; /* every function's static shared memory (fake_set_static_shared) */
 
 typedef struct fake_module fake_module;
 typedef struct fake_function {
@@ -238,6 +239,14 @@ EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
     }
     return NOT_FOUND;
 }
+EXPORT CUresult cuFuncGetAttribute(int *v, int attr, void *f)
+{
+    note_call(__func__);
+    if (!v || !f) return INVALID_VALUE;
+    if (attr != 1) return INVALID_VALUE; /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
+    *v = static_shared;
+    return OK;
+}
 EXPORT CUresult cuFuncSetAttribute(void *f, int attr, int v)
 {
     note_call(__func__);
@@ -251,7 +260,9 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
     note_call(__func__);
     if (!have_ctx() || ((fake_function *)f)->module->dev != current_dev()) return INVALID_CONTEXT;
     if ((uint64_t)bx * by * bz > 1024 || !params || extra) return INVALID_VALUE;
-    if (shmem > 48 * 1024 && (int)shmem > dyn_shared_attr) return INVALID_VALUE;
+    /* as the GPU: dynamic memory up to the function's limit, by default 48 KiB less its static arrays */
+    int limit = dyn_shared_attr >= 0 ? dyn_shared_attr : 48 * 1024 - static_shared;
+    if ((int)shmem > limit) return INVALID_VALUE;
     last_grid[0] = gx, last_grid[1] = gy, last_grid[2] = gz;
     last_block[0] = bx, last_block[1] = by, last_block[2] = bz;
     last_shmem = shmem;
@@ -294,6 +305,8 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
 EXPORT int fake_ctx_refs(void) { return ctx_refs; }
 EXPORT int fake_ctx_depth(void) { return ctx_depth; }
 EXPORT int fake_launches(void) { return launches; }
+/* every function's static shared memory from now on, and the dynamic limit back to its default */
+EXPORT void fake_set_static_shared(int bytes) { static_shared = bytes, dyn_shared_attr = -1; }
 EXPORT int fake_last_launch_device(void) { return last_launch_dev; }
 /* Calls of entry point `name` so far; NULL: of every entry point. */
 EXPORT long fake_calls(const char *name)
