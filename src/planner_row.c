@@ -388,6 +388,14 @@ static bool plan_bwd_row_groups(const nj_canon *c, nj_plan_params *pp, int64_t o
         pp->rows_per_block != 1 || c->act == NJ_ACT_GELU_ERF || c->act == NJ_ACT_GELU_TANH ||
         nj_plan_switched_off("ROW_GROUPS"))
         return false;
+    /* The groups add their column sums in a static array of n floats a stream (bwd_row.cu), beside the
+     * f32 gamma/beta a slots walk may stage: both within NJ_PERSIST_STAGE_MAX, the row plans' budget for
+     * launching within 48 KiB without an opt-in. LayerNorm bf16 rows of 4096 with f32 gamma/beta (32 KiB
+     * of sums and 16-32 of table) keeps the separate blocks. */
+    int64_t n = c->reduce_size, streams = (c->flags & NJ_FLAG_BIAS) ? 2 : 1;
+    int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
+    int64_t table = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) == 4 ? nparam * n * 4 : 0;
+    if (streams * n * 4 + table > NJ_PERSIST_STAGE_MAX) return false;
     pp->rows_per_block = per_sm;
     pp->block = 1024;
     return true;
