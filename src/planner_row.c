@@ -369,6 +369,13 @@ static bool plan_bwd_fetch(const nj_canon *c, const nj_plan_params *pp)
     return pp->block >= 512 || (words <= 8 && c->act != NJ_ACT_GELU_ERF && c->act != NJ_ACT_GELU_TANH);
 }
 
+/* Bytes of the f32 table a slots walk may stage (P.stage 1): gamma, and beta where an activation reads it. */
+static int64_t bwd_table_bytes(const nj_canon *c)
+{
+    int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
+    return nparam * c->reduce_size * 4;
+}
+
 /* Slots are blocks: each writes a partial row of dgamma (and dbeta) that the column sum reads back, so
  * 2 or 4 blocks an SM write 2 or 4 times the partial rows one would (LayerNorm 16-bit rows of 2048: 528
  * blocks of 256 threads, 8.65 MB written and read, 17% of the pass's DRAM bytes in the model). Where
@@ -392,10 +399,9 @@ static bool plan_bwd_row_groups(const nj_canon *c, nj_plan_params *pp, int64_t o
      * f32 gamma/beta a slots walk may stage: both within NJ_PERSIST_STAGE_MAX, the row plans' budget for
      * launching within 48 KiB without an opt-in. LayerNorm bf16 rows of 4096 with f32 gamma/beta (32 KiB
      * of sums and 16-32 of table) keeps the separate blocks. */
-    int64_t n = c->reduce_size, streams = (c->flags & NJ_FLAG_BIAS) ? 2 : 1;
-    int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
-    int64_t table = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) == 4 ? nparam * n * 4 : 0;
-    if (streams * n * 4 + table > NJ_PERSIST_STAGE_MAX) return false;
+    int64_t streams = (c->flags & NJ_FLAG_BIAS) ? 2 : 1;
+    int64_t table = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) == 4 ? bwd_table_bytes(c) : 0;
+    if (streams * c->reduce_size * 4 + table > NJ_PERSIST_STAGE_MAX) return false;
     pp->rows_per_block = per_sm;
     pp->block = 1024;
     return true;
@@ -464,11 +470,10 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
      * of L2 traffic, 26.7 of DRAM, in the model; f32 rows of 10000, not fetching ahead, whose two walks
      * read gamma twice a row: 402 us of L2 traffic, 295 of DRAM). 16-bit ones stay loads (measured on the
      * H200 as they are). NORMJIT_PLAN_NO_ROW_STAGE=1: only fetching walks stage them, as before. */
-    int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
-    int64_t bytes = nparam * n * 4;
+    int64_t bytes = bwd_table_bytes(c);
     /* (not for blocks under 256 threads: f32 rows of 768, 96 threads, spilled on sm_90 with the table) */
     if ((fetch || (pp->block / pp->rows_per_block >= 256 && !nj_plan_switched_off("ROW_STAGE"))) && nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) == 4 &&
-        nparam > 0 && bytes <= NJ_PERSIST_STAGE_MAX && bytes <= (int64_t)dev->max_shared_per_block &&
+        bytes > 0 && bytes <= NJ_PERSIST_STAGE_MAX && bytes <= (int64_t)dev->max_shared_per_block &&
         per_sm * (bytes + 4096) <= NJ_PERSIST_STAGE_SM) {
         pp->stage = 1;
         pp->launch[0].shmem = (uint32_t)bytes;

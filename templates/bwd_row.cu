@@ -233,7 +233,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% elseif PGRAD and GW then %}
     /* the plan's NSLOT blocks stride over the rows, NJ_RPB at a time, every group every round */
     for (nj_i64 base = (nj_i64)blockIdx.x * NJ_RPB; base < nrows; base += (nj_i64)gridDim.x * NJ_RPB) {
-        const nj_i64 grow = base + threadIdx.x / NJ_TPR, row = grow < nrows ? grow : nrows - 1;
+        const nj_i64 grow = base + threadIdx.x / NJ_TPR, row = {{ row_of_group("grow") }};
         const bool live = grow < nrows;
 {% elseif PGRAD then %}
     /* the plan's NSLOT blocks stride over the rows, each summing its rows' dgamma/dbeta terms */
