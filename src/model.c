@@ -425,6 +425,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             steps = ceil(steps / (double)(l->grid_x > 0 ? m->rows_per_block : l->row_div));
             nj_trace_set_items(tr, l->kernel, steps);
         }
+        nj_trace_set_reverse(tr, l->kernel, pp->reverse && pp->role[NJ_ROLE_MAIN] - 1 == i);
         snprintf(m->t.kernel, sizeof m->t.kernel, "%s", l->kernel);
     }
     nj_pass_info_free(&pi);

@@ -81,6 +81,8 @@ NJ_HIDDEN void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes, boo
 NJ_HIDDEN void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm);
 /* A kernel whose clusters walk `items` work items with a grid stride (item c, c + clusters, ...). */
 NJ_HIDDEN void nj_trace_set_items(nj_trace *t, const char *kernel, double items);
+/* A kernel that takes its items last first (P.reverse): it traces the mirror images of the clusters. */
+NJ_HIDDEN void nj_trace_set_reverse(nj_trace *t, const char *kernel, bool reverse);
 /* Starts a pass: forgets launches and the sector history (a pass starts with a cold L2). */
 NJ_HIDDEN void nj_trace_reset(nj_trace *t);
 /* The launches recorded since the reset; *n their count. */

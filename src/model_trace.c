@@ -31,7 +31,8 @@ typedef struct tr_entry {
 
 typedef struct tr_sector {
     uint64_t sector; /* address / 32 + 1 (0: empty slot) */
-    double at_global; /* grid bytes counter at the last touch */
+    double at_global; /* traced bytes counter at the last touch */
+    double at_clock;  /* the grid's bytes at the last touch (nj_trace.closed) */
     double at_block;  /* that block's bytes counter at the last touch */
     uint64_t cluster; /* cluster of the last touch, and its launch */
     int32_t launch;
@@ -55,15 +56,17 @@ struct nj_trace {
     } buf[TR_MAX_BUFS];
     double param_bytes; /* of the buffers added as parameters */
     int32_t nbuf;
-    struct {
+    struct tr_res {
         char name[48];
         double resident, per_sm, items;
+        bool reverse;
     } res[TR_MAX_KERNELS];
     int32_t nres;
     /* the launch being run */
     const nj_emu_launch *l;
     uint32_t nthr, nwarps;
     double resident, per_sm, scale, items;
+    bool reverse;
     uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
     uint64_t load_site_seen[TR_MAX_SITES / 64];
     uint64_t *pick;       /* clusters to trace after the first, ascending */
@@ -82,6 +85,9 @@ struct nj_trace {
     tr_sector *sec;
     size_t nsec, seccap;
     double global_bytes, block_bytes;
+    /* the grid's bytes brought into the L2, estimated: the finished launches' (each its traced bytes
+     * times the clusters a traced cluster stands for), and the running launch's traced bytes */
+    double closed, launch_fresh;
     nj_trace_launch launch[NJ_TRACE_MAX_LAUNCHES];
     int32_t nlaunch;
 };
@@ -96,6 +102,8 @@ static void tr_fail(nj_trace *t)
 static void tr_launch(void *u, const nj_emu_launch *l)
 {
     nj_trace *t = u;
+    if (t->nlaunch) t->closed += t->launch_fresh * t->scale; /* the launch before, with its final scale */
+    t->launch_fresh = 0;
     t->l = l;
     t->nthr = l->block[0] * l->block[1] * l->block[2];
     t->nwarps = (t->nthr + 31) / 32;
@@ -107,9 +115,11 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     memset(t->load_site_seen, 0, sizeof t->load_site_seen);
     t->resident = t->per_sm = 1;
     t->items = 0;
+    t->reverse = false;
     for (int32_t i = 0; i < t->nres; i++)
         if (strcmp(t->res[i].name, l->name) == 0)
-            t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm, t->items = t->res[i].items;
+            t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm, t->items = t->res[i].items,
+            t->reverse = t->res[i].reverse;
     size_t threads = (size_t)t->nthr * l->cluster[0] * l->cluster[1] * l->cluster[2];
     if (threads * TR_MAX_SITES > t->occ_cap) {
         free(t->occ);
@@ -139,8 +149,10 @@ static int tr_cmp_u64(const void *x, const void *y);
 
 /* The clusters to trace: the first, the last, and points of the golden-ratio sequence in between (evenly
  * spread like a regular stride, but without aliasing with the periodic structure of a grid: a stride that
- * is a multiple of the tiles an image would trace the same tile every time). Chosen after the first
- * cluster ran, when its size tells how many the access budget allows. */
+ * is a multiple of the tiles an image would trace the same tile every time). A launch that takes its
+ * items last first (P.reverse: cluster c, item n - 1 - c) traces the mirror images n - 1 - c, so that it
+ * traces the items the launch before it traced, and the L2 model sees how recently that one touched
+ * them. Chosen after the first cluster ran, when its size tells how many the access budget allows. */
 static void tr_pick(nj_trace *t, uint64_t n)
 {
     uint64_t want = t->sample;
@@ -150,7 +162,7 @@ static void tr_pick(nj_trace *t, uint64_t n)
         if (fit < want) want = fit;
     }
     free(t->pick);
-    t->pick = malloc((size_t)want * sizeof *t->pick);
+    t->pick = malloc(((size_t)want + 1) * sizeof *t->pick);
     t->npick = t->pos = 0;
     if (!t->pick) {
         tr_fail(t);
@@ -164,6 +176,10 @@ static void tr_pick(nj_trace *t, uint64_t n)
         uint64_t c = 1 + (uint64_t)(x * (double)(n - 2));
         if (c >= n - 1) continue;
         t->pick[t->npick++] = c;
+    }
+    if (t->reverse) { /* the mirror images (the last mirrors the first cluster, traced before the picks) */
+        for (size_t i = 0; i < t->npick; i++) t->pick[i] = n - 1 - t->pick[i];
+        t->pick[t->npick++] = n - 1;
     }
     qsort(t->pick, (size_t)t->npick, sizeof *t->pick, tr_cmp_u64);
     size_t u = 0;
@@ -284,6 +300,17 @@ static tr_sector *tr_sec(nj_trace *t, uint64_t s, bool *fresh)
     return &t->sec[j];
 }
 
+/* The grid's bytes brought into the L2 so far (the clock of reuse distances across launches: an LRU
+ * cache's stack distance counts the distinct bytes touched since, and a sector touched again since
+ * counts where it had to be fetched again): the running launch's traced bytes times the clusters each
+ * traced one stands for, planned once the picks are known (the scale seen so far is the grid over one
+ * cluster at the first). */
+static double tr_clock(const nj_trace *t, const nj_trace_launch *r)
+{
+    double n = (double)r->clusters, rep = t->pick ? n / (double)(t->npick + 1) : n <= t->sample ? 1 : n / (t->sample + 1);
+    return t->closed + t->launch_fresh * (rep > 1 ? rep : 1);
+}
+
 /* Whether a sector lies in a parameter buffer. */
 static bool tr_param(const nj_trace *t, uint64_t sector)
 {
@@ -306,6 +333,7 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
         double miss = 1, l1 = 0;
         if (fresh) {
             t->global_bytes += 32;
+            t->launch_fresh += 32;
             t->block_bytes += 32;
             r->unique_bytes += 32;
             x->first_launch = t->nlaunch - 1;
@@ -334,13 +362,17 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
             if (same) d = (t->block_bytes - x->at_block) * t->resident;
             else if (this_launch)
                 d = (t->global_bytes - x->at_global) / (double)(r->run > x->run_at ? r->run - x->run_at : 1);
-            else d = (t->global_bytes - x->at_global) * t->scale;
+            else d = tr_clock(t, r) - x->at_clock;
             miss = nj_model_l2_miss(d, t->l2_bytes);
         }
+        /* what the access brings into the L2 (all of it on a miss) moves the clock of reuse distances:
+         * a re-read that hits adds no new bytes, one that misses does */
+        if (!fresh) t->launch_fresh += 32 * miss * (store ? 1 : 1 - l1);
         if (store) r->dram_write += 32 * miss;
         else if (fresh && tr_param(t, s[i])) r->dram_read_param += 32;
         else r->dram_read += 32 * miss * (1 - l1);
         x->at_global = t->global_bytes;
+        x->at_clock = tr_clock(t, r);
         x->at_block = t->block_bytes;
         x->cluster = cluster;
         x->launch = t->nlaunch - 1;
@@ -481,26 +513,36 @@ void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes, bool param)
     t->nbuf++;
 }
 
-void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm)
+/* The kernel's entry of res[], added with the defaults (NULL when the table is full). */
+static struct tr_res *tr_res_of(nj_trace *t, const char *kernel)
 {
     int32_t i = 0;
     while (i < t->nres && strcmp(t->res[i].name, kernel) != 0) i++;
-    if (i == TR_MAX_KERNELS) return;
-    if (i == t->nres) snprintf(t->res[t->nres++].name, sizeof t->res[0].name, "%s", kernel);
-    t->res[i].resident = resident;
-    t->res[i].per_sm = per_sm;
+    if (i == TR_MAX_KERNELS) return NULL;
+    if (i == t->nres) {
+        memset(&t->res[i], 0, sizeof t->res[i]);
+        snprintf(t->res[t->nres++].name, sizeof t->res[0].name, "%s", kernel);
+        t->res[i].resident = t->res[i].per_sm = 1;
+    }
+    return &t->res[i];
+}
+
+void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm)
+{
+    struct tr_res *r = tr_res_of(t, kernel);
+    if (r) r->resident = resident, r->per_sm = per_sm;
 }
 
 void nj_trace_set_items(nj_trace *t, const char *kernel, double items)
 {
-    int32_t i = 0;
-    while (i < t->nres && strcmp(t->res[i].name, kernel) != 0) i++;
-    if (i == TR_MAX_KERNELS) return;
-    if (i == t->nres) {
-        snprintf(t->res[t->nres++].name, sizeof t->res[0].name, "%s", kernel);
-        t->res[i].resident = t->res[i].per_sm = 1;
-    }
-    t->res[i].items = items;
+    struct tr_res *r = tr_res_of(t, kernel);
+    if (r) r->items = items;
+}
+
+void nj_trace_set_reverse(nj_trace *t, const char *kernel, bool reverse)
+{
+    struct tr_res *r = tr_res_of(t, kernel);
+    if (r) r->reverse = reverse;
 }
 
 void nj_trace_reset(nj_trace *t)
@@ -509,6 +551,7 @@ void nj_trace_reset(nj_trace *t)
     t->nsec = 0;
     if (t->sec) memset(t->sec, 0, t->seccap * sizeof *t->sec);
     t->global_bytes = t->block_bytes = 0;
+    t->closed = t->launch_fresh = 0;
     t->l = NULL;
 }
 

@@ -38,6 +38,17 @@ static nj_status plan_bwd_supported(const nj_canon *c)
     return NJ_OK;
 }
 
+/* A plan whose part launch reads the items before its main launch reads them again (every split or
+ * tiled family: fwd_row, column, general, channels_last) walks the main launch backwards: blocks start in
+ * about their index order, so the part launch's last items are the freshest in L2 and the reversed walk
+ * meets them first. What the second read finds in L2 is then about the cache's size, not what survives a
+ * whole pass (nothing, past ~75 MB on an H200). NORMJIT_PLAN_NO_REVERSE=1: both walk forwards, as before. */
+static void plan_reverse(nj_plan_params *pp)
+{
+    if (pp->role[NJ_ROLE_PART] && pp->role[NJ_ROLE_MAIN] && !pp->grid_loop && !nj_plan_switched_off("REVERSE"))
+        pp->reverse = 1;
+}
+
 static nj_status plan_family(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *out)
 {
     bool bwd = pass == NJ_PASS_BACKWARD;
@@ -48,6 +59,7 @@ static nj_status plan_family(const nj_canon *c, nj_pass pass, const nj_device_pr
     out->template_name = f->template_name[bwd];
     NJ_TRY(f->plan[bwd](c, dev, out));
     if (bwd) bwd_reserve_dl(c, out);
+    plan_reverse(out);
     return NJ_OK;
 }
 

@@ -143,6 +143,9 @@ typedef struct nj_plan_params {
                             with the batch get at most two waves of blocks, each looping over items, where
                             a block an item would leave the GPU scheduling blocks rather than moving data.
                             0: a block an item and no loop (it costs NVRTC 7-14 ms a kernel) */
+    int32_t reverse;     /* 1: the main launch takes its work items last first, the part launch before it in
+                            order: a second walk over what the part launch just read meets the part of it
+                            still in L2 first (the part's last items) rather than the part evicted first */
     uint32_t align_opds; /* bits (1 << nj_operand): operands whose base address must be a multiple of vec
                             elements, and whose batch stride a multiple of vec (PARAM has none), for the
                             launch to use these kernels; else the unaligned variant runs */

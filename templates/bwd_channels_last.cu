@@ -237,7 +237,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
     const bool active = t < NJ_LT * NJ_R;
 {% load_params() %}
-    {{ block_item("w", "A.rows * NJ_S") }}
+    {{ main_item("w", "A.rows * NJ_S") }}
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
         const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};

@@ -75,7 +75,7 @@ NJ_KERNEL({{ name }}, {{ B }})
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
 {{ bwd_pointers() }}
 {% if SPLIT > 1 then %}
-    {{ block_item("wi", "nstat * NJ_SPLIT") }}
+    {{ block_item("wi", "nstat * NJ_SPLIT", nil, nil, mode ~= "part" and P.reverse == 1) }}
         const nj_i64 st = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
 {% else %}

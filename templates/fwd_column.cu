@@ -224,7 +224,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% param_table(F.scale, F.bias) %}
 {% end %}
 {% if SPLIT > 1 then %}
-    {{ block_item("wi", "ntask * NJ_SPLIT") }}
+    {{ block_item("wi", "ntask * NJ_SPLIT", nil, nil, mode ~= "part" and P.reverse == 1) }}
         const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
 {% else %}

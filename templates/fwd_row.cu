@@ -198,10 +198,11 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% persist_head() %}
 {% elseif SPLIT > 1 then %}
     constexpr nj_i64 CPS = (NCH + NJ_SPLIT - 1) / NJ_SPLIT; /* chunks a piece */
-    {{ block_item("wi", "nrows * NJ_SPLIT") }}
-{% if mode == "norm" then %}
+    {{ block_item("wi", "nrows * NJ_SPLIT", nil, nil, mode == "norm" and P.reverse == 1) }}
+{% if mode == "norm" or P.reverse == 1 then %}
         /* piece-major: the blocks of one piece of every row run side by side, so the piece's gamma/beta
-           come from DRAM once, not once a row (LayerNorm f32 10 x 10^7: 800 of the 2000 MB read) */
+           come from DRAM once, not once a row (LayerNorm f32 10 x 10^7: 800 of the 2000 MB read); the
+           part kernel alike when the normalizing one walks back over its pieces (P.reverse) */
         const nj_i64 piece = wi / nrows, row = wi % nrows;
 {% else %}
         const nj_i64 row = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;

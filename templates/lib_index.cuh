@@ -73,14 +73,21 @@ end
 -- `sub` the warp's number), over a 2-D grid past 2^31 - 1 blocks (nj_launch_grid). Not a grid-stride
 -- loop: a loop around the body cost NVVM and ptxas 7 to 14 ms a kernel and up to 30 registers. Except
 -- with P.grid_loop (tiny items, planner.h): the capped grid's blocks loop over the items.
-function block_item(var, count, per, sub)
+-- With `rev` (a block an item, no grid loop), the items are taken last first (P.reverse, planner.h).
+function block_item(var, count, per, sub, rev)
   local first = per and string.format("nj_block_item() * %s + %s", per, sub) or "nj_block_item()"
+  if rev and (per or P.grid_loop == 1) then error("block_item: a reversed walk takes a block an item") end
+  if rev then
+    return string.format("{\n        const nj_i64 %s = (%s) - 1 - %s;\n        if (%s < 0) return;", var, count, first, var)
+  end
   if P.grid_loop == 1 then
     local step = "(nj_i64)gridDim.x * gridDim.y" .. (per and (" * " .. per) or "")
     return string.format("for (nj_i64 %s = %s; %s < %s; %s += %s) {", var, first, var, count, var, step)
   end
   return string.format("{\n        const nj_i64 %s = %s;\n        if (%s >= %s) return;", var, first, var, count)
 end
+-- The main launch's walk over the items its part launch walked first (block_item without per).
+function main_item(var, count) return block_item(var, count, nil, nil, P.reverse == 1) end
 
 -- The pragma before a walk over global memory that reads `streams` tensors an iteration (x, the
 -- residual, dy; default 1): unrolled until two of those loads are in flight per thread (about 64 KB with

@@ -1028,6 +1028,44 @@ static nj_plan_params plan_line(const char *line, nj_pass pass, const nj_device_
     return plan_line_v(line, pass, dev, NULL);
 }
 
+/* P.reverse: every plan whose part launch reads the items before its main launch reads them again walks
+ * the main launch backwards (planner.c: plan_reverse), whatever the family; a plan of one launch, or
+ * one whose second launch is the library's (a fused channels-last forward and its column sum), does
+ * not; NORMJIT_PLAN_NO_REVERSE=1 walks forwards. */
+static void test_reverse(void **state)
+{
+    (void)state;
+    const nj_device_props *dev = &dev90;
+    static const struct {
+        const char *line;
+        nj_pass pass;
+        int32_t reverse;
+    } want[] = {
+        {"layernorm f32 8x1000000 flags=scale,bias", NJ_PASS_FORWARD, 1},        /* row, split */
+        {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 1},  /* tiles */
+        {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1},
+        {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 0},    /* fused */
+        {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1},   /* part, dx */
+        {"instancenorm f32 ncdhw 2x32x64x64x64 flags=scale,bias", NJ_PASS_BACKWARD, 1},     /* general */
+        {"instancenorm f32 ndhwc 2x64x64x64x64 flags=scale,bias", NJ_PASS_FORWARD, 1},      /* column */
+        {"layernorm bf16 4096x4096 flags=scale,bias", NJ_PASS_FORWARD, 0},
+        {"layernorm bf16 4096x4096 flags=scale,bias", NJ_PASS_BACKWARD, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        nj_plan_params pp = plan_line(want[i].line, want[i].pass, dev);
+        if (pp.reverse != want[i].reverse) fail_msg("%s: reverse=%d", want[i].line, pp.reverse);
+        assert_int_equal(pp.role[NJ_ROLE_PART] != 0, want[i].reverse);
+        char *t = nj_plan_text(&pp);
+        assert_non_null(t);
+        assert_int_equal(strstr(t, "reverse=1") != NULL, want[i].reverse);
+        free(t);
+        setenv("NORMJIT_PLAN_NO_REVERSE", "1", 1);
+        pp = plan_line(want[i].line, want[i].pass, dev);
+        unsetenv("NORMJIT_PLAN_NO_REVERSE");
+        assert_int_equal(pp.reverse, 0);
+    }
+}
+
 /* The image family (planner_image.c): LayerNorm over the C of NCHW whose image fits shared memory with
  * its block's floats; the block sized for the blocks an SM that shared memory allows (64
  * registers a thread), the launch's shared memory the slab plus those floats; the backward where x and
@@ -1358,7 +1396,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_reverse),
         cmocka_unit_test(test_column_bwd_wide_stage), cmocka_unit_test(test_row_bwd_gamma_stage), cmocka_unit_test(test_row_xstage), cmocka_unit_test(test_tile_plan), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
