@@ -307,7 +307,9 @@ static tr_sector *tr_sec(nj_trace *t, uint64_t s, bool *fresh)
  * cluster at the first). */
 static double tr_clock(const nj_trace *t, const nj_trace_launch *r)
 {
-    double n = (double)r->clusters, rep = t->pick ? n / (double)(t->npick + 1) : n <= t->sample ? 1 : n / (t->sample + 1);
+    /* traced: cluster 0, always, and the picks (a reversed launch's include 0) */
+    double traced = t->pick ? (double)t->npick + (t->npick > 0 && t->pick[0] == 0 ? 0 : 1) : 0;
+    double n = (double)r->clusters, rep = t->pick ? n / traced : n <= t->sample ? 1 : n / (t->sample + 1);
     return t->closed + t->launch_fresh * (rep > 1 ? rep : 1);
 }
 
