@@ -141,7 +141,8 @@ static void m_floor(const nj_canon *c, const nj_problem_desc *p, nj_pass pass, c
     while (a0 < c->rank && !c->axes[a0].reduce) a0++;
     double piece = 1;
     for (int32_t a = a0; a < c->rank; a++) piece *= (double)c->axes[a].extent;
-    out->two_read = piece * es * inputs > (double)d->smem_sm;
+    /* on chip: one SM's shared memory, or on sm_90 and later a cluster's (8 SMs, CUDA's portable size) */
+    out->two_read = piece * es * inputs > (double)d->smem_sm * (d->arch >= 90 ? 8 : 1);
     int64_t run = 1;
     for (int32_t a = c->rank - 1; a >= 1 && c->axes[a].stride[NJ_OPD_X] == run; a--) run *= c->axes[a].extent;
     out->vec16 = run > 1 && (int64_t)((double)run * es) % 16 == 0;
@@ -400,8 +401,10 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         m_occupancy(m, d, l->shmem);
         m->family = pp->family;
         /* row-family kernels that hold whole rows: a block-per-row one pays a block reduction each row;
-           so does a block per image (its barriers between the copy, the statistics and y) */
-        bool staged = l->lib == NJ_LIB_NONE && (pp->family == NJ_FAMILY_IMAGE || pp->family == NJ_FAMILY_TILE);
+           so does a block per image (its barriers between the copy, the statistics and y), and a block
+           of a cluster (its piece of a row) */
+        bool staged = l->lib == NJ_LIB_NONE &&
+                      (pp->family == NJ_FAMILY_IMAGE || pp->family == NJ_FAMILY_TILE || pp->family == NJ_FAMILY_CLUSTER);
         if (staged) { /* a block per image or tile of rows: its item is the "row" (a fixed grid walks
                          the tiles in turn: the tile backward's slots) */
             m->rows = l->grid_x > 0 && pp->rows_per_block > 0 ? ceil((double)plan->rows / pp->rows_per_block) : m->blocks;

@@ -79,6 +79,8 @@ typedef struct nj_launch {
     uint32_t shmem;     /* dynamic shared memory bytes */
     int32_t even;       /* 1 (with grid_x_cap): as few blocks as keep the rounds of the capped grid, so that
                            every block walks the same number of rows, or one fewer (P.persist) */
+    int32_t cluster;    /* > 1: blocks of the kernel's thread-block clusters (__cluster_dims__, sm_90): the
+                           grid's x a multiple of it, a cluster consecutive blocks of one work item */
 } nj_launch;
 
 /* What the templates read by name (codegen_env.c: P.role, P.pgrad, P.ws), so that none infers a decision

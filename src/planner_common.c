@@ -440,10 +440,13 @@ nj_status nj_launch_grid(const nj_launch *l, int64_t rows, int32_t max_x, uint32
         n = l->even ? (n + rounds - 1) / rounds : l->grid_x_cap;
     }
     if (n < 1) n = 1; /* an empty batch still launches (every block skips), never a zero grid */
-    int64_t wide = max_x > 0 ? max_x : NJ_GRID_X_MAX;
+    int64_t wide = max_x > 0 ? max_x : NJ_GRID_X_MAX, cl = l->cluster > 1 ? l->cluster : 1;
+    /* a cluster's blocks stay on one row of the grid, and in one work item (a grid row of one cluster
+     * at least: only the emulator's narrow test grids are narrower than a cluster) */
+    wide = wide < cl ? cl : wide - wide % cl;
     int64_t gy = (n + wide - 1) / wide;
     NJ_RETURN_IF(gy > NJ_GRID_Y_MAX, NJ_ERR_OVERFLOW, "%s: %lld blocks exceed a CUDA grid", l->kernel, (long long)n);
-    grid[0] = (uint32_t)((n + gy - 1) / gy);
+    grid[0] = (uint32_t)(((n + gy - 1) / gy + cl - 1) / cl * cl);
     grid[1] = (uint32_t)gy;
     grid[2] = 1;
     return NJ_OK;

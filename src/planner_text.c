@@ -12,6 +12,7 @@ static void plan_launch_text(nj_buf *b, const nj_launch *l)
                   l->grid_x, l->grid_y, l->grid_z, (long long)l->row_mult, (long long)l->row_div,
                   (long long)l->grid_x_cap, l->shmem);
     if (l->even) nj_buf_append(b, " even", 5);
+    if (l->cluster > 1) nj_buf_printf(b, " cluster %d", l->cluster);
     if (l->lib == NJ_LIB_NONE) return;
     nj_buf_printf(b, " lib %d", (int)l->lib);
     for (int k = 0; k < NJ_LIB_NARGS; k++)
@@ -120,6 +121,11 @@ nj_status nj_launches_from_text(const char *text, nj_plan_params *pp)
         int tail = 0;
         if (got == 11 && k > 0 && strncmp(p + k, " even", 5) == 0 && (p[k + 5] == ' ' || p[k + 5] == '\n'))
             l->even = 1, k += 5;
+        int cl = 0, ck = 0;
+        if (got == 11 && k > 0 && sscanf(p + k, " cluster %d%n", &cl, &ck) == 1 && ck > 0) {
+            NJ_RETURN_IF(cl < 2 || cl > 16, NJ_ERR_PARSE, "launches: bad cluster on line %d", i + 1);
+            l->cluster = cl, k += ck;
+        }
         if (got == 11 && k > 0 && p[k] == ' ' && !plan_parse_lib(p + k, l, &tail))
             return nj_fail(NJ_ERR_PARSE, "launches: bad library arguments on line %d", i + 1);
         k += tail;

@@ -22,31 +22,8 @@ if #red == 0 then error("fwd_row: no reduced axis") end
 if kept[#kept] > red[1] then error("fwd_row needs every reduced axis inside the kept ones") end
 local inner = red[#red]
 local RS = P.axes[inner].stride
-local inner_prod, prod = {}, 1
-for k = #red, 1, -1 do inner_prod[k] = prod; prod = prod * P.axes[red[k]].extent end
-local J = P.reduce_size < 2147483647 and "(unsigned)j" or "j"
 -- offset within the row of element j for operand opd (j counts elements along the row)
-function roff(opd)
-  local st, zero = {}, true
-  for k = 1, #red do st[k] = P.axes[red[k]].stride[opd]; zero = zero and st[k] == 0 end
-  if zero then return "0" end
-  local contiguous = true
-  for k = 1, #red do contiguous = contiguous and st[k] == st[#red] * inner_prod[k] end
-  if contiguous then return st[#red] == 1 and "j" or ("j * " .. st[#red]) end
-  local terms = {}
-  for k = 1, #red do
-    if st[k] ~= 0 then
-      local e = P.axes[red[k]].extent
-      local idx
-      if #red == 1 then idx = J
-      elseif k == #red then idx = string.format("%s %% %d", J, e)
-      elseif k == 1 then idx = string.format("%s / %d", J, inner_prod[k])
-      else idx = string.format("%s / %d %% %d", J, inner_prod[k], e) end
-      terms[#terms + 1] = string.format("(nj_i64)(%s) * %d", idx, st[k])
-    end
-  end
-  return table.concat(terms, " + ")
-end
+function roff(opd) return row_offset(opd, "j") end
 local F = P.flags
 local has_param = F.scale or F.bias
 -- gamma/beta along the row: constant (param_row), one value per vector chunk (innermost stride 0), or a

@@ -68,6 +68,35 @@ function offset(opd, axes, prefix)
   return table.concat(wide, " + ")
 end
 
+-- Offset of element `var` of a row (a C expression counting elements along the reduced axes, innermost
+-- fastest) within operand opd's row: "0" where opd does not vary along the row, var times the innermost
+-- stride where the reduced axes are contiguous, else a term per axis (divisions by the inner extents).
+function row_offset(opd, var)
+  local red = reduced_axes()
+  local inner_prod, prod = {}, 1
+  for k = #red, 1, -1 do inner_prod[k] = prod; prod = prod * P.axes[red[k]].extent end
+  local J = P.reduce_size < 2147483647 and "(unsigned)" .. var or var
+  local st, zero = {}, true
+  for k = 1, #red do st[k] = P.axes[red[k]].stride[opd]; zero = zero and st[k] == 0 end
+  if zero then return "0" end
+  local contiguous = true
+  for k = 1, #red do contiguous = contiguous and st[k] == st[#red] * inner_prod[k] end
+  if contiguous then return st[#red] == 1 and var or (var .. " * " .. st[#red]) end
+  local terms = {}
+  for k = 1, #red do
+    if st[k] ~= 0 then
+      local e = P.axes[red[k]].extent
+      local idx
+      if #red == 1 then idx = J
+      elseif k == #red then idx = string.format("%s %% %d", J, e)
+      elseif k == 1 then idx = string.format("%s / %d", J, inner_prod[k])
+      else idx = string.format("%s / %d %% %d", J, inner_prod[k], e) end
+      terms[#terms + 1] = string.format("(nj_i64)(%s) * %d", idx, st[k])
+    end
+  end
+  return table.concat(terms, " + ")
+end
+
 -- Opens the scope of this block's work item `var` of `count` (C statements; the caller closes the
 -- brace): launches that scale with the batch have a block per item, or `per` items a block (one a warp,
 -- `sub` the warp's number), over a 2-D grid past 2^31 - 1 blocks (nj_launch_grid). Not a grid-stride

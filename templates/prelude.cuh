@@ -27,6 +27,38 @@
     extern __shared__ __align__(16) unsigned char nj_dyn_smem_[]; \
     type *name = reinterpret_cast<type *>(nj_dyn_smem_)
 #define NJ_CHECK_ALIGN(p, bytes) ((void)0) /* the hardware checks (emu.h: the emulator does) */
+/* Clusters (sm_90 and later; docs/dialect.md): blocks of cx*cy*cz that run at once on one GPC and read
+ * each other's shared memory. Inline PTX, not cooperative_groups (no includes: see above). One resident
+ * block an SM: a cluster kernel stages its item in most of an SM's shared memory. */
+#define NJ_CLUSTER_KERNEL(name, max_threads, cx, cy, cz) \
+    extern "C" __global__ void __cluster_dims__(cx, cy, cz) __launch_bounds__(max_threads, 1) name(const nj_kargs A)
+#if __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ unsigned nj_cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+static __device__ __forceinline__ unsigned nj_cluster_size()
+{
+    unsigned n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+}
+/* every thread of the cluster; release/acquire order the shared-memory writes before it with the
+ * other blocks' reads after it */
+static __device__ __forceinline__ void nj_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+/* the same shared-memory location in block `rank` of the cluster, as a generic address */
+template <class T> static __device__ __forceinline__ T *nj_cluster_map(T *p, unsigned rank)
+{
+    unsigned long long d;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(d) : "l"((unsigned long long)p), "r"(rank));
+    return (T *)d;
+}
+#endif
 #endif
 
 typedef long long nj_i64;

@@ -203,6 +203,30 @@ static void test_row_persist(void **state)
     assert_int_equal(m->failed - before, 0);
 }
 
+/* The cluster family (fwd_cluster.cu, sm_90): rows of 2^18 elements and more, a cluster of 4 or 8 blocks
+ * a row, each staging its piece and reading the others' (sum, m2) from their shared memory. gamma/beta
+ * constant along the row (InstanceNorm), a channel a vector with pieces that straddle channels
+ * (GroupNorm(1) over 64 channels of 64 x 64), along the row as vectors (LayerNorm in test_layernorm) or by
+ * element (the odd RMSNorm row in test_rmsnorm); 200 KB pieces (f32 rows of 400001: the last piece
+ * short); offsets, saved statistics, activations, a NaN; narrow 2-D grids (--shuffle) keep clusters on
+ * one grid row. Forward only: the backward stays the row family's. */
+static void test_cluster(void **state)
+{
+    matrix_state *m = *state;
+    int before = m->failed;
+    regime fwd = {"fwd", 1e3, 1.0, 1e-5, 0, NJ_PASS_FORWARD};
+    check_regime(m, "instancenorm f32 ncdhw 1x2x64x64x64 flags=scale,bias,stats act=silu", &fwd, 71);
+    check_regime(m, "groupnorm f16 nchw 1x64x64x64 groups=1 flags=scale,bias act=gelu_erf", &fwd, 72);
+    fwd.offset = 1e2;
+    check_regime(m, "groupnorm bf16 nchw 2x64x64x64 groups=1 flags=scale,bias,stats", &fwd, 73);
+    fwd.offset = 0.0;
+    check_regime(m, "layernorm f32 3x400001 flags=scale,bias,stats", &fwd, 74);
+    check_regime(m, "rmsnorm bf16 2x524288 flags=scale act=relu", &fwd, 75);
+    fwd.nan = 1;
+    check_regime(m, "instancenorm f16 ncdhw 1x3x64x64x64 flags=scale,bias", &fwd, 76);
+    assert_int_equal(m->failed - before, 0);
+}
+
 /* The image family (fwd_image.cu): a block per image of LayerNorm over the C of NCHW, staged in shared
  * memory. 16-byte copies at 512 threads (f16 7x7, 2 blocks an SM) and 1024 (f32), offsets (each pixel
  * shifted by its first channel), saved statistics and GELU; the residual summed into floats;
@@ -574,7 +598,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_row_persist),
-        cmocka_unit_test(test_image), cmocka_unit_test(test_tile),
+        cmocka_unit_test(test_image), cmocka_unit_test(test_tile), cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_instancenorm), cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
         cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),

@@ -21,6 +21,8 @@ static void njt_check_help(FILE *f)
             "\n"
             "options:\n"
             "  --backend B         emulator | cuda (default: NORMJIT_BACKEND, else cuda, else the emulator)\n"
+            "  --arch sm_XX        emulator: the architecture it stands in for, whose plans it runs (default sm_80;\n"
+            "                      sm_90 reaches the thread-block cluster plans)\n"
             "  --batch N           extent of a '*' batch axis (default 4: several rows, so row indexing is tested)\n"
             "  --seed S            random seed (default 1)\n"
             "  --offset V          added to every x value (tests stability against a large mean; default 0)\n"
@@ -72,6 +74,8 @@ static int njt_check_parse_args(int argc, char **argv, njt_check_args *a)
             if (r < 0 || njt_tool_parse_backend(v, &a->t.backend) || a->t.backend == NJ_BACKEND_COMPILE_ONLY)
                 return njt_tool_usage_error("check", "--backend takes emulator or cuda");
             a->t.backend_given = 1;
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--arch", &v))) {
+            if (r < 0 || njt_tool_parse_arch(v, &a->t.arch)) return njt_tool_usage_error("check", "--arch takes sm_XX");
         } else if ((r = njt_tool_opt(argc, argv, &i, "--batch", &v))) {
             if (r < 0 || njt_tool_parse_int(v, 1, 1L << 30, &a->batch))
                 return njt_tool_usage_error("check", "--batch takes a positive number");

@@ -1,0 +1,90 @@
+/* CLUSTER family (fwd_cluster.cu), forward only: a row too long for one block's shared memory but not
+ * for a thread-block cluster's (sm_90 and later: up to 8 blocks, one an SM, that read each other's
+ * shared memory). InstanceNorm over 64^3 voxels and GroupNorm(32) over 128 x 256 x 256 are rows of
+ * 2^18 floats: the row family split them over blocks that read x twice from DRAM (once for the pieces'
+ * statistics, once to normalize; model, H200: 62-64% of copy, the two-read floor). Here block r of a
+ * row's cluster stages piece r of the row, the blocks exchange their pieces' (sum, squared deviations)
+ * through distributed shared memory, and each normalizes its piece from shared memory: x is read once.
+ * The backward (x and dy) stays the row family's. */
+#include "planner_impl.h"
+
+
+#define NJ_CLUSTER_MAX 8        /* blocks a cluster: CUDA's portable maximum */
+#define NJ_CLUSTER_BLOCK 1024
+#define NJ_CLUSTER_RESERVE 4096 /* of an SM's shared memory for the kernel's static arrays */
+
+static int64_t cl_es(const nj_canon *c, int o) { return (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]); }
+
+/* Whether operand o's reduced axes are laid out as one contiguous run (element j of the row at j). */
+static bool cluster_contiguous(const nj_canon *c, int o)
+{
+    int64_t want = 1;
+    for (int a = c->rank - 1; a >= 1; a--) {
+        if (!c->axes[a].reduce) continue;
+        if (c->axes[a].stride[o] != want) return false;
+        want *= c->axes[a].extent;
+    }
+    return true;
+}
+
+/* Blocks a row's cluster: the fewest (a power of two) whose pieces fit an SM's shared memory; 0 where
+ * even NJ_CLUSTER_MAX do not. */
+static int32_t cluster_size(const nj_canon *c, const nj_device_props *dev)
+{
+    int64_t cap = (int64_t)dev->max_shared_per_block - NJ_CLUSTER_RESERVE, bytes = c->reduce_size * cl_es(c, NJ_OPD_X);
+    for (int32_t k = 2; k <= NJ_CLUSTER_MAX; k *= 2)
+        if (cap > 0 && nj_ceil_div64(bytes, k) + 16 <= cap) return k;
+    return 0;
+}
+
+/* Elements a vector moves: 16 bytes of the wider of x and y, dividing the row. */
+static int32_t cluster_vec(const nj_canon *c)
+{
+    int64_t wide = cl_es(c, NJ_OPD_X) > cl_es(c, NJ_OPD_Y) ? cl_es(c, NJ_OPD_X) : cl_es(c, NJ_OPD_Y);
+    int32_t v = (int32_t)(16 / wide);
+    while (v > 1 && c->reduce_size % v != 0) v /= 2;
+    return v;
+}
+
+bool nj_cluster_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
+{
+    /* NORMJIT_PLAN_NO_CLUSTER=1: the row family splits these rows, as before the family */
+    if (pass != NJ_PASS_FORWARD || dev->arch < 90 || nj_plan_switched_off("CLUSTER")) return false;
+    if (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) return false;
+    /* rows the row family would split (kept axes outside the reduced ones: GroupNorm NCHW's (C/G, HW) too) */
+    if (c->reduce_size < NJ_SPLIT_MIN || c->reduce_size >= INT32_MAX || !nj_row_applies(c, pass, dev)) return false;
+    if (!cluster_contiguous(c, NJ_OPD_X) || !cluster_contiguous(c, NJ_OPD_Y)) return false;
+    return cluster_size(c, dev) > 0;
+}
+
+nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    NJ_RETURN_IF(!nj_cluster_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a cluster row problem");
+    int32_t k = cluster_size(c, dev);
+    pp->block = NJ_CLUSTER_BLOCK;
+    pp->vec = cluster_vec(c);
+    pp->rows_per_block = 1;
+    pp->split = k;
+    pp->unroll = 4; /* vector loads a thread issues before their stores: 64 KB in flight an SM (f32) */
+    pp->stage = 1;
+    if (pp->vec > 1) {
+        pp->align_opds = (1u << NJ_OPD_X) | (1u << NJ_OPD_Y);
+        /* gamma/beta along the row, like x: loaded as vectors too */
+        if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 && cluster_contiguous(c, NJ_OPD_PARAM))
+            pp->align_opds |= 1u << NJ_OPD_PARAM;
+    }
+    nj_plan_add_launch(pp, "nj_fwd_cluster", pp->block, c->kept_inner * k, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    nj_launch *l = &pp->launch[0];
+    l->cluster = k;
+    /* the block's piece: whole vectors, the last piece what is left */
+    int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
+    l->shmem = (uint32_t)(piece * cl_es(c, NJ_OPD_X));
+    return NJ_OK;
+}
+
+nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    (void)c, (void)dev, (void)pp;
+    return nj_fail(NJ_ERR_INTERNAL, "planner: the cluster family plans forwards only");
+}

@@ -1,0 +1,189 @@
+{# Forward, CLUSTER family (planner_cluster.c, sm_90 and later): a row (the reduced axes, contiguous in x
+   and y) too long for one block's shared memory, a thread-block cluster of P.split = K blocks a row.
+   Block r of the cluster (its rank) owns piece r of the row, PC elements (the last piece what is left):
+   1. copy: the piece's vectors (P.vec elements) into dynamic shared memory, P.unroll loads a thread in
+      flight before their stores;
+   2. the piece's statistics over the staged values, shifted by the row's first element (prelude:
+      nj_shift, every block the same shift): its sum, block-reduced, then the squared deviations from
+      its own mean (exact: nothing cancels), into nj_pair;
+   3. cluster barrier; thread 0 of every block reads the K pairs from the cluster's blocks (distributed
+      shared memory) and combines them in rank order (m2 = sum(m2_r + n_r * (mean_r - mean)^2)), so every
+      block gets the same md and rstd; rank 0 writes the saved statistics; a second cluster barrier
+      (no block may exit while another reads its shared memory);
+   4. normalize the staged piece, y stored a vector at a time.
+   x is read from DRAM once: the row family's split read it twice. #}
+{% include("prelude.cuh") %}
+{% include("lib_index.cuh") %}
+{% include("fwd_lib.cuh") %}
+{%
+local F = P.flags
+if F.residual or F.resout then error("fwd_cluster: no residual") end
+if P.stage ~= 1 then error("fwd_cluster: the piece is always staged (P.stage 1)") end
+if row_offset("x", "j") ~= "j" or row_offset("y", "j") ~= "j" then error("fwd_cluster: x and y contiguous along the row") end
+local N, K, B, VW, U = P.reduce_size, P.split, P.block, P.vec, P.unroll
+if N % VW ~= 0 or K < 2 then error("fwd_cluster: rows of " .. N .. ", vec " .. VW .. ", " .. K .. " blocks") end
+local NW = B // 32
+local PC = ((N + K - 1) // K + VW - 1) // VW * VW
+local kept = kept_axes()
+local has_param = F.scale or F.bias
+-- gamma/beta along the row: constant (PROW), contiguous like x (PVEC, vector loads), constant over each
+-- vector (PCHUNK: GroupNorm NCHW, a channel's pixels), or by element
+local PROW = has_param and row_offset("param", "j") == "0"
+local PVEC = has_param and not PROW and row_offset("param", "j") == "j" and VW > 1
+local red = reduced_axes()
+local inner = P.axes[red[#red]]
+local PCHUNK = has_param and not PROW and not PVEC and inner.stride.param == 0 and inner.extent % VW == 0
+%}
+{% fwd_typedefs() %}
+
+#define NJ_N {{ N }}LL
+#define NJ_PC {{ PC }}u
+#define NJ_VW {{ VW }}
+
+NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
+{
+    NJ_DYN_SHARED(nj_tx, nj_stage); /* the block's piece of the row */
+    NJ_SHARED(float, nj_scratch, {{ NW }});
+    NJ_SHARED(float, nj_pair, 2); /* the piece's sum and squared deviations (scaled shifted values) */
+    NJ_SHARED(float, nj_stat, 2); /* the row's md and rstd, from thread 0 */
+    const unsigned t = threadIdx.x;
+{% fwd_pointers() %}
+    {{ block_item("w", "A.rows * " .. P.kept_inner .. "LL * " .. K) }}
+        const nj_i64 row = w / {{ K }};
+        const unsigned rank = nj_cluster_rank(); /* w % K: a cluster is K consecutive blocks */
+        {{ split_index("row", kept, "k") }}
+{% fwd_offsets(kept, "k") %}
+        const nj_i64 lo = (nj_i64)rank * NJ_PC;
+        const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;
+        /* 1. copy: P.unroll vectors in flight, then their stores */
+#pragma unroll 1
+        for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ U * B * VW }}u) {
+{% if VW > 1 then %}
+            unsigned v[{{ U }}][nj_vec_io<NJ_VW, nj_tx>::W];
+#pragma unroll
+            for (int q = 0; q < {{ U }}; q++) {
+                const unsigned e = e0 + q * {{ B * VW }}u;
+                if (e < np) nj_vec_io<NJ_VW, nj_tx>::fetch(X, ox + lo + e, v[q]);
+            }
+#pragma unroll
+            for (int q = 0; q < {{ U }}; q++) {
+                const unsigned e = e0 + q * {{ B * VW }}u;
+                if (e < np) nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::store(nj_stage + e, v[q]);
+            }
+{% else %}
+            nj_tx v[{{ U }}];
+#pragma unroll
+            for (int q = 0; q < {{ U }}; q++) {
+                const unsigned e = e0 + q * {{ B }}u;
+                if (e < np) v[q] = X[ox + lo + e];
+            }
+#pragma unroll
+            for (int q = 0; q < {{ U }}; q++) {
+                const unsigned e = e0 + q * {{ B }}u;
+                if (e < np) nj_stage[e] = v[q];
+            }
+{% end %}
+        }
+{% fwd_shift() %}
+        __syncthreads();
+        /* 2. the piece's statistics (unrolled: the sums are chains of adds, the loads then overlap) */
+{% if F.center then %}
+        float s = 0.0f;
+#pragma unroll 4
+        for (unsigned e = t; e < np; e += {{ B }}u) s += (nj_to_f32(nj_stage[e]) - sh.k) * sh.inv;
+        s = nj_block_sum<{{ NW }}>(s, nj_scratch);
+        const float pm = np ? s / (float)np : 0.0f;
+{% else %}
+        const float s = 0.0f, pm = 0.0f;
+{% end %}
+        float s2 = 0.0f;
+#pragma unroll 4
+        for (unsigned e = t; e < np; e += {{ B }}u) s2 += nj_sq((nj_to_f32(nj_stage[e]) - sh.k) * sh.inv - pm);
+        s2 = nj_block_sum<{{ NW }}>(s2, nj_scratch);
+        if (t == 0) {
+            nj_pair[0] = s;
+            nj_pair[1] = s2;
+        }
+        /* 3. the row's statistics from the cluster's pieces, in rank order */
+        nj_cluster_sync();
+        if (t == 0) {
+            float sum = 0.0f;
+#pragma unroll
+            for (unsigned r = 0; r < {{ K }}u; r++) sum += nj_cluster_map(nj_pair, r)[0];
+            const float mean_s = {{ F.center and "sum * (1.0f / (float)NJ_N)" or "0.0f" }};
+            float m2 = 0.0f;
+#pragma unroll
+            for (unsigned r = 0; r < {{ K }}u; r++) {
+                const float *pr = nj_cluster_map(nj_pair, r);
+                const nj_i64 rlo = (nj_i64)r * NJ_PC;
+                const float nr = rlo >= NJ_N ? 0.0f : (float)(NJ_N - rlo < (nj_i64)NJ_PC ? NJ_N - rlo : (nj_i64)NJ_PC);
+                const float d = nr > 0.0f ? pr[0] / nr - mean_s : 0.0f;
+                m2 += pr[1] + nr * d * d;
+            }
+{% fwd_finish("mean_s", "m2 * (1.0f / (float)NJ_N)") %}
+            nj_stat[0] = md;
+            nj_stat[1] = rstd;
+{% fwd_save_stats("rank == 0", kept) %}
+        }
+        nj_cluster_sync(); /* the pairs are read: blocks may exit; nj_stat is set */
+        const float md = nj_stat[0], rstd = nj_stat[1];
+        (void)md;
+{% if PROW and F.scale then %}
+        const float g_row = nj_load_f32(GAMMA, op);
+{% end %}
+{% if PROW and F.bias then %}
+        const float b_row = nj_load_f32(BETA, op);
+{% end %}
+        /* 4. normalize the staged piece (rolled: its stores do not wait, and the 32 warps an SM hide the
+           shared-memory loads; unrolled, it cost NVRTC ~5 ms) */
+#pragma unroll 1
+        for (unsigned e = t * NJ_VW; e < np; e += {{ B * VW }}u) {
+            float xv[NJ_VW], yv[NJ_VW];
+{% if VW > 1 then %}
+            {
+                unsigned v[nj_vec_io<NJ_VW, nj_tx>::W];
+                nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::load(nj_stage + e, v);
+                nj_vec_io<NJ_VW, nj_tx>::convert(v, xv);
+            }
+{% else %}
+            xv[0] = nj_to_f32(nj_stage[e]);
+{% end %}
+{% if PVEC then %}
+{% if F.scale then %}
+            float gv[NJ_VW];
+            nj_load_vec<NJ_VW>(GAMMA, op + lo + e, gv);
+{% end %}
+{% if F.bias then %}
+            float bv[NJ_VW];
+            nj_load_vec<NJ_VW>(BETA, op + lo + e, bv);
+{% end %}
+{% end %}
+{% if PCHUNK then %}
+            const nj_i64 pq = op + {{ row_offset("param", "(lo + e)") }};
+{% if F.scale then %}
+            const float gq = nj_load_f32(GAMMA, pq);
+{% end %}
+{% if F.bias then %}
+            const float bq = nj_load_f32(BETA, pq);
+{% end %}
+{% end %}
+#pragma unroll
+            for (int q = 0; q < NJ_VW; q++) {
+                float u = {{ fwd_centered("xv[q]") }} * rstd;
+{%
+local g, b
+if PROW then g, b = F.scale and "g_row", F.bias and "b_row"
+elseif PVEC then g, b = F.scale and "gv[q]", F.bias and "bv[q]"
+elseif PCHUNK then g, b = F.scale and "gq", F.bias and "bq"
+elseif has_param then
+  local po = row_offset("param", "(lo + e + q)")
+  g = F.scale and ("nj_load_f32(GAMMA, op + " .. po .. ")")
+  b = F.bias and ("nj_load_f32(BETA, op + " .. po .. ")")
+end
+%}
+{% fwd_epilogue("                ", g, b, {to = "yv[q]"}) %}
+            }
+            {{ fwd_out("lo + e", "yv", VW) }}
+        }
+    }
+}
