@@ -87,19 +87,22 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     bool row_x = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->persist == 0 &&
                  pp->regs_cache == 0 && pp->rows_per_block == 1 && pp->split == 1;
     bool always = pp->family == NJ_FAMILY_IMAGE || pp->family == NJ_FAMILY_TILE || pp->family == NJ_FAMILY_CLUSTER;
+    /* a plan in thread-block clusters (the cluster family; channels-last images): its blocks stage pieces */
+    bool cluster = pp->role[NJ_ROLE_MAIN] && pp->launch[pp->role[NJ_ROLE_MAIN] - 1].cluster > 1;
     bool image_x = pp->family == NJ_FAMILY_IMAGE && pp->pass == NJ_PASS_BACKWARD;
     bool ok = pp->stage == 0 ? !always
-              : pp->stage == 1 ? pp->family == NJ_FAMILY_COLUMN || always || row_stage
+              : pp->stage == 1 ? pp->family == NJ_FAMILY_COLUMN || always || row_stage || cluster
               : pp->stage == 2 ? row_x || image_x : false;
-    bool cluster = pp->family == NJ_FAMILY_CLUSTER; /* split: the blocks of a row's cluster */
     bool held = pp->stage == 0 || ((pp->split == 1 || cluster) && pp->role[NJ_ROLE_MAIN] &&
                                    pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem != 0);
     NJ_RETURN_IF(!ok || !held,
                  NJ_ERR_INTERNAL, "planner: stage %d on a %s plan", (int)pp->stage, nj_family_name(pp->family));
-    /* thread-block clusters: sm_90 and later, the cluster plan's one launch in clusters of its split (at
-     * most CUDA's portable 8), no other launch in clusters */
+    /* thread-block clusters: sm_90 and later, the main launch of a cluster plan (always the cluster family's;
+     * a channels-last forward's) in clusters of its split (at most CUDA's portable 8), no other launch */
+    NJ_RETURN_IF(pp->family == NJ_FAMILY_CLUSTER && !cluster, NJ_ERR_INTERNAL, "planner: a cluster plan without clusters");
+    bool may = pp->family == NJ_FAMILY_CLUSTER || (pp->family == NJ_FAMILY_CHANNELS_LAST && pp->pass == NJ_PASS_FORWARD);
     for (int32_t i = 0; i < pp->nlaunch; i++) {
-        int32_t want = cluster && i == pp->role[NJ_ROLE_MAIN] - 1 ? pp->split : 0;
+        int32_t want = cluster && may && i == pp->role[NJ_ROLE_MAIN] - 1 ? pp->split : 0;
         NJ_RETURN_IF(pp->launch[i].cluster != want || (want && (want < 2 || want > 8 || dev->arch < 90)),
                      NJ_ERR_INTERNAL, "planner: launch %d in clusters of %d on a %s plan (sm_%d)", (int)i,
                      (int)pp->launch[i].cluster, nj_family_name(pp->family), (int)dev->arch);

@@ -13,6 +13,10 @@
  *            block writes the image's saved statistics).
  * A small image (NJ_CL_FUSE) is one tile; without a residual its forward is one launch
  * (nj_fwd_cl_fused): launch 1's statistics, finished in the block, then launch 3's normalize.
+ * On sm_90 a larger image whose x fits 2 to 8 SMs' shared memory is one launch too (nj_fwd_cl_cluster):
+ * a thread-block cluster an image, a tile a block, staged in shared memory by launch 1's walk; the blocks
+ * exchange their tiles' group sums through distributed shared memory and normalize their staged tiles
+ * (x read once, not twice; no merge launch).
  * Backward (bwd_channels_last.cu), the same tiles:
  *   nj_bwd_cl_part: each tile's per-group sums of g = dz * gamma and g * xhat, and per-channel sums of
  *            dz * xhat and dz (the dgamma/dbeta partials);
@@ -114,8 +118,28 @@ static bool cl_fused(const nj_canon *c, nj_pass pass)
     return pass == NJ_PASS_FORWARD && !(c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) && cl_small(c);
 }
 
+/* A cluster forward's tiles (a power of two, 2 to 8: CUDA's portable cluster) whose staged x, beside the
+ * kernel's static arrays (the pixel rows' partials, a channel row and 8 floats a group), fits a block's
+ * shared memory; 0 where none does or the plan is not one (sm_80, the residual, a one-tile image, a vector
+ * of one: the unaligned variant re-reads its tile instead). NORMJIT_PLAN_NO_CLUSTER=1: none. */
+static int64_t cl_cluster_tiles(const nj_canon *c, nj_pass pass, const nj_device_props *dev, int64_t rows, int32_t v)
+{
+    if (pass != NJ_PASS_FORWARD || dev->arch < 90 || cl_small(c) || v < 2 || nj_plan_switched_off("CLUSTER") ||
+        (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)))
+        return 0;
+    int64_t hw = c->axes[1].extent, groups = c->axes[2].extent, channels = groups * c->axes[3].extent;
+    int64_t fixed = 4 * (rows * channels + channels + 8 * groups) + 1024;
+    for (int64_t k = 2; k <= 8; k *= 2) {
+        int64_t tile = cl_ceil_div(cl_ceil_div(hw, k), rows) * rows;
+        if (cl_ceil_div(hw, tile) == k &&
+            tile * channels * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + fixed <= dev->max_shared_per_block)
+            return k;
+    }
+    return 0;
+}
+
 /* The tiling both passes share: vector width, pixel rows a block works on at once, tile, tiles. */
-static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
+static void cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t hw = c->axes[1].extent, channels = c->axes[2].extent * c->axes[3].extent;
     int32_t v = cl_vec(c, pass, channels);
@@ -126,6 +150,8 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
     if (tiles > NJ_CL_MAX_TILES) tiles = NJ_CL_MAX_TILES;
     if (tiles > cl_ceil_div(hw, rows)) tiles = cl_ceil_div(hw, rows);
     if (tiles < 1 || cl_small(c)) tiles = 1;
+    int64_t k = cl_cluster_tiles(c, pass, dev, rows, v);
+    if (k > 0) tiles = k;
     /* whole rounds of the block's pixel rows, then as few tiles as that allows */
     int64_t tile = cl_ceil_div(cl_ceil_div(hw, tiles), rows) * rows;
     pp->vec = v;
@@ -146,7 +172,18 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, nj_plan_params *pp)
 nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
-    cl_tiling(c, NJ_PASS_FORWARD, pp);
+    cl_tiling(c, NJ_PASS_FORWARD, dev, pp);
+    int64_t k = cl_cluster_tiles(c, NJ_PASS_FORWARD, dev, pp->rows_per_block, pp->vec);
+    if (k > 0) {
+        nj_plan_add_launch(pp, "nj_fwd_cl_cluster", pp->block, pp->split, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
+        nj_launch *l = &pp->launch[pp->nlaunch - 1];
+        l->cluster = (int32_t)k;
+        l->shmem = (uint32_t)((int64_t)pp->tile * c->axes[2].extent * c->axes[3].extent *
+                              (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]));
+        pp->stage = 1;
+        return NJ_OK;
+    }
     if (cl_fused(c, NJ_PASS_FORWARD)) {
         nj_plan_add_launch(pp, "nj_fwd_cl_fused", pp->block, 1, 1, 0);
         nj_plan_role(pp, NJ_ROLE_MAIN);
@@ -177,7 +214,7 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
 nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
-    cl_tiling(c, NJ_PASS_BACKWARD, pp);
+    cl_tiling(c, NJ_PASS_BACKWARD, dev, pp);
     int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent, tiles = pp->split;
     bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
     /* per image (floats): each tile's pairs (sum g, sum g * xhat) per group, then (sum (x - mean) * rstd,

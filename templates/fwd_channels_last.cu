@@ -10,7 +10,11 @@
      m2 = sum(m2_i + n_i * (mean_i - mean)^2) (nothing cancels), in a fixed order.
    Then the library's merge (lib_merge.cu) combines the S tiles of each (image, group) the same way.
    nj_fwd_cl_norm: y = act((x - mean) * rstd * gamma + beta), vector loads and stores; the image's first
-     tile writes the saved statistics. #}
+     tile writes the saved statistics.
+   One launch instead (no part role): nj_fwd_cl_fused, an image of one tile (S 1), its statistics in the
+   block; nj_fwd_cl_cluster (sm_90), a thread-block cluster of the image's S tiles, each block staging its
+   tile's x in shared memory as the statistics walk reads it, the tiles' group sums combined through
+   distributed shared memory in tile order (as the library's merge would), then y from the staged tile. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -19,9 +23,15 @@
 local F = P.flags
 cl_setup("fwd_channels_last")
 -- one launch (the planner's choice for an image of one tile, no residual): the stats in the normalizing
--- kernel, which then reads its tile again (an L1 or L2 hit), not the image's x a second time from DRAM
-FUSED = P.role.part == nil
-if FUSED and (S ~= 1 or F.residual or F.resout) then error("fwd_channels_last: a fused plan of one tile, no residual") end
+-- kernel, which then reads its tile again (an L1 or L2 hit), not the image's x a second time from DRAM;
+-- or a cluster of the image's tiles (CLUSTER), each staging its tile (STAGE; the unaligned variant, a
+-- vector of one, reads its tile again instead)
+local ONE = P.role.part == nil
+FUSED = ONE and S == 1
+CLUSTER = ONE and S > 1
+STAGE = CLUSTER and VV > 1
+if ONE and (F.residual or F.resout) then error("fwd_channels_last: one launch, no residual") end
+if CLUSTER and (S > 8 or P.stage ~= 1) then error("fwd_channels_last: a cluster of 2 to 8 tiles, staged") end
 local PSX, PSY = P.axes[2].stride.x, P.axes[2].stride.y
 local PSR = F.residual and P.axes[2].stride.res or 0
 local PSRO = F.resout and P.axes[2].stride.resout or 0
@@ -130,8 +140,16 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
             float v[NJ_CH];
 #pragma unroll
             for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+{% if STAGE then %}
+                /* the raw vector into the tile's stage too, for the normalize */
+                unsigned w_[nj_vec_io<{{ VV }}, nj_tx>::W];
+                nj_vec_io<{{ VV }}, nj_tx>::fetch(X, ox + (nj_i64)p * {{ PSX }} + c0 + q, w_);
+                nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::store(nj_stage + p * NJ_C + c0 + q, w_);
+                nj_vec_io<{{ VV }}, nj_tx>::convert(w_, &v[q]);
+{% else %}
                 {{ load_x("v", "p") }}
 {% fwd_resout("                ", "(nj_i64)p * " .. PSRO .. " + c0 + q", "&v[q]", VV) %}
+{% end %}
             }
             n += 1.0f;
             const float inv = __fdividef(1.0f, n);
@@ -196,15 +214,27 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 }
 
 {% end %}
-/* NJ_KERNEL_REGS: the per-channel constants and the activation spilled at sm_80's default 64 registers */
+/* NJ_KERNEL_REGS: the per-channel constants and the activation spilled at sm_80's default 64 registers
+   (a cluster kernel: one block an SM as well) */
+{% if CLUSTER then %}
+NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
+{% else %}
 NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
+{% end %}
 {
     /* each group's shift, mean of x - shift and rstd, finished once a block: a thread's CH channels
        read them from shared memory, not CH shift loads and 2 * CH workspace loads of their own */
-{% if FUSED then %}
+{% if ONE then %}
 {% stats_shared() %}
 {% else %}
     NJ_SHARED(float, nj_gk, {{ G }});
+{% end %}
+{% if CLUSTER then %}
+    NJ_SHARED(float, nj_csum, {{ G }}); /* the image's group sums, combined from the cluster's tiles */
+    NJ_SHARED(float, nj_cm2, {{ G }});
+{% end %}
+{% if STAGE then %}
+    NJ_DYN_SHARED(nj_tx, nj_stage); /* the tile's x, [pixel][channel] */
 {% end %}
     NJ_SHARED(float, nj_gm, {{ G }});
     NJ_SHARED(float, nj_gr, {{ G }});
@@ -214,13 +244,37 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
     {{ main_item("w", "A.rows * NJ_S") }}
         const nj_i64 k1 = w / NJ_S;
         const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
-{% if FUSED then %}
-        /* the image is this tile: its statistics here, finished as the library's merge finishes one part */
+{% if ONE then %}
+        /* the image is this tile (or, CLUSTER, this cluster's tiles): its statistics here, finished as the
+           library's merge finishes its parts */
         __syncthreads(); /* the previous item's readers are done with nj_gk */
         {
 {% tile_stats() %}
         }
         const float inv_n = 1.0f / (float)NJ_N;
+{% if CLUSTER then %}
+        /* every tile's (sum, m2) about its own mean, in the groups' units: m2 = sum(m2_t + n_t * d_t^2),
+           tile order, the same in every block of the cluster */
+        nj_cluster_sync();
+#pragma unroll 1
+        for (int g = t; g < NJ_G; g += {{ B }}) {
+            float sum = 0.0f;
+#pragma unroll 1
+            for (int r = 0; r < NJ_S; r++) sum += nj_cluster_map(nj_gsum, (unsigned)r)[g];
+            const float mean = sum * inv_n;
+            float m2 = 0.0f;
+#pragma unroll 1
+            for (int r = 0; r < NJ_S; r++) {
+                const int np_ = nj_cl_tile_pixels(r);
+                if (np_ <= 0) continue;
+                const float nr = (float)(np_ * NJ_CG), d = __fdividef(nj_cluster_map(nj_gsum, (unsigned)r)[g], nr) - mean;
+                m2 += nj_cluster_map(nj_gm2, (unsigned)r)[g] + nr * d * d;
+            }
+            nj_csum[g] = sum;
+            nj_cm2[g] = m2;
+        }
+        nj_cluster_sync(); /* the tiles' sums are read: blocks may exit; nj_csum and nj_cm2 are set */
+{% end %}
 {% else %}
         const float *ST = (const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("means") }};
 {% end %}
@@ -233,9 +287,10 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 #pragma unroll 1
         for (int k3 = t; k3 < NJ_G; k3 += {{ B }}) {
             const nj_shift sh = nj_shift_of(nj_load_f32(X, oimg + k3 * NJ_CG){{ F.residual and " + nj_load_f32(RES, rimg + k3 * NJ_CG)" or "" }}, true);
-{% if FUSED then %}
-            const float gmean = nj_gsum[k3] * inv_n, gd = __fdividef(nj_gsum[k3], (float)NJ_N) - gmean;
-{% fwd_finish("gmean", "(nj_gm2[k3] + (float)NJ_N * gd * gd) * inv_n") %}
+{% if ONE then %}
+{% local GS, GM = CLUSTER and "nj_csum" or "nj_gsum", CLUSTER and "nj_cm2" or "nj_gm2" %}
+            const float gmean = {{ GS }}[k3] * inv_n, gd = __fdividef({{ GS }}[k3], (float)NJ_N) - gmean;
+{% fwd_finish("gmean", "(" .. GM .. "[k3] + (float)NJ_N * gd * gd) * inv_n") %}
 {% else %}
             const float2 st2 = *(const float2 *)(ST + 2 * k3); /* one 8-byte load: whole sectors a warp */
 {% fwd_finish("st2.x", "st2.y") %}
@@ -282,7 +337,13 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
             float o_[NJ_CH];
 #pragma unroll
             for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+{% if STAGE then %}
+                unsigned w_[nj_vec_io<{{ VV }}, nj_tx>::W];
+                nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::load(nj_stage + p * NJ_C + c0 + q, w_);
+                nj_vec_io<{{ VV }}, nj_tx>::convert(w_, &o_[q]);
+{% else %}
                 {{ load_x("o_", "p") }}
+{% end %}
             }
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) {

@@ -209,7 +209,8 @@ static void test_row_persist(void **state)
  * (GroupNorm(1) over 64 channels of 64 x 64), along the row as vectors (LayerNorm in test_layernorm) or by
  * element (the odd RMSNorm row in test_rmsnorm); 200 KB pieces (f32 rows of 400001: the last piece
  * short); offsets, saved statistics, activations, a NaN; narrow 2-D grids (--shuffle) keep clusters on
- * one grid row. Forward only: the backward stays the row family's. */
+ * one grid row. Forward only: the backward stays the row family's. Channels-last GroupNorm images past
+ * one tile whose x fits 8 SMs are such clusters too (fwd_channels_last.cu: nj_fwd_cl_cluster). */
 static void test_cluster(void **state)
 {
     matrix_state *m = *state;
@@ -222,8 +223,15 @@ static void test_cluster(void **state)
     fwd.offset = 0.0;
     check_regime(m, "layernorm f32 3x400001 flags=scale,bias,stats", &fwd, 74);
     check_regime(m, "rmsnorm bf16 2x524288 flags=scale act=relu", &fwd, 75);
+    /* channels-last GroupNorm: a cluster an image, a tile a block staged (8, 4 and 8 tiles) */
+    fwd.offset = 1e3;
+    check_regime(m, "groupnorm f32 nhwc 2x64x64x64 groups=8 flags=scale,bias,stats", &fwd, 77);
+    fwd.offset = 0.0;
+    check_regime(m, "groupnorm f16 nhwc 2x640x32x32 groups=32 act=silu flags=scale,bias", &fwd, 78);
+    check_regime(m, "groupnorm bf16 nhwc 3x1280x16x16 groups=32 act=gelu_erf flags=scale,bias", &fwd, 79);
     fwd.nan = 1;
     check_regime(m, "instancenorm f16 ncdhw 1x3x64x64x64 flags=scale,bias", &fwd, 76);
+    check_regime(m, "groupnorm f16 nhwc 2x320x32x32 groups=32 flags=scale,bias", &fwd, 80);
     assert_int_equal(m->failed - before, 0);
 }
 
@@ -514,7 +522,11 @@ static void test_alignment_bits(void **state)
                  {"layernorm f32 *x100 flags=scale", 4, 3 * 100}, /* 4 lanes a row, 3 of a warp's 8 rows */
                  /* column tiles: 8-element vectors of 256 channels, 4 of 128 pixels (gamma down the walk) */
                  {"instancenorm f16 nhwc *x3x3x256 flags=scale", 2, 3 * 9 * 256},
-                 {"rmsnorm f32 nchw *x5x4x32 axes=1 flags=scale", 4, 3 * 5 * 128}};
+                 {"rmsnorm f32 nchw *x5x4x32 axes=1 flags=scale", 4, 3 * 5 * 128},
+                 /* thread-block clusters (sm_90): rows of 2^18, a channels-last image of 8 tiles (the
+                    unaligned variants read their pieces and tiles again instead of staging them) */
+                 {"instancenorm bf16 ncdhw *x1x64x64x64 flags=scale", 2, 3 * 262144},
+                 {"groupnorm f16 nhwc *x640x32x32 groups=32 flags=scale", 2, 3 * 640 * 1024}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t bytes = cases[c].esize * cases[c].n;
         unsigned char *xh = malloc(bytes), *y[4];
