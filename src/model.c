@@ -317,6 +317,12 @@ static int32_t m_ilp(const nj_plan_params *pp, const char *kernel, int32_t lib, 
     else if (lib == NJ_LIB_NONE && strstr(kernel, "_column")) /* the loads its walk issues as a group */
         n = pp->unroll > 0 ? pp->unroll : 2;
     else if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_CHANNELS_LAST && pp->chans / vec > n) n = pp->chans / vec;
+    /* a staged channels-last cluster (the only channels-last plan with P.unroll) copies its tile first:
+     * P.unroll vectors of each operand in flight */
+    if (lib == NJ_LIB_NONE && pp->family == NJ_FAMILY_CHANNELS_LAST && pp->unroll > 0) {
+        int32_t copy = pp->unroll * (pp->pass == NJ_PASS_BACKWARD ? 2 : 1);
+        if (copy > n) n = copy;
+    }
     return n < 1 ? 1 : n > 8 ? 8 : n;
 }
 
@@ -444,7 +450,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         if (j < nt && strcmp(tl[j].kernel, m->t.kernel) == 0) m->t = nj_trace_scaled(&tl[j++]);
         else m->t.run = 0;
         nj_plan_params ilp_pp = {.family = m->family, .vec = m->vec, .regs_cache = m->regs_cache, .chans = m->chans,
-                                 .split = m->split, .unroll = m->unroll};
+                                 .split = m->split, .unroll = m->unroll, .pass = out->pass};
         m->ilp = m_ilp(&ilp_pp, m->t.kernel, m->lib, m->t.load_sites);
         if (m->rows > 0 && m->threads > 0) { /* the loads a thread issues for one row, all before its reduction */
             double n = m->t.lanes[NJ_TRACE_LD] / ((double)m->threads / m->rows_per_block * m->rows);

@@ -118,22 +118,32 @@ static bool cl_fused(const nj_canon *c, nj_pass pass)
     return pass == NJ_PASS_FORWARD && !(c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) && cl_small(c);
 }
 
-/* A cluster forward's tiles (a power of two, 2 to 8: CUDA's portable cluster) whose staged x, beside the
- * kernel's static arrays (the pixel rows' partials, a channel row and 8 floats a group), fits a block's
- * shared memory; 0 where none does or the plan is not one (sm_80, the residual, a one-tile image, a vector
- * of one: the unaligned variant re-reads its tile instead). NORMJIT_PLAN_NO_CLUSTER=1: none. */
+/* Bytes a pixel of a cluster tile stages: x (forward), x and dy (backward). */
+static int64_t cl_stage_pixel(const nj_canon *c, nj_pass pass)
+{
+    int64_t channels = c->axes[2].extent * c->axes[3].extent, e = (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    if (pass == NJ_PASS_BACKWARD) e += (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]);
+    return channels * e;
+}
+
+/* A cluster pass's tiles (a power of two, 2 to 8: CUDA's portable cluster) whose staged x (and dy), beside
+ * the kernel's static arrays (the pixel rows' partials, a channel row, 10 floats a group) and 16 bytes
+ * between x and dy, fits a block's shared memory; 0 where none does or the plan is not one (sm_80, the
+ * residual, a one-tile image, a vector of one: the unaligned variant re-reads its tile instead).
+ * NORMJIT_PLAN_NO_CLUSTER=1: none. */
 static int64_t cl_cluster_tiles(const nj_canon *c, nj_pass pass, const nj_device_props *dev, int64_t rows, int32_t v)
 {
-    if (pass != NJ_PASS_FORWARD || dev->arch < 90 || cl_small(c) || v < 2 || nj_plan_switched_off("CLUSTER") ||
-        (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)))
+    if (dev->arch < 90 || cl_small(c) || v < 2 || nj_plan_switched_off("CLUSTER") ||
+        (pass == NJ_PASS_FORWARD && (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT))))
         return 0;
     int64_t hw = c->axes[1].extent, groups = c->axes[2].extent, channels = groups * c->axes[3].extent;
-    int64_t fixed = 4 * (rows * channels + channels + 8 * groups) + 1024;
+    /* a tile of x (and dy) one contiguous run: the stage is copied flat */
+    if (c->axes[1].stride[NJ_OPD_X] != channels || (pass == NJ_PASS_BACKWARD && c->axes[1].stride[NJ_OPD_DY] != channels))
+        return 0;
+    int64_t fixed = 4 * (rows * channels + channels + 10 * groups) + 1024 + 16;
     for (int64_t k = 2; k <= 8; k *= 2) {
         int64_t tile = cl_ceil_div(cl_ceil_div(hw, k), rows) * rows;
-        if (cl_ceil_div(hw, tile) == k &&
-            tile * channels * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + fixed <= dev->max_shared_per_block)
-            return k;
+        if (cl_ceil_div(hw, tile) == k && tile * cl_stage_pixel(c, pass) + fixed <= dev->max_shared_per_block) return k;
     }
     return 0;
 }
@@ -179,9 +189,9 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
         nj_plan_role(pp, NJ_ROLE_MAIN);
         nj_launch *l = &pp->launch[pp->nlaunch - 1];
         l->cluster = (int32_t)k;
-        l->shmem = (uint32_t)((int64_t)pp->tile * c->axes[2].extent * c->axes[3].extent *
-                              (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]));
+        l->shmem = (uint32_t)((int64_t)pp->tile * cl_stage_pixel(c, NJ_PASS_FORWARD));
         pp->stage = 1;
+        pp->unroll = 4; /* the flat copy into the stage: vectors a thread has in flight */
         return NJ_OK;
     }
     if (cl_fused(c, NJ_PASS_FORWARD)) {
@@ -211,17 +221,10 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
     return NJ_OK;
 }
 
-nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+/* The backward's tile launches: the tiles' sums, the library's merge (past one tile), dx. */
+static void cl_bwd_tiles(const nj_canon *c, int64_t means, int64_t image, nj_plan_params *pp)
 {
-    NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
-    cl_tiling(c, NJ_PASS_BACKWARD, dev, pp);
-    int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent, tiles = pp->split;
-    bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
-    /* per image (floats): each tile's pairs (sum g, sum g * xhat) per group, then (sum (x - mean) * rstd,
-     * unused) per group (the saved mean's correction, templates/bwd_lib.cuh), the image's pairs of means
-     * likewise (from `means` on), and with gamma/beta each tile's (sum dz * xhat, sum dz) per channel
-     * (from `chans` on). The merge takes 2 * groups items an image. */
-    int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
+    int64_t groups = c->axes[2].extent, tiles = pp->split;
     nj_plan_add_launch(pp, "nj_bwd_cl_part", pp->block, pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_PART);
     const int64_t marg[NJ_LIB_NARGS][2] = {
@@ -233,9 +236,45 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
     if (tiles > 1) nj_plan_add_merge(pp, marg); /* one tile: the dx kernel scales its sums itself */
     nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
-    pp->ws_stride = image;
     nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
     nj_plan_ws(pp, NJ_WS_MEANS, means, 0);
+}
+
+/* The backward in one launch: a cluster of an image's k tiles, x and dy staged (x, then dy from a 16-byte
+ * boundary). */
+static void cl_bwd_cluster(const nj_canon *c, int64_t k, nj_plan_params *pp)
+{
+    int64_t channels = c->axes[2].extent * c->axes[3].extent;
+    nj_plan_add_launch(pp, "nj_bwd_cl_cluster", pp->block, pp->split, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    nj_launch *l = &pp->launch[pp->nlaunch - 1];
+    l->cluster = (int32_t)k;
+    l->shmem = (uint32_t)((pp->tile * channels * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + 15) / 16 * 16 +
+                          pp->tile * channels * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]));
+    pp->stage = 1;
+    pp->unroll = 4; /* the flat copy into the stage: vectors of x and of dy a thread has in flight */
+}
+
+nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
+    cl_tiling(c, NJ_PASS_BACKWARD, dev, pp);
+    int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent, tiles = pp->split;
+    bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
+    /* per image (floats): each tile's pairs (sum g, sum g * xhat) per group, then (sum (x - mean) * rstd,
+     * unused) per group (the saved mean's correction, templates/bwd_lib.cuh), the image's pairs of means
+     * likewise (from `means` on), and with gamma/beta each tile's (sum dz * xhat, sum dz) per channel
+     * (from `chans` on). The merge takes 2 * groups items an image. */
+    int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
+    int64_t k = cl_cluster_tiles(c, NJ_PASS_BACKWARD, dev, pp->rows_per_block, pp->vec);
+    if (k > 0) { /* one launch: the tiles' group sums through the cluster, not the workspace and a merge */
+        means = chans = 0;
+        image = params ? tiles * channels * 2 : 0;
+        cl_bwd_cluster(c, k, pp);
+    } else {
+        cl_bwd_tiles(c, means, image, pp);
+    }
+    pp->ws_stride = image;
     if (params) {
         /* image k's tile t partial pair of channel j at k * image + chans + (t * channels + j) * 2 */
         const int64_t arg[NJ_LIB_NARGS][2] = {

@@ -18,6 +18,14 @@
 local F = P.flags
 cl_setup("bwd_channels_last")
 local PARAMS = P.pgrad == "fused" -- the tiles' dgamma/dbeta partials, added by the column sum
+-- one launch (no part role: sm_90): a thread-block cluster of the image's S tiles, each block staging
+-- its tile's x and dy (STAGE; the unaligned variant reads them again), the tiles' group sums combined
+-- through distributed shared memory instead of the workspace and the library's merge
+CLUSTER = P.role.part == nil
+STAGE = CLUSTER and VV > 1
+if CLUSTER and (S < 2 or S > 8 or P.stage ~= 1) then error("bwd_channels_last: a cluster of 2 to 8 tiles, staged") end
+if STAGE and (P.axes[2].stride.x ~= P.axes[3].extent * P.axes[4].extent or P.axes[2].stride.dy ~= P.axes[3].extent * P.axes[4].extent) then
+  error("bwd_channels_last: a staged tile needs dense pixels") end
 local BETA_USED = F.bias and P.act ~= "none"
 local PS = {x = P.axes[2].stride.x, dy = P.axes[2].stride.dy, dx = P.axes[2].stride.dx}
 %}
@@ -26,7 +34,9 @@ local PS = {x = P.axes[2].stride.x, dy = P.axes[2].stride.dy, dx = P.axes[2].str
 {% cl_defines() %}
 /* an image's tile t: pairs (sum g, sum g * xhat) of its groups at 4G t, then (sum (x - mean) * rstd,
    unused) at 4G t + 2G (the saved mean's correction, bwd_lib.cuh); the means' pairs alike */
+{% if not CLUSTER then %}
 #define NJ_WS_MEANS {{ P.ws.means.fixed }} /* workspace floats of an image before the group means */
+{% end %}
 {% if PARAMS then %}
 #define NJ_WS_CHANS {{ P.ws.pgrad.fixed }} /* ... before the per-channel partials */
 {% end %}
@@ -139,6 +149,32 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
             __syncthreads(); /* nj_part is rewritten below */
         }
 {% end %}
+{# A thread's per-channel sums arr[] (its pixel rows and channels) -> per group (to_groups: into dst, a C
+   lvalue of g) or per channel (to_channels: the tile's dgamma/dbeta partial pair, slot 0 or 1). #}
+{% local function to_groups(arr, dst) %}
+        if (active) {
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
+        }
+        nj_cl_rows(nj_part, nj_chan);
+#pragma unroll 1
+        for (int g = t; g < NJ_G; g += {{ B }}) {
+            float s = 0.0f;
+#pragma unroll 1
+            for (int j = 0; j < NJ_CG; j++) s += nj_chan[g * NJ_CG + j];
+            {{ dst }} = s;
+        }
+{% end %}
+{% local function to_channels(arr, slot) %}
+        if (active) {
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
+        }
+        nj_cl_rows(nj_part, nj_chan);
+#pragma unroll 1
+        for (int c = t; c < NJ_C; c += {{ B }}) WS[NJ_WS_CHANS + (tile * NJ_C + c) * 2 + {{ slot }}] = nj_chan[c];
+{% end %}
+{% if not CLUSTER then %}
 {% DLK = P.act ~= "none" %}
 /* two resident blocks an SM on sm_90 and later with a cheap activation derivative: at one (ptxas took
    ~88 registers) the kernel was latency-bound; sm_80's ptxas, and sm_90's with gelu, spill at 64 */
@@ -189,32 +225,9 @@ NJ_CL_PART_KERNEL({{ P.role.part.kernel }}, {{ B }})
             }
         }
         float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }};
-{% local function to_groups(arr, slot) %}
-        if (active) {
-#pragma unroll
-            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
-        }
-        nj_cl_rows(nj_part, nj_chan);
-#pragma unroll 1
-        for (int g = t; g < NJ_G; g += {{ B }}) {
-            float s = 0.0f;
-#pragma unroll 1
-            for (int j = 0; j < NJ_CG; j++) s += nj_chan[g * NJ_CG + j];
-            WS[tile * 4 * NJ_G + {{ slot }}] = s;
-        }
-{% end %}
-{% local function to_channels(arr, slot) %}
-        if (active) {
-#pragma unroll
-            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
-        }
-        nj_cl_rows(nj_part, nj_chan);
-#pragma unroll 1
-        for (int c = t; c < NJ_C; c += {{ B }}) WS[NJ_WS_CHANS + (tile * NJ_C + c) * 2 + {{ slot }}] = nj_chan[c];
-{% end %}
-{% to_groups("a1", "2 * g") %}
-{% to_groups("a2", "2 * g + 1") %}
-{% to_groups("a3", "2 * (NJ_G + g)") %}
+{% to_groups("a1", "WS[tile * 4 * NJ_G + 2 * g]") %}
+{% to_groups("a2", "WS[tile * 4 * NJ_G + 2 * g + 1]") %}
+{% to_groups("a3", "WS[tile * 4 * NJ_G + 2 * (NJ_G + g)]") %}
 #pragma unroll 1
         for (int g = t; g < NJ_G; g += {{ B }}) WS[tile * 4 * NJ_G + 2 * (NJ_G + g) + 1] = 0.0f; /* merged, unused */
 {% if PARAMS then %}
@@ -302,3 +315,181 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
         }
     }
 }
+{% end %}
+{% if CLUSTER then %}
+{#- x, dy of pixel p into xv_, dv_ from the stage #}
+{% local CU = P.unroll %}
+{% local function stage_xdy() %}
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+                unsigned wx_[nj_vec_io<{{ VV }}, nj_tx>::W], wd_[nj_vec_io<{{ VV }}, nj_tdy>::W];
+                nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::load(nj_sx + p * NJ_C + c0 + q, wx_);
+                nj_words<nj_vec_io<{{ VV }}, nj_tdy>::W>::load(nj_sd + p * NJ_C + c0 + q, wd_);
+                nj_vec_io<{{ VV }}, nj_tx>::convert(wx_, &xv_[q]);
+                nj_vec_io<{{ VV }}, nj_tdy>::convert(wd_, &dv_[q]);
+            }
+{% end %}
+/* The whole backward of an image in one cluster: the part kernel's walk (staging x and dy), its group sums
+   into shared memory, combined over the cluster's tiles in tile order (the library's merge, in SUMS mode,
+   scales the sums to means the same way), then the dx kernel's walk over the stage. */
+NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
+{
+    NJ_SHARED(float, nj_part, {{ R * C }});
+    NJ_SHARED(float, nj_chan, {{ C }});
+    NJ_SHARED(float, nj_gmean, {{ G }});
+    NJ_SHARED(float, nj_grstd, {{ G }});
+    NJ_SHARED(float, nj_gs, {{ 3 * G }}); /* the tile's sums of g, g * xhat, xhat: read by the cluster */
+    NJ_SHARED(float, nj_gm1, {{ G }});
+    NJ_SHARED(float, nj_gm2, {{ G }});
+    NJ_SHARED(float, nj_gdl, {{ G }});
+{% if STAGE then %}
+    NJ_DYN_SHARED(nj_tx, nj_sx); /* the tile's x, [pixel][channel], then dy from a 16-byte boundary */
+    nj_tdy *const nj_sd = (nj_tdy *)((unsigned char *)nj_sx + ({{ TP * C }}u * sizeof(nj_tx) + 15u) / 16u * 16u);
+{% end %}
+{{ bwd_pointers() }}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    const bool active = t < NJ_LT * NJ_R;
+{% load_params() %}
+    {{ block_item("w", "A.rows * NJ_S") }}
+        const nj_i64 k1 = w / NJ_S;
+        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
+        const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
+        const nj_i64 odx = {{ offset("dx", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dx }};
+{% if PARAMS then %}
+        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE;
+{% end %}
+{% if STAGE then %}
+        /* the tile into the stage first: its x and dy are contiguous runs (dense pixels), copied as
+           vectors of P.vec, {{ CU }} of each in flight a thread, before any arithmetic waits on them */
+        {
+            const int nel = npx * NJ_C;
+#pragma unroll 1
+            for (int e0 = t * {{ VV }}; e0 < nel; e0 += {{ CU * B * VV }}) {
+                unsigned wx_[{{ CU }}][nj_vec_io<{{ VV }}, nj_tx>::W], wd_[{{ CU }}][nj_vec_io<{{ VV }}, nj_tdy>::W];
+#pragma unroll
+                for (int q = 0; q < {{ CU }}; q++) {
+                    const int e = e0 + q * {{ B * VV }};
+                    if (e < nel) {
+                        nj_vec_io<{{ VV }}, nj_tx>::fetch(X, ox + e, wx_[q]);
+                        nj_vec_io<{{ VV }}, nj_tdy>::fetch(DY, ody + e, wd_[q]);
+                    }
+                }
+#pragma unroll
+                for (int q = 0; q < {{ CU }}; q++) {
+                    const int e = e0 + q * {{ B * VV }};
+                    if (e < nel) {
+                        nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::store(nj_sx + e, wx_[q]);
+                        nj_words<nj_vec_io<{{ VV }}, nj_tdy>::W>::store(nj_sd + e, wd_[q]);
+                    }
+                }
+            }
+        }
+{% end %}
+{% load_stats() %}
+        {
+{% DLK = P.act ~= "none" %}
+{% if DLK then %}
+        float dlk[NJ_CH];
+{% exact_dl() %}
+{% end %}
+        float a1[NJ_CH], a2[NJ_CH], a3[NJ_CH]{{ PARAMS and ", p1[NJ_CH], p2[NJ_CH]" or "" }};
+#pragma unroll
+        for (int k = 0; k < NJ_CH; k++) a1[k] = a2[k] = a3[k] = {{ PARAMS and "p1[k] = p2[k] = " or "" }}0.0f;
+{{ PIXEL_UNROLL }}
+        for (int p = active ? r : npx; p < npx; p += NJ_R) {
+            float xv_[NJ_CH], dv_[NJ_CH];
+{% if STAGE then %}
+{% stage_xdy() %}
+{% else %}
+{% load_xdy() %}
+{% end %}
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+{% element("xv_[k]", "dv_[k]", "k", "                ") %}
+{% local XU = DLK and "(xh + dlk[k])" or "xh" %}
+                a1[k] += g;
+                a2[k] += g * {{ XU }};
+                a3[k] += {{ XU }};
+{% if PARAMS then %}
+                p1[k] += dz * {{ XU }};
+                p2[k] += dz;
+{% end %}
+            }
+        }
+{% to_groups("a1", "nj_gs[g]") %}
+{% to_groups("a2", "nj_gs[NJ_G + g]") %}
+{% to_groups("a3", "nj_gs[2 * NJ_G + g]") %}
+{% if PARAMS then %}
+{% to_channels("p1", 0) %}
+{% to_channels("p2", 1) %}
+{% end %}
+        }
+        /* the image's means from the cluster's tiles, in tile order */
+        nj_cluster_sync();
+        const float inv_n = 1.0f / (float)NJ_N;
+#pragma unroll 1
+        for (int g = t; g < NJ_G; g += {{ B }}) {
+            float s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma unroll 1
+            for (int q = 0; q < NJ_S; q++) {
+                const float *gs = nj_cluster_map(nj_gs, (unsigned)q);
+                s1 += gs[g];
+                s2 += gs[NJ_G + g];
+                s3 += gs[2 * NJ_G + g];
+            }
+            const float m1_ = s1 * inv_n, dl_ = s3 * inv_n;
+            nj_gm1[g] = m1_;
+            nj_gdl[g] = dl_;
+            nj_gm2[g] = s2 * inv_n - dl_ * m1_;
+        }
+        nj_cluster_sync(); /* the tiles' sums are read: blocks may exit; the means are set */
+{% DLK = true %}
+        float m1k[NJ_CH], m2k[NJ_CH], dlk[NJ_CH];
+#pragma unroll
+        for (int k = 0; k < NJ_CH; k++) {
+            const int g = (c0 + k) / NJ_CG;
+            m1k[k] = nj_gm1[g];
+            dlk[k] = nj_gdl[g];
+            m2k[k] = nj_gm2[g];
+        }
+{% if PARAMS then %}
+        /* this tile's dgamma partials: sum dz * (xhat - dl), where the correction matters (the same
+           thread wrote each channel's pair above) */
+        float *PW = WS + NJ_WS_CHANS + (nj_i64)tile * NJ_C * 2;
+#pragma unroll 1
+        for (int c = t; c < NJ_C; c += {{ B }}) {
+            const int k3 = c / NJ_CG;
+            if (fabsf(nj_gmean[k3]) * nj_grstd[k3] > NJ_FIX_RATIO) PW[2 * c] -= nj_gdl[k3] * PW[2 * c + 1];
+        }
+{% end %}
+{{ PIXEL_UNROLL }}
+        for (int p = active ? r : npx; p < npx; p += NJ_R) {
+{% if VV > 1 then %}
+            float xv_[NJ_CH], dv_[NJ_CH], o_[NJ_CH];
+{% if STAGE then %}
+{% stage_xdy() %}
+{% else %}
+{% load_xdy() %}
+{% end %}
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+{% element("xv_[k]", "dv_[k]", "k", "                ") %}
+                o_[k] = {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }};
+            }
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_store_vec<{{ VV }}>(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + q, &o_[q]);
+{% else %}
+            /* a channel at a time (unaligned variant): no vectors held across the activations */
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+                const float xs = nj_load_f32(X, ox + (nj_i64)p * {{ PS.x }} + c0 + k);
+                const float ds = nj_load_f32(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + k);
+{% element("xs", "ds", "k", "                ") %}
+                nj_store_f32(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + k, {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }});
+            }
+{% end %}
+        }
+    }
+}
+{% end %}

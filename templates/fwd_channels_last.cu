@@ -32,6 +32,7 @@ CLUSTER = ONE and S > 1
 STAGE = CLUSTER and VV > 1
 if ONE and (F.residual or F.resout) then error("fwd_channels_last: one launch, no residual") end
 if CLUSTER and (S > 8 or P.stage ~= 1) then error("fwd_channels_last: a cluster of 2 to 8 tiles, staged") end
+if STAGE and (P.axes[2].stride.x ~= C or (P.unroll or 0) < 1) then error("fwd_channels_last: a staged tile needs dense pixels") end
 local PSX, PSY = P.axes[2].stride.x, P.axes[2].stride.y
 local PSR = F.residual and P.axes[2].stride.res or 0
 local PSRO = F.resout and P.axes[2].stride.resout or 0
@@ -99,6 +100,28 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
 {% end %}
 {% local function tile_stats() %}
         {{ tile_offsets({"x", F.residual and "res" or nil, F.resout and "resout" or nil}) }}
+{% if STAGE then %}
+        /* the tile into the stage first: x's tile is one contiguous run (dense pixels), copied as vectors
+           of P.vec, P.unroll of them in flight a thread, before any arithmetic waits on them */
+        {
+            const int nel = npx * NJ_C;
+#pragma unroll 1
+            for (int e0 = t * {{ VV }}; e0 < nel; e0 += {{ P.unroll * B * VV }}) {
+                unsigned w_[{{ P.unroll }}][nj_vec_io<{{ VV }}, nj_tx>::W];
+#pragma unroll
+                for (int q = 0; q < {{ P.unroll }}; q++) {
+                    const int e = e0 + q * {{ B * VV }};
+                    if (e < nel) nj_vec_io<{{ VV }}, nj_tx>::fetch(X, ox + e, w_[q]);
+                }
+#pragma unroll
+                for (int q = 0; q < {{ P.unroll }}; q++) {
+                    const int e = e0 + q * {{ B * VV }};
+                    if (e < nel) nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::store(nj_stage + e, w_[q]);
+                }
+            }
+        }
+        __syncthreads();
+{% end %}
         /* shifts (prelude: nj_shift): each channel's pixel 0 (one vector, a line the image's first tile
            reads), one scale a thread from the largest; the group's own shift and scale at the combine */
         float n = 0.0f, mean[NJ_CH], m2[NJ_CH], kc[NJ_CH];
@@ -141,10 +164,8 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
 #pragma unroll
             for (int q = 0; q < NJ_CH; q += {{ VV }}) {
 {% if STAGE then %}
-                /* the raw vector into the tile's stage too, for the normalize */
-                unsigned w_[nj_vec_io<{{ VV }}, nj_tx>::W];
-                nj_vec_io<{{ VV }}, nj_tx>::fetch(X, ox + (nj_i64)p * {{ PSX }} + c0 + q, w_);
-                nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::store(nj_stage + p * NJ_C + c0 + q, w_);
+                unsigned w_[nj_vec_io<{{ VV }}, nj_tx>::W]; /* from the stage (the copy above) */
+                nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::load(nj_stage + p * NJ_C + c0 + q, w_);
                 nj_vec_io<{{ VV }}, nj_tx>::convert(w_, &v[q]);
 {% else %}
                 {{ load_x("v", "p") }}

@@ -368,7 +368,9 @@ static void test_groupnorm(void **state)
     run_shape(*state, "groupnorm nhwc g=3", mk_groupnorm, a, 4, 3 * 2 + 1, 3);
     run_shape(*state, "groupnorm nhwc g=2", mk_groupnorm, b, 4, 2 * 2 + 1, 6);
     /* 12 tiles an image, 3 images: the library column sum's 32 warps step 32 of the 36 (image, tile)
-     * parts, carrying the tile index over into the image's */
+     * parts, carrying the tile index over into the image's (the tiles' launches: on sm_90 x and dy of
+     * these images fit a cluster of 8 SMs, one launch, test_matrix's test_cluster) */
+    setenv("NORMJIT_PLAN_NO_CLUSTER", "1", 1);
     bwd_state *s = *state;
     nj_problem_desc p;
     assert_int_equal(nj_problem_from_text("groupnorm f32 nhwc 3x32x80x72 groups=8 flags=scale,bias", 4, &p), NJ_OK);
@@ -378,6 +380,7 @@ static void test_groupnorm(void **state)
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
     assert_int_equal(pp.split, 12);
     check_problem(s, "groupnorm nhwc, 12 tiles an image", p, 76, true, true);
+    unsetenv("NORMJIT_PLAN_NO_CLUSTER");
 }
 
 static void test_instancenorm(void **state)
@@ -750,6 +753,7 @@ static void test_nvrtc_no_spills(void **state)
     static const int64_t img_long[] = {2, 48, 64, 80}; /* channels last, 5120 pixels an image: split walks */
     static const int64_t staged[] = {2, 96, 7, 5};      /* LayerNorm over C: x and dy staged in shared memory */
     static const int64_t gn_split[] = {2, 8, 256, 256}; /* GroupNorm NCHW, split sets: dgamma from the pieces */
+    static const int64_t gn_cluster[] = {2, 320, 32, 32}; /* channels last, 16-bit: a cluster an image (sm_90) */
     static const variant vs[] = {{0, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_GELU_ERF},
@@ -757,7 +761,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[20];
+            nj_problem_desc ps[21];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -779,6 +783,7 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, gn_split, 2, 0, f), NJ_OK);
             assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, grp2, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, grp4, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
+            assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, gn_cluster, 32, 1, f), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];

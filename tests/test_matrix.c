@@ -229,6 +229,13 @@ static void test_cluster(void **state)
     fwd.offset = 0.0;
     check_regime(m, "groupnorm f16 nhwc 2x640x32x32 groups=32 act=silu flags=scale,bias", &fwd, 78);
     check_regime(m, "groupnorm bf16 nhwc 3x1280x16x16 groups=32 act=gelu_erf flags=scale,bias", &fwd, 79);
+    /* and their backward when x and dy fit the cluster: an activation, no gamma/beta, the saved mean's
+       correction of the dgamma partials (f32 at an offset of 3e4) */
+    check_line(m, "groupnorm f16 nhwc 2x320x32x32 groups=32 act=silu flags=scale,bias", 0.0, 81);
+    check_line(m, "groupnorm bf16 nhwc 2x640x16x16 groups=32 act=gelu_erf flags=scale,bias", 0.0, 82);
+    check_line(m, "groupnorm f16 nhwc 3x320x32x32 groups=32", 0.0, 83);
+    regime bwd = {"bwd", 3e4, 1.0, 1e-5, 0, NJ_PASS_BACKWARD};
+    check_regime(m, "groupnorm f32 nhwc 2x64x48x48 groups=8 flags=scale,bias", &bwd, 84);
     fwd.nan = 1;
     check_regime(m, "instancenorm f16 ncdhw 1x3x64x64x64 flags=scale,bias", &fwd, 76);
     check_regime(m, "groupnorm f16 nhwc 2x320x32x32 groups=32 flags=scale,bias", &fwd, 80);
