@@ -9,7 +9,7 @@
  *          applicability test, forward planner, backward planner */
 NJ_FAMILY_X(TILE, "tile", "fwd_tile.cu", "bwd_tile.cu",
             nj_tile_applies, nj_plan_fwd_tile, nj_plan_bwd_tile)
-NJ_FAMILY_X(CLUSTER, "cluster", "fwd_cluster.cu", NULL,
+NJ_FAMILY_X(CLUSTER, "cluster", "fwd_cluster.cu", "bwd_cluster.cu",
             nj_cluster_applies, nj_plan_fwd_cluster, nj_plan_bwd_cluster)
 NJ_FAMILY_X(ROW, "row", "fwd_row.cu", "bwd_row.cu",
             nj_row_applies, nj_plan_fwd_row, nj_plan_bwd_row)

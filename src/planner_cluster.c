@@ -5,7 +5,10 @@
  * statistics, once to normalize; model, H200: 62-64% of copy, the two-read floor). Here block r of a
  * row's cluster stages piece r of the row, the blocks exchange their pieces' (sum, squared deviations)
  * through distributed shared memory, and each normalizes its piece from shared memory: x is read once.
- * The backward (x and dy) stays the row family's. */
+ * The backward (bwd_cluster.cu) stages x alone, the same pieces, where gamma/beta are constant over each
+ * row (InstanceNorm: P.pgrad "sets") or absent: its three sums (the saved mean's correction, then g and
+ * g * xhat) go through the cluster, and dy is read again by the block that read it last (an L2 hit): the
+ * general family's split walk read x and dy twice from DRAM. */
 #include "planner_impl.h"
 
 
@@ -46,10 +49,27 @@ static int32_t cluster_vec(const nj_canon *c)
     return v;
 }
 
+/* The backward's rows: every reduced axis inside the kept ones, x, dy and dx contiguous along the row,
+ * gamma/beta absent or constant over each row (their gradients a pair a row: P.pgrad "sets"). */
+static bool cluster_bwd_rows(const nj_canon *c)
+{
+    bool red = false;
+    for (int a = 1; a < c->rank; a++) {
+        if (red && !c->axes[a].reduce) return false;
+        red = red || c->axes[a].reduce;
+    }
+    if (!cluster_contiguous(c, NJ_OPD_X) || !cluster_contiguous(c, NJ_OPD_DY) || !cluster_contiguous(c, NJ_OPD_DX))
+        return false;
+    return !(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || c->param_size == 0 || nj_pgrad_sets_ok(c);
+}
+
 bool nj_cluster_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
-    /* NORMJIT_PLAN_NO_CLUSTER=1: the row family splits these rows, as before the family */
-    if (pass != NJ_PASS_FORWARD || dev->arch < 90 || nj_plan_switched_off("CLUSTER")) return false;
+    /* NORMJIT_PLAN_NO_CLUSTER=1: the row (general) family splits these rows, as before the family */
+    if (dev->arch < 90 || nj_plan_switched_off("CLUSTER")) return false;
+    if (pass == NJ_PASS_BACKWARD)
+        return c->reduce_size >= NJ_SPLIT_MIN && c->reduce_size < INT32_MAX && cluster_bwd_rows(c) &&
+               cluster_size(c, dev) > 0;
     if (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) return false;
     /* rows the row family would split (kept axes outside the reduced ones: GroupNorm NCHW's (C/G, HW) too) */
     if (c->reduce_size < NJ_SPLIT_MIN || c->reduce_size >= INT32_MAX || !nj_row_applies(c, pass, dev)) return false;
@@ -85,6 +105,25 @@ nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
 
 nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    (void)c, (void)dev, (void)pp;
-    return nj_fail(NJ_ERR_INTERNAL, "planner: the cluster family plans forwards only");
+    NJ_RETURN_IF(!nj_cluster_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a cluster row problem");
+    int32_t k = cluster_size(c, dev);
+    pp->block = NJ_CLUSTER_BLOCK;
+    int64_t wide = cl_es(c, NJ_OPD_X);
+    if (cl_es(c, NJ_OPD_DY) > wide) wide = cl_es(c, NJ_OPD_DY);
+    if (cl_es(c, NJ_OPD_DX) > wide) wide = cl_es(c, NJ_OPD_DX);
+    pp->vec = (int32_t)(16 / wide);
+    while (pp->vec > 1 && c->reduce_size % pp->vec != 0) pp->vec /= 2;
+    pp->rows_per_block = 1;
+    pp->split = k;
+    pp->unroll = 4;
+    pp->stage = 1;
+    if (pp->vec > 1) pp->align_opds = (1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX);
+    nj_plan_add_launch(pp, "nj_bwd_cluster", pp->block, c->kept_inner * k, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    nj_launch *l = &pp->launch[0];
+    l->cluster = k;
+    int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
+    l->shmem = (uint32_t)(piece * cl_es(c, NJ_OPD_X));
+    if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0) nj_plan_pgrad_sets(c, pp);
+    return NJ_OK;
 }

@@ -754,6 +754,7 @@ static void test_nvrtc_no_spills(void **state)
     static const int64_t staged[] = {2, 96, 7, 5};      /* LayerNorm over C: x and dy staged in shared memory */
     static const int64_t gn_split[] = {2, 8, 256, 256}; /* GroupNorm NCHW, split sets: dgamma from the pieces */
     static const int64_t gn_cluster[] = {2, 320, 32, 32}; /* channels last, 16-bit: a cluster an image (sm_90) */
+    static const int64_t in_cluster[] = {2, 2, 64, 64, 64}; /* InstanceNorm over 64^3: a cluster a row (sm_90) */
     static const variant vs[] = {{0, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_GELU_ERF},
@@ -761,7 +762,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[21];
+            nj_problem_desc ps[22];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -784,6 +785,7 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, grp2, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, grp4, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
             assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, gn_cluster, 32, 1, f), NJ_OK);
+            assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 5, in_cluster, 0, f), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];

@@ -236,6 +236,12 @@ static void test_cluster(void **state)
     check_line(m, "groupnorm f16 nhwc 3x320x32x32 groups=32", 0.0, 83);
     regime bwd = {"bwd", 3e4, 1.0, 1e-5, 0, NJ_PASS_BACKWARD};
     check_regime(m, "groupnorm f32 nhwc 2x64x48x48 groups=8 flags=scale,bias", &bwd, 84);
+    /* the row cluster's backward (gamma constant over each row): both passes, an activation, no gamma,
+       the saved mean's correction (f32 at 1e5) */
+    check_line(m, "instancenorm f32 ncdhw 2x2x64x64x64 flags=scale,bias act=silu", 0.0, 85);
+    check_line(m, "instancenorm bf16 ncdhw 1x3x64x64x64", 0.0, 86);
+    bwd.offset = 1e5;
+    check_regime(m, "instancenorm f32 ncdhw 1x3x64x64x64 flags=scale,bias", &bwd, 87);
     fwd.nan = 1;
     check_regime(m, "instancenorm f16 ncdhw 1x3x64x64x64 flags=scale,bias", &fwd, 76);
     check_regime(m, "groupnorm f16 nhwc 2x320x32x32 groups=32 flags=scale,bias", &fwd, 80);

@@ -1051,7 +1051,7 @@ static void test_reverse(void **state)
         {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1},
         {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 0},    /* fused */
         {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1},   /* part, dx */
-        {"instancenorm f32 ncdhw 2x32x64x64x64 flags=scale,bias", NJ_PASS_BACKWARD, 1},     /* general */
+        {"instancenorm f32 ncdhw 1x2x128x128x128 flags=scale,bias", NJ_PASS_BACKWARD, 1},   /* general */
         {"instancenorm f32 ndhwc 2x64x64x64x64 flags=scale,bias", NJ_PASS_FORWARD, 1},      /* column */
         {"layernorm bf16 4096x4096 flags=scale,bias", NJ_PASS_FORWARD, 0},
         {"layernorm bf16 4096x4096 flags=scale,bias", NJ_PASS_BACKWARD, 0},
@@ -1074,7 +1074,8 @@ static void test_reverse(void **state)
 /* The cluster family (planner_cluster.c), forwards on sm_90: rows the row family would split (2^18
  * elements and more) whose x fits 8 blocks' shared memory (227 KB each, 4 KB kept for the kernel's
  * arrays) take the fewest blocks that hold it, a cluster a row; not on sm_80, not with the residual,
- * not past 8 blocks, never the backward; NORMJIT_PLAN_NO_CLUSTER=1 splits them as before. The grid keeps
+ * not past 8 blocks; the backward where gamma is constant over each row (x staged alone);
+ * NORMJIT_PLAN_NO_CLUSTER=1 splits them as before. The grid keeps
  * a cluster's blocks on one grid row however narrow the grid. */
 static void test_cluster_plan(void **state)
 {
@@ -1085,12 +1086,13 @@ static void test_cluster_plan(void **state)
         const char *line;
         int32_t k, vec;
         uint32_t shmem;
+        int bwd; /* the backward too: gamma constant over each row (x staged alone) */
     } want[] = {
-        {"instancenorm f32 ncdhw 2x4x64x64x64 flags=scale,bias", 8, 4, 131072},
-        {"groupnorm f32 nchw 16x128x256x256 groups=32 flags=scale,bias", 8, 4, 131072},
-        {"layernorm f16 2x262144 flags=scale,bias", 4, 8, 131072},
-        {"layernorm f32 4x400001 flags=scale,bias", 8, 1, 200004},
-        {"rmsnorm bf16 2x300000 flags=scale", 4, 8, 150000},
+        {"instancenorm f32 ncdhw 2x4x64x64x64 flags=scale,bias", 8, 4, 131072, 1},
+        {"groupnorm f32 nchw 16x128x256x256 groups=32 flags=scale,bias", 8, 4, 131072, 0},
+        {"layernorm f16 2x262144 flags=scale,bias", 4, 8, 131072, 0},
+        {"layernorm f32 4x400001 flags=scale,bias", 8, 1, 200004, 0},
+        {"rmsnorm bf16 2x300000 flags=scale", 4, 8, 150000, 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         nj_plan_params pp = plan_line(want[i].line, NJ_PASS_FORWARD, &dev90);
@@ -1103,7 +1105,14 @@ static void test_cluster_plan(void **state)
         assert_int_equal(pp.stage, 1);
         assert_int_equal(pp.launch[0].shmem, want[i].shmem);
         assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block - 4096);
-        assert_int_equal(plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90).family != NJ_FAMILY_CLUSTER, 1);
+        nj_plan_params bp = plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90);
+        assert_int_equal(bp.family == NJ_FAMILY_CLUSTER, want[i].bwd);
+        if (want[i].bwd) { /* the row's dgamma/dbeta pair for the column sum */
+            assert_int_equal(bp.pgrad, NJ_PGRAD_SETS);
+            assert_int_equal(bp.nlaunch, 2);
+            assert_int_equal(bp.launch[0].cluster, want[i].k);
+            assert_int_equal(bp.launch[0].shmem, want[i].shmem);
+        }
         assert_int_equal(plan_line(want[i].line, NJ_PASS_FORWARD, &dev80).family, NJ_FAMILY_ROW);
         setenv("NORMJIT_PLAN_NO_CLUSTER", "1", 1);
         pp = plan_line(want[i].line, NJ_PASS_FORWARD, &dev90);
@@ -1400,7 +1409,7 @@ static void test_family_registry(void **state)
                                       {NJ_FAMILY_CHANNELS_LAST, NJ_FAMILY_CHANNELS_LAST},
                                       {NJ_FAMILY_GENERAL, NJ_FAMILY_GENERAL},
                                       {NJ_FAMILY_IMAGE, NJ_FAMILY_IMAGE},
-                                      {NJ_FAMILY_CLUSTER, NJ_FAMILY_GENERAL}};
+                                      {NJ_FAMILY_CLUSTER, NJ_FAMILY_CLUSTER}};
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
         nj_problem_desc p;
         nj_canon c, v;

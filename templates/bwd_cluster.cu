@@ -1,0 +1,173 @@
+{# Backward, CLUSTER family (planner_cluster.c, sm_90 and later): a row of P.reduce_size elements (the
+   reduced axes, contiguous in x, dy and dx) in a thread-block cluster of P.split = K blocks; block r (its
+   rank) owns piece r, PC elements (the last piece what is left). gamma/beta are constant over the row
+   (P.pgrad "sets": InstanceNorm) or absent. Per element (bwd_lib.cuh): xhat = (x - mean) * rstd - dl,
+   dz = dy * act'(z), g = dz * gamma; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+   1. copy: the piece's x into dynamic shared memory, P.unroll vectors a thread in flight;
+   2. the saved mean's correction dl = mean((x - mean) * rstd) (bwd_lib.cuh: taken where |mean| * rstd >
+      NJ_FIX_RATIO), its pieces' sums combined through the cluster in rank order;
+   3. the sums of g and g * xhat over the piece (dy read from global memory), combined alike; with "sets",
+      rank 0 leaves the row's (sum dz * xhat, sum dz) for the library's column sum (dgamma, dbeta);
+   4. dx over the piece: x from shared memory, dy again (the block read it moments ago: L2).
+   Three cluster barriers: the pieces' dl sums, their g sums, and the last (no block exits while another
+   reads its shared memory). #}
+{% include("prelude.cuh") %}
+{% include("lib_index.cuh") %}
+{% include("bwd_lib.cuh") %}
+{%
+local F = P.flags
+if P.stage ~= 1 then error("bwd_cluster: the piece is always staged (P.stage 1)") end
+for _, o in ipairs({"x", "dy", "dx"}) do
+  if row_offset(o, "j") ~= "j" then error("bwd_cluster: " .. o .. " contiguous along the row") end
+end
+local N, K, B, VW, U = P.reduce_size, P.split, P.block, P.vec, P.unroll
+if N % VW ~= 0 or K < 2 then error("bwd_cluster: rows of " .. N .. ", vec " .. VW .. ", " .. K .. " blocks") end
+local NW = B // 32
+local PC = ((N + K - 1) // K + VW - 1) // VW * VW
+local kept = kept_axes()
+local SETS = P.pgrad == "sets"
+local PARAM = (F.scale or F.bias) and P.param_size > 0
+if PARAM and not SETS then error("bwd_cluster: gamma/beta constant over each row (sets)") end
+-- the sums: of dz (sets: the row's gamma scales the means) or of g
+local SG = SETS and "dz" or "g"
+local GS = (SETS and F.scale) and "gs_ * " or ""
+local PV = {g = "gs_", b = "bs_"}
+%}
+{{ bwd_typedefs() }}
+
+#define NJ_N {{ N }}LL
+#define NJ_PC {{ PC }}u
+#define NJ_VW {{ VW }}
+{% if SETS then %}
+/* a row's (sum dz * xhat, sum dz): its shares of dgamma and dbeta, for the column sum */
+#define NJ_WS_SETS ((float *)A.workspace{{ ws_plus("sets") }})
+{% end %}
+
+NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
+{
+    NJ_DYN_SHARED(nj_tx, nj_sx); /* the block's piece of x */
+    NJ_SHARED(float, nj_scratch, {{ math.max(2 * NW, 4) }});
+    NJ_SHARED(float, nj_pair, 3); /* the piece's sums: of (x - mean) * rstd, of g, of g * xhat (read by the cluster) */
+    NJ_SHARED(float, nj_tot, 3);  /* the row's: dl, the two sums (thread 0 combines, the block reads) */
+    const unsigned t = threadIdx.x;
+{{ bwd_pointers() }}
+    {{ block_item("w", "A.rows * " .. P.kept_inner .. "LL * " .. K) }}
+        const nj_i64 row = w / {{ K }};
+        const unsigned rank = nj_cluster_rank(); /* w % K: a cluster is K consecutive blocks */
+        {{ split_index("row", kept, "k") }}
+        const nj_i64 ox = {{ offset("x", kept, "k") }}, ody = {{ offset("dy", kept, "k") }};
+        const nj_i64 odx = {{ offset("dx", kept, "k") }}, os = {{ offset("stats", kept, "k") }};
+        const float mean = {{ F.center and "A.mean[os]" or "0.0f" }};
+        const float rstd = A.rstd[os];
+{% if PARAM then %}
+        const nj_i64 op = {{ offset("param", kept, "k") }};
+{% end %}
+{% if PARAM and F.scale then %}
+        const float gs_ = nj_load_f32(GAMMA, op); /* the row's one gamma (and beta) */
+{% end %}
+{% if PARAM and F.bias and P.act ~= "none" then %}
+        const float bs_ = nj_load_f32(BETA, op);
+{% end %}
+        const nj_i64 lo = (nj_i64)rank * NJ_PC;
+        const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;
+        /* 1. copy: P.unroll vectors in flight, then their stores */
+#pragma unroll 1
+        for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ U * B * VW }}u) {
+            unsigned v[{{ U }}][nj_vec_io<NJ_VW, nj_tx>::W];
+#pragma unroll
+            for (int q = 0; q < {{ U }}; q++) {
+                const unsigned e = e0 + q * {{ B * VW }}u;
+                if (e < np) nj_vec_io<NJ_VW, nj_tx>::fetch(X, ox + lo + e, v[q]);
+            }
+#pragma unroll
+            for (int q = 0; q < {{ U }}; q++) {
+                const unsigned e = e0 + q * {{ B * VW }}u;
+                if (e < np) nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::store(nj_sx + e, v[q]);
+            }
+        }
+        __syncthreads();
+        /* 2. the saved mean's correction, where the row needs it (uniform over the cluster: one row) */
+        float c_ = 0.0f;
+{% if F.center then %}
+#pragma unroll 4
+        for (unsigned e = t; e < np; e += {{ B }}u) c_ += (nj_to_f32(nj_sx[e]) - mean) * rstd;
+{% end %}
+        float z_ = 0.0f;
+        nj_block_sum2<{{ NW }}>(c_, z_, nj_scratch);
+        if (t == 0) nj_pair[0] = c_;
+        nj_cluster_sync();
+        if (t == 0) {
+            float s = 0.0f;
+#pragma unroll 1
+            for (unsigned r = 0; r < {{ K }}u; r++) s += nj_cluster_map(nj_pair, r)[0];
+            nj_tot[0] = fabsf(mean) * rstd > NJ_FIX_RATIO ? s * (1.0f / (float)NJ_N) : 0.0f;
+        }
+        __syncthreads();
+        const float dl = nj_tot[0];
+{% BWD_DL = F.center and "dl" or nil %}
+        (void)dl;
+        /* 3. the sums of g and g * xhat */
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll 1
+        for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ B * VW }}u) {
+            float xv[NJ_VW], dv[NJ_VW];
+            {
+                unsigned v[nj_vec_io<NJ_VW, nj_tx>::W];
+                nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::load(nj_sx + e0, v);
+                nj_vec_io<NJ_VW, nj_tx>::convert(v, xv);
+            }
+            nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
+#pragma unroll
+            for (int q = 0; q < NJ_VW; q++) {
+{{ bwd_element("xv[q]", "dv[q]", PV, "                ") }}
+                s1 += {{ SG }};
+                s2 += {{ SG }} * xh;
+            }
+        }
+        nj_block_sum2<{{ NW }}>(s1, s2, nj_scratch);
+        if (t == 0) {
+            nj_pair[1] = s1;
+            nj_pair[2] = s2;
+        }
+        nj_cluster_sync();
+        if (t == 0) {
+            float t1 = 0.0f, t2 = 0.0f;
+#pragma unroll 1
+            for (unsigned r = 0; r < {{ K }}u; r++) {
+                const float *pr = nj_cluster_map(nj_pair, r);
+                t1 += pr[1];
+                t2 += pr[2];
+            }
+            nj_tot[1] = t1;
+            nj_tot[2] = t2;
+{% if SETS then %}
+            if (rank == 0) {
+                NJ_WS_SETS[row * 2] = t2;
+                NJ_WS_SETS[row * 2 + 1] = t1;
+            }
+{% end %}
+        }
+        nj_cluster_sync(); /* the pieces' sums are read: blocks may exit; nj_tot is set */
+{% if F.center then %}
+        const float m1 = {{ GS }}nj_tot[1] * (1.0f / (float)NJ_N);
+{% end %}
+        const float m2 = {{ GS }}nj_tot[2] * (1.0f / (float)NJ_N);
+        /* 4. dx over the piece */
+#pragma unroll 1
+        for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ B * VW }}u) {
+            float xv[NJ_VW], dv[NJ_VW], o[NJ_VW];
+            {
+                unsigned v[nj_vec_io<NJ_VW, nj_tx>::W];
+                nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::load(nj_sx + e0, v);
+                nj_vec_io<NJ_VW, nj_tx>::convert(v, xv);
+            }
+            nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
+#pragma unroll
+            for (int q = 0; q < NJ_VW; q++) {
+{{ bwd_element("xv[q]", "dv[q]", PV, "                ") }}
+                o[q] = {{ bwd_dx_expr("g", "xh", "m1", "m2") }};
+            }
+            nj_store_vec<NJ_VW>(DX, odx + lo + e0, o);
+        }
+    }
+}
