@@ -102,6 +102,11 @@ void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out)
         out->launch[out->role[NJ_ROLE_MAIN] - 1].shmem = 0;
         out->stage = 0;
     }
+    /* a channels-last cluster's tiles: the unaligned variant reads them again rather than staging them */
+    if (out->stage && out->family == NJ_FAMILY_CHANNELS_LAST) {
+        out->launch[out->role[NJ_ROLE_MAIN] - 1].shmem = 0;
+        out->stage = 0;
+    }
     /* a staged streamed row (P.stage 2): the unaligned walks re-read x, as they always did */
     if (out->stage == 2 && out->family == NJ_FAMILY_ROW) {
         out->launch[out->role[NJ_ROLE_MAIN] - 1].shmem = 0;

@@ -40,13 +40,38 @@ static int32_t cluster_size(const nj_canon *c, const nj_device_props *dev)
     return 0;
 }
 
-/* Elements a vector moves: 16 bytes of the wider of x and y, dividing the row. */
-static int32_t cluster_vec(const nj_canon *c)
+/* Elements a vector moves: 16 bytes of the widest of the operands `opds` (bits 1 << nj_operand),
+ * dividing the row. */
+static int32_t cluster_vec(const nj_canon *c, uint32_t opds)
 {
-    int64_t wide = cl_es(c, NJ_OPD_X) > cl_es(c, NJ_OPD_Y) ? cl_es(c, NJ_OPD_X) : cl_es(c, NJ_OPD_Y);
+    int64_t wide = 1;
+    for (int o = 0; o < NJ_OPD_COUNT; o++)
+        if ((opds >> o & 1u) && cl_es(c, o) > wide) wide = cl_es(c, o);
     int32_t v = (int32_t)(16 / wide);
     while (v > 1 && c->reduce_size % v != 0) v /= 2;
     return v;
+}
+
+/* What both passes' plans share: the cluster of 1024-thread blocks a row, vectors over the row operands
+ * `opds` (their alignment checked at launch), P.unroll copies in flight, the piece staged, one launch. */
+static void cluster_shape(const nj_canon *c, const nj_device_props *dev, uint32_t opds, const char *kernel,
+                          nj_plan_params *pp)
+{
+    int32_t k = cluster_size(c, dev);
+    pp->block = NJ_CLUSTER_BLOCK;
+    pp->vec = cluster_vec(c, opds);
+    pp->rows_per_block = 1;
+    pp->split = k;
+    pp->unroll = 4; /* vector loads a thread issues before their stores: 64 KB in flight an SM (f32) */
+    pp->stage = 1;
+    if (pp->vec > 1) pp->align_opds = opds;
+    nj_plan_add_launch(pp, kernel, pp->block, c->kept_inner * k, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    nj_launch *l = &pp->launch[0];
+    l->cluster = k;
+    /* the block's piece: whole vectors, the last piece what is left */
+    int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
+    l->shmem = (uint32_t)(piece * cl_es(c, NJ_OPD_X));
 }
 
 /* The backward's rows: every reduced axis inside the kept ones, x, dy and dx contiguous along the row,
@@ -80,50 +105,18 @@ bool nj_cluster_applies(const nj_canon *c, nj_pass pass, const nj_device_props *
 nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cluster_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a cluster row problem");
-    int32_t k = cluster_size(c, dev);
-    pp->block = NJ_CLUSTER_BLOCK;
-    pp->vec = cluster_vec(c);
-    pp->rows_per_block = 1;
-    pp->split = k;
-    pp->unroll = 4; /* vector loads a thread issues before their stores: 64 KB in flight an SM (f32) */
-    pp->stage = 1;
-    if (pp->vec > 1) {
-        pp->align_opds = (1u << NJ_OPD_X) | (1u << NJ_OPD_Y);
-        /* gamma/beta along the row, like x: loaded as vectors too */
-        if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 && cluster_contiguous(c, NJ_OPD_PARAM))
-            pp->align_opds |= 1u << NJ_OPD_PARAM;
-    }
-    nj_plan_add_launch(pp, "nj_fwd_cluster", pp->block, c->kept_inner * k, 1, 0);
-    nj_plan_role(pp, NJ_ROLE_MAIN);
-    nj_launch *l = &pp->launch[0];
-    l->cluster = k;
-    /* the block's piece: whole vectors, the last piece what is left */
-    int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
-    l->shmem = (uint32_t)(piece * cl_es(c, NJ_OPD_X));
+    cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", pp);
+    /* gamma/beta along the row, like x: loaded as vectors too */
+    if (pp->vec > 1 && (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 &&
+        cluster_contiguous(c, NJ_OPD_PARAM))
+        pp->align_opds |= 1u << NJ_OPD_PARAM;
     return NJ_OK;
 }
 
 nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cluster_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a cluster row problem");
-    int32_t k = cluster_size(c, dev);
-    pp->block = NJ_CLUSTER_BLOCK;
-    int64_t wide = cl_es(c, NJ_OPD_X);
-    if (cl_es(c, NJ_OPD_DY) > wide) wide = cl_es(c, NJ_OPD_DY);
-    if (cl_es(c, NJ_OPD_DX) > wide) wide = cl_es(c, NJ_OPD_DX);
-    pp->vec = (int32_t)(16 / wide);
-    while (pp->vec > 1 && c->reduce_size % pp->vec != 0) pp->vec /= 2;
-    pp->rows_per_block = 1;
-    pp->split = k;
-    pp->unroll = 4;
-    pp->stage = 1;
-    if (pp->vec > 1) pp->align_opds = (1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX);
-    nj_plan_add_launch(pp, "nj_bwd_cluster", pp->block, c->kept_inner * k, 1, 0);
-    nj_plan_role(pp, NJ_ROLE_MAIN);
-    nj_launch *l = &pp->launch[0];
-    l->cluster = k;
-    int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
-    l->shmem = (uint32_t)(piece * cl_es(c, NJ_OPD_X));
+    cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX), "nj_bwd_cluster", pp);
     if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0) nj_plan_pgrad_sets(c, pp);
     return NJ_OK;
 }

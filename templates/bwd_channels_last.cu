@@ -22,8 +22,8 @@ local PARAMS = P.pgrad == "fused" -- the tiles' dgamma/dbeta partials, added by 
 -- its tile's x and dy (STAGE; the unaligned variant reads them again), the tiles' group sums combined
 -- through distributed shared memory instead of the workspace and the library's merge
 CLUSTER = P.role.part == nil
-STAGE = CLUSTER and VV > 1
-if CLUSTER and (S < 2 or S > 8 or P.stage ~= 1) then error("bwd_channels_last: a cluster of 2 to 8 tiles, staged") end
+STAGE = CLUSTER and P.stage == 1
+if CLUSTER and (S < 2 or S > 8 or (STAGE and VV < 2)) then error("bwd_channels_last: a cluster of 2 to 8 tiles, staged by vectors") end
 if STAGE and (P.axes[2].stride.x ~= P.axes[3].extent * P.axes[4].extent or P.axes[2].stride.dy ~= P.axes[3].extent * P.axes[4].extent) then
   error("bwd_channels_last: a staged tile needs dense pixels") end
 local BETA_USED = F.bias and P.act ~= "none"
@@ -147,6 +147,48 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
             for (int k = 0; k < NJ_CH; k++)
                 if (fabsf(mk[k]) * rk[k] > NJ_FIX_RATIO) dlk[k] = nj_part[(c0 + k) / NJ_CG];
             __syncthreads(); /* nj_part is rewritten below */
+        }
+{% end %}
+{#- x, dy of pixel p into xv_, dv_ from the stage #}
+{% local CU = P.unroll %}
+{% local function stage_xdy() %}
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
+                unsigned wx_[nj_vec_io<{{ VV }}, nj_tx>::W], wd_[nj_vec_io<{{ VV }}, nj_tdy>::W];
+                nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::load(nj_sx + p * NJ_C + c0 + q, wx_);
+                nj_words<nj_vec_io<{{ VV }}, nj_tdy>::W>::load(nj_sd + p * NJ_C + c0 + q, wd_);
+                nj_vec_io<{{ VV }}, nj_tx>::convert(wx_, &xv_[q]);
+                nj_vec_io<{{ VV }}, nj_tdy>::convert(wd_, &dv_[q]);
+            }
+{% end %}
+{# dx of the block's tile: x and dy from the stage (STAGE) or global memory; m1k, m2k, dlk in scope #}
+{% local function dx_walk() %}
+{{ PIXEL_UNROLL }}
+        for (int p = active ? r : npx; p < npx; p += NJ_R) {
+{% if VV > 1 then %}
+            float xv_[NJ_CH], dv_[NJ_CH], o_[NJ_CH];
+{% if STAGE then %}
+{% stage_xdy() %}
+{% else %}
+{% load_xdy() %}
+{% end %}
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+{% element("xv_[k]", "dv_[k]", "k", "                ") %}
+                o_[k] = {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }};
+            }
+#pragma unroll
+            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_store_vec<{{ VV }}>(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + q, &o_[q]);
+{% else %}
+            /* a channel at a time (unaligned variant): no vectors held across the activations */
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) {
+                const float xs = nj_load_f32(X, ox + (nj_i64)p * {{ PS.x }} + c0 + k);
+                const float ds = nj_load_f32(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + k);
+{% element("xs", "ds", "k", "                ") %}
+                nj_store_f32(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + k, {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }});
+            }
+{% end %}
         }
 {% end %}
 {# A thread's per-channel sums arr[] (its pixel rows and channels) -> per group (to_groups: into dst, a C
@@ -290,45 +332,11 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
             if (fabsf(nj_gmean[k3]) * nj_grstd[k3] > NJ_FIX_RATIO) PW[2 * c] -= nj_gdl[k3] * PW[2 * c + 1];
         }
 {% end %}
-{{ PIXEL_UNROLL }}
-        for (int p = active ? r : npx; p < npx; p += NJ_R) {
-{% if VV > 1 then %}
-            float xv_[NJ_CH], dv_[NJ_CH], o_[NJ_CH];
-{% load_xdy() %}
-#pragma unroll
-            for (int k = 0; k < NJ_CH; k++) {
-{% element("xv_[k]", "dv_[k]", "k", "                ") %}
-                o_[k] = {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }};
-            }
-#pragma unroll
-            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_store_vec<{{ VV }}>(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + q, &o_[q]);
-{% else %}
-            /* a channel at a time (unaligned variant): no vectors held across the activations */
-#pragma unroll
-            for (int k = 0; k < NJ_CH; k++) {
-                const float xs = nj_load_f32(X, ox + (nj_i64)p * {{ PS.x }} + c0 + k);
-                const float ds = nj_load_f32(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + k);
-{% element("xs", "ds", "k", "                ") %}
-                nj_store_f32(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + k, {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }});
-            }
-{% end %}
-        }
+{% dx_walk() %}
     }
 }
 {% end %}
 {% if CLUSTER then %}
-{#- x, dy of pixel p into xv_, dv_ from the stage #}
-{% local CU = P.unroll %}
-{% local function stage_xdy() %}
-#pragma unroll
-            for (int q = 0; q < NJ_CH; q += {{ VV }}) {
-                unsigned wx_[nj_vec_io<{{ VV }}, nj_tx>::W], wd_[nj_vec_io<{{ VV }}, nj_tdy>::W];
-                nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::load(nj_sx + p * NJ_C + c0 + q, wx_);
-                nj_words<nj_vec_io<{{ VV }}, nj_tdy>::W>::load(nj_sd + p * NJ_C + c0 + q, wd_);
-                nj_vec_io<{{ VV }}, nj_tx>::convert(wx_, &xv_[q]);
-                nj_vec_io<{{ VV }}, nj_tdy>::convert(wd_, &dv_[q]);
-            }
-{% end %}
 /* The whole backward of an image in one cluster: the part kernel's walk (staging x and dy), its group sums
    into shared memory, combined over the cluster's tiles in tile order (the library's merge, in SUMS mode,
    scales the sums to means the same way), then the dx kernel's walk over the stage. */
@@ -463,33 +471,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
             if (fabsf(nj_gmean[k3]) * nj_grstd[k3] > NJ_FIX_RATIO) PW[2 * c] -= nj_gdl[k3] * PW[2 * c + 1];
         }
 {% end %}
-{{ PIXEL_UNROLL }}
-        for (int p = active ? r : npx; p < npx; p += NJ_R) {
-{% if VV > 1 then %}
-            float xv_[NJ_CH], dv_[NJ_CH], o_[NJ_CH];
-{% if STAGE then %}
-{% stage_xdy() %}
-{% else %}
-{% load_xdy() %}
-{% end %}
-#pragma unroll
-            for (int k = 0; k < NJ_CH; k++) {
-{% element("xv_[k]", "dv_[k]", "k", "                ") %}
-                o_[k] = {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }};
-            }
-#pragma unroll
-            for (int q = 0; q < NJ_CH; q += {{ VV }}) nj_store_vec<{{ VV }}>(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + q, &o_[q]);
-{% else %}
-            /* a channel at a time (unaligned variant): no vectors held across the activations */
-#pragma unroll
-            for (int k = 0; k < NJ_CH; k++) {
-                const float xs = nj_load_f32(X, ox + (nj_i64)p * {{ PS.x }} + c0 + k);
-                const float ds = nj_load_f32(DY, ody + (nj_i64)p * {{ PS.dy }} + c0 + k);
-{% element("xs", "ds", "k", "                ") %}
-                nj_store_f32(DX, odx + (nj_i64)p * {{ PS.dx }} + c0 + k, {{ bwd_dx_expr("g", "xh", "m1k[k]", "m2k[k]") }});
-            }
-{% end %}
-        }
+{% dx_walk() %}
     }
 }
 {% end %}

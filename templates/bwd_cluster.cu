@@ -14,6 +14,7 @@
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
+{% include("cluster_lib.cuh") %}
 {%
 local F = P.flags
 if P.stage ~= 1 then error("bwd_cluster: the piece is always staged (P.stage 1)") end
@@ -43,6 +44,11 @@ local PV = {g = "gs_", b = "bs_"}
 #define NJ_WS_SETS ((float *)A.workspace{{ ws_plus("sets") }})
 {% end %}
 
+{# x of elements e0 .. e0 + VW - 1 from the stage, dy from global memory #}
+{% local function load_xdy() %}
+{% staged_vec("xv", "nj_sx", "e0") %}
+            nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
+{% end %}
 NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 {
     NJ_DYN_SHARED(nj_tx, nj_sx); /* the block's piece of x */
@@ -70,21 +76,8 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 {% end %}
         const nj_i64 lo = (nj_i64)rank * NJ_PC;
         const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;
-        /* 1. copy: P.unroll vectors in flight, then their stores */
-#pragma unroll 1
-        for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ U * B * VW }}u) {
-            unsigned v[{{ U }}][nj_vec_io<NJ_VW, nj_tx>::W];
-#pragma unroll
-            for (int q = 0; q < {{ U }}; q++) {
-                const unsigned e = e0 + q * {{ B * VW }}u;
-                if (e < np) nj_vec_io<NJ_VW, nj_tx>::fetch(X, ox + lo + e, v[q]);
-            }
-#pragma unroll
-            for (int q = 0; q < {{ U }}; q++) {
-                const unsigned e = e0 + q * {{ B * VW }}u;
-                if (e < np) nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::store(nj_sx + e, v[q]);
-            }
-        }
+        /* 1. copy */
+{% stage_piece("X", "ox", "nj_sx") %}
         __syncthreads();
         /* 2. the saved mean's correction, where the row needs it (uniform over the cluster: one row) */
         float c_ = 0.0f;
@@ -111,12 +104,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 #pragma unroll 1
         for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ B * VW }}u) {
             float xv[NJ_VW], dv[NJ_VW];
-            {
-                unsigned v[nj_vec_io<NJ_VW, nj_tx>::W];
-                nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::load(nj_sx + e0, v);
-                nj_vec_io<NJ_VW, nj_tx>::convert(v, xv);
-            }
-            nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
+{% load_xdy() %}
 #pragma unroll
             for (int q = 0; q < NJ_VW; q++) {
 {{ bwd_element("xv[q]", "dv[q]", PV, "                ") }}
@@ -156,12 +144,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 #pragma unroll 1
         for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ B * VW }}u) {
             float xv[NJ_VW], dv[NJ_VW], o[NJ_VW];
-            {
-                unsigned v[nj_vec_io<NJ_VW, nj_tx>::W];
-                nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::load(nj_sx + e0, v);
-                nj_vec_io<NJ_VW, nj_tx>::convert(v, xv);
-            }
-            nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
+{% load_xdy() %}
 #pragma unroll
             for (int q = 0; q < NJ_VW; q++) {
 {{ bwd_element("xv[q]", "dv[q]", PV, "                ") }}

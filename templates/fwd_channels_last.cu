@@ -29,9 +29,9 @@ cl_setup("fwd_channels_last")
 local ONE = P.role.part == nil
 FUSED = ONE and S == 1
 CLUSTER = ONE and S > 1
-STAGE = CLUSTER and VV > 1
+STAGE = CLUSTER and P.stage == 1
 if ONE and (F.residual or F.resout) then error("fwd_channels_last: one launch, no residual") end
-if CLUSTER and (S > 8 or P.stage ~= 1) then error("fwd_channels_last: a cluster of 2 to 8 tiles, staged") end
+if CLUSTER and (S > 8 or (STAGE and VV < 2)) then error("fwd_channels_last: a cluster of 2 to 8 tiles, staged by vectors") end
 if STAGE and (P.axes[2].stride.x ~= C or (P.unroll or 0) < 1) then error("fwd_channels_last: a staged tile needs dense pixels") end
 local PSX, PSY = P.axes[2].stride.x, P.axes[2].stride.y
 local PSR = F.residual and P.axes[2].stride.res or 0

@@ -15,6 +15,7 @@
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
+{% include("cluster_lib.cuh") %}
 {%
 local F = P.flags
 if F.residual or F.resout then error("fwd_cluster: no residual") end
@@ -55,35 +56,8 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 {% fwd_offsets(kept, "k") %}
         const nj_i64 lo = (nj_i64)rank * NJ_PC;
         const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;
-        /* 1. copy: P.unroll vectors in flight, then their stores */
-#pragma unroll 1
-        for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ U * B * VW }}u) {
-{% if VW > 1 then %}
-            unsigned v[{{ U }}][nj_vec_io<NJ_VW, nj_tx>::W];
-#pragma unroll
-            for (int q = 0; q < {{ U }}; q++) {
-                const unsigned e = e0 + q * {{ B * VW }}u;
-                if (e < np) nj_vec_io<NJ_VW, nj_tx>::fetch(X, ox + lo + e, v[q]);
-            }
-#pragma unroll
-            for (int q = 0; q < {{ U }}; q++) {
-                const unsigned e = e0 + q * {{ B * VW }}u;
-                if (e < np) nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::store(nj_stage + e, v[q]);
-            }
-{% else %}
-            nj_tx v[{{ U }}];
-#pragma unroll
-            for (int q = 0; q < {{ U }}; q++) {
-                const unsigned e = e0 + q * {{ B }}u;
-                if (e < np) v[q] = X[ox + lo + e];
-            }
-#pragma unroll
-            for (int q = 0; q < {{ U }}; q++) {
-                const unsigned e = e0 + q * {{ B }}u;
-                if (e < np) nj_stage[e] = v[q];
-            }
-{% end %}
-        }
+        /* 1. copy */
+{% stage_piece("X", "ox", "nj_stage") %}
 {% fwd_shift() %}
         __syncthreads();
         /* 2. the piece's statistics (unrolled: the sums are chains of adds, the loads then overlap) */
@@ -139,15 +113,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 #pragma unroll 1
         for (unsigned e = t * NJ_VW; e < np; e += {{ B * VW }}u) {
             float xv[NJ_VW], yv[NJ_VW];
-{% if VW > 1 then %}
-            {
-                unsigned v[nj_vec_io<NJ_VW, nj_tx>::W];
-                nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::load(nj_stage + e, v);
-                nj_vec_io<NJ_VW, nj_tx>::convert(v, xv);
-            }
-{% else %}
-            xv[0] = nj_to_f32(nj_stage[e]);
-{% end %}
+{% staged_vec("xv", "nj_stage", "e") %}
 {% if PVEC then %}
 {% if F.scale then %}
             float gv[NJ_VW];

@@ -496,6 +496,14 @@ static void test_row_grid_stride_and_misaligned(void **state)
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, sb), NJ_OK);
     p.activation = NJ_ACT_SILU;
     check_problem(s, "groupnorm nhwc 2x64x12x12 silu misaligned", p, 66, true, true);
+    /* thread-block clusters (sm_90): a row's piece of 16-bit x staged an element at a time; a
+     * channels-last image's tiles read again, not staged */
+    static const int64_t vol[] = {1, 2, 64, 64, 64}, cl_img[] = {2, 640, 16, 16};
+    assert_int_equal(nj_preset_instancenorm(&p, NJ_F16, 5, vol, 0, sb), NJ_OK);
+    check_problem(s, "instancenorm f16 ncdhw 1x2x64x64x64 cluster misaligned", p, 88, true, true);
+    assert_int_equal(nj_preset_groupnorm(&p, NJ_BF16, 4, cl_img, 32, 1, sb), NJ_OK);
+    p.activation = NJ_ACT_SILU;
+    check_problem(s, "groupnorm nhwc bf16 2x640x16x16 cluster misaligned", p, 89, true, true);
     /* column tiles (BatchNorm NHWC): 4 f16 columns a lane (one walk), 2 a lane (split walks), a column
      * at a time when shifted */
     static const int64_t bn[] = {2, 128, 8, 8}, bns[] = {4, 64, 40, 40};

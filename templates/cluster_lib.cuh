@@ -1,0 +1,47 @@
+{# What the row-cluster templates share (fwd_cluster.cu, bwd_cluster.cu): a block's piece of a row staged
+   in shared memory, P.vec elements of x (nj_tx) at a time. Needs t (the thread), np (the piece's
+   elements) and the piece's first element lo. #}
+{# The copy of piece src[base + lo ..] into dst: P.unroll vectors a thread in flight, then their stores.
+   A vector of one (the unaligned variant) moves an element as itself: a 16-bit element's 4-byte word
+   would straddle its neighbour. #}
+{% function stage_piece(src, base, dst) %}
+{% local U, B, VW = P.unroll, P.block, P.vec %}
+#pragma unroll 1
+        for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ U * B * VW }}u) {
+{% if VW > 1 then %}
+            unsigned v[{{ U }}][nj_vec_io<NJ_VW, nj_tx>::W];
+{% else %}
+            nj_tx v[{{ U }}];
+{% end %}
+#pragma unroll
+            for (int q = 0; q < {{ U }}; q++) {
+                const unsigned e = e0 + q * {{ B * VW }}u;
+{% if VW > 1 then %}
+                if (e < np) nj_vec_io<NJ_VW, nj_tx>::fetch({{ src }}, {{ base }} + lo + e, v[q]);
+{% else %}
+                if (e < np) v[q] = {{ src }}[{{ base }} + lo + e];
+{% end %}
+            }
+#pragma unroll
+            for (int q = 0; q < {{ U }}; q++) {
+                const unsigned e = e0 + q * {{ B * VW }}u;
+{% if VW > 1 then %}
+                if (e < np) nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::store({{ dst }} + e, v[q]);
+{% else %}
+                if (e < np) {{ dst }}[e] = v[q];
+{% end %}
+            }
+        }
+{% end %}
+{# floats out[NJ_VW] from the stage src at element e (a vector of one: the element itself) #}
+{% function staged_vec(out, src, e) %}
+{% if P.vec > 1 then %}
+            {
+                unsigned v[nj_vec_io<NJ_VW, nj_tx>::W];
+                nj_words<nj_vec_io<NJ_VW, nj_tx>::W>::load({{ src }} + {{ e }}, v);
+                nj_vec_io<NJ_VW, nj_tx>::convert(v, {{ out }});
+            }
+{% else %}
+            {{ out }}[0] = nj_to_f32({{ src }}[{{ e }}]);
+{% end %}
+{% end %}
