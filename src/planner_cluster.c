@@ -1,8 +1,11 @@
-/* CLUSTER family (fwd_cluster.cu), forward only: a row too long for one block's shared memory but not
+/* CLUSTER family (fwd_cluster.cu, bwd_cluster.cu): a row too long for one block's shared memory but not
  * for a thread-block cluster's (sm_90 and later: up to 8 blocks, one an SM, that read each other's
  * shared memory). InstanceNorm over 64^3 voxels and GroupNorm(32) over 128 x 256 x 256 are rows of
  * 2^18 floats: the row family split them over blocks that read x twice from DRAM (once for the pieces'
- * statistics, once to normalize; model, H200: 62-64% of copy, the two-read floor). Here block r of a
+ * statistics, once to normalize; model, H200: 62-64% of copy, the two-read floor). Rows under 2^18 past
+ * the 200 KB one block keeps (NJ_ROW_XSTAGE_MAX) the row family streamed twice, a block a row (nv_norms'
+ * LayerNorm f32 1000 x 100000: 1.50x the ideal bytes, 62.6%; a cluster of 2: 1.00x, 79.8%, L2-bound by
+ * the per-element gamma and beta every row reads again). Here block r of a
  * row's cluster stages piece r of the row, the blocks exchange their pieces' (sum, squared deviations)
  * through distributed shared memory, and each normalizes its piece from shared memory: x is read once.
  * The backward (bwd_cluster.cu) stages x alone, the same pieces, where gamma/beta are constant over each
@@ -96,8 +99,10 @@ bool nj_cluster_applies(const nj_canon *c, nj_pass pass, const nj_device_props *
         return c->reduce_size >= NJ_SPLIT_MIN && c->reduce_size < INT32_MAX && cluster_bwd_rows(c) &&
                cluster_size(c, dev) > 0;
     if (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) return false;
-    /* rows the row family would split (kept axes outside the reduced ones: GroupNorm NCHW's (C/G, HW) too) */
-    if (c->reduce_size < NJ_SPLIT_MIN || c->reduce_size >= INT32_MAX || !nj_row_applies(c, pass, dev)) return false;
+    /* rows the row family would split or stream twice, x past what one block keeps in shared memory
+     * (kept axes outside the reduced ones: GroupNorm NCHW's (C/G, HW) too) */
+    bool long_row = c->reduce_size >= NJ_SPLIT_MIN || c->reduce_size * cl_es(c, NJ_OPD_X) > NJ_ROW_XSTAGE_MAX;
+    if (!long_row || c->reduce_size >= INT32_MAX || !nj_row_applies(c, pass, dev)) return false;
     if (!cluster_contiguous(c, NJ_OPD_X) || !cluster_contiguous(c, NJ_OPD_Y)) return false;
     return cluster_size(c, dev) > 0;
 }

@@ -13,6 +13,9 @@ static inline int64_t nj_ceil_div64(int64_t a, int64_t b) { return (a + b - 1) /
  * idle for the few long rows of e.g. nv_norms' 10 x 10^7 LayerNorm, and the batch is only known at
  * launch, so the cut depends on the statistic. */
 #define NJ_SPLIT_MIN (1 << 18)
+/* Bytes of x a block-per-row forward may keep in shared memory (planner_row.c, P.stage 2); a longer
+ * row is streamed twice, or on sm_90 spread over a cluster (planner_cluster.c). */
+#define NJ_ROW_XSTAGE_MAX (200 * 1024)
 #define NJ_SPLIT_PIECE (1 << 15)
 #define NJ_SPLIT_MAX 256
 /* Pieces of a statistic of n elements under the rule above (1 below NJ_SPLIT_MIN). */

@@ -252,7 +252,6 @@ static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *de
  * such blocks fit an SM and their walks must keep enough loads in flight. Returns the staged bytes
  * (pp's stage, block and shared memory set), or 0. Not past NJ_ROW_XSTAGE_MAX: a row that long is
  * split over blocks (nj_plan_fwd_split) before it fills an SM's shared memory anyway. */
-#define NJ_ROW_XSTAGE_MAX (200 * 1024)
 static uint32_t plan_fwd_row_xstage(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     if (nj_plan_switched_off("ROW_STAGE")) return 0; /* streamed twice, as before */

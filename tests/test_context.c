@@ -113,7 +113,9 @@ static double run_layernorm_at(nj_context *ctx, int64_t rows, int64_t n, int shi
     float *mean = malloc((size_t)rows * 4), *rstd = malloc((size_t)rows * 4);
     size_t ws = nj_plan_workspace_size(plan, NJ_PASS_FORWARD); /* split rows need one */
     void *work = ws ? malloc(ws) : NULL;
-    for (size_t i = 0; i < numel; i++) x[i] = (float)(rnd() + 3.0), y[i] = NAN;
+    /* a ramp along the row: a split row's pieces differ in mean, so their combine needs its n * d^2 */
+    for (size_t i = 0; i < numel; i++)
+        x[i] = (float)(rnd() + 3.0 + 4.0 * (double)(i % (size_t)n) / (double)n), y[i] = NAN;
     for (int64_t i = 0; i < n; i++) g[i] = (float)(1.0 + 0.5 * rnd()), b[i] = (float)(0.1 * rnd());
     nj_forward_args a = {.struct_size = sizeof a, .eps = 1e-5f, .x = x, .gamma = g, .beta = b, .y = y,
                          .mean = mean, .rstd = rstd, .workspace = work, .workspace_size = ws};
@@ -285,14 +287,16 @@ static void test_channels_last_variants(void **state)
 }
 
 /* Rows of 2^18 elements and more are split over blocks (two launches, the pieces' statistics in the
- * workspace), or on sm_90 (these contexts) taken by a thread-block cluster a row (one launch, the pieces'
- * statistics in the cluster's shared memory: no workspace); a shifted x takes the unaligned variant. */
+ * workspace; rows past 200 KB are streamed twice), or on sm_90 (these contexts) taken by a thread-block
+ * cluster a row (one launch, the pieces' statistics in the cluster's shared memory: no workspace); a
+ * shifted x takes the unaligned variant. */
 static void split_rows(const char *dir, size_t ws_want)
 {
     nj_context *ctx = emu_context(dir, NJ_CTX_EMU_POISON | NJ_CTX_EMU_SHUFFLE);
     assert_true(run_layernorm(ctx, 3, 1 << 18) < 1.0);
     assert_true(run_layernorm_at(ctx, 2, 1 << 18, 1) < 1.0);
     assert_true(run_layernorm(ctx, 2, 300001) < 1.0); /* odd: vec 1, a short last piece */
+    assert_true(run_layernorm(ctx, 3, 100000) < 1.0); /* under 2^18, past 200 KB: a cluster of 2 on sm_90 */
     nj_problem_desc p;
     int64_t ext[2] = {3, 1 << 18};
     assert_int_equal(nj_preset_layernorm(&p, NJ_F32, 2, ext, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS | NJ_FLAG_SAVE_STATS),

@@ -203,14 +203,15 @@ static void test_row_persist(void **state)
     assert_int_equal(m->failed - before, 0);
 }
 
-/* The cluster family (fwd_cluster.cu, sm_90): rows of 2^18 elements and more, a cluster of 4 or 8 blocks
- * a row, each staging its piece and reading the others' (sum, m2) from their shared memory. gamma/beta
- * constant along the row (InstanceNorm), a channel a vector with pieces that straddle channels
- * (GroupNorm(1) over 64 channels of 64 x 64), along the row as vectors (LayerNorm in test_layernorm) or by
- * element (the odd RMSNorm row in test_rmsnorm); 200 KB pieces (f32 rows of 400001: the last piece
- * short); offsets, saved statistics, activations, a NaN; narrow 2-D grids (--shuffle) keep clusters on
- * one grid row. Forward only: the backward stays the row family's. Channels-last GroupNorm images past
- * one tile whose x fits 8 SMs are such clusters too (fwd_channels_last.cu: nj_fwd_cl_cluster). */
+/* The cluster family (fwd_cluster.cu, sm_90): rows of 2^18 elements and more, or past the 200 KB one
+ * block keeps, a cluster of 2 to 8 blocks a row, each staging its piece and reading the others' (sum,
+ * m2) from their shared memory. gamma/beta constant along the row (InstanceNorm), a channel a vector
+ * with pieces that straddle channels (GroupNorm(1) over 64 channels of 64 x 64), along the row as
+ * vectors (LayerNorm in test_layernorm) or by element (the odd RMSNorm row in test_rmsnorm); 200 KB
+ * pieces (f32 rows of 400001: the last piece short); offsets, saved statistics, activations, a NaN;
+ * narrow 2-D grids (--shuffle) keep clusters on one grid row. The backward where gamma is constant
+ * over the row (InstanceNorm). Channels-last GroupNorm images past one tile whose x fits 8 SMs are such
+ * clusters too (fwd_channels_last.cu: nj_fwd_cl_cluster). */
 static void test_cluster(void **state)
 {
     matrix_state *m = *state;
@@ -223,6 +224,12 @@ static void test_cluster(void **state)
     fwd.offset = 0.0;
     check_regime(m, "layernorm f32 3x400001 flags=scale,bias,stats", &fwd, 74);
     check_regime(m, "rmsnorm bf16 2x524288 flags=scale act=relu", &fwd, 75);
+    /* rows under 2^18 past what one block keeps (200 KB): clusters of 2, vectors of 4 with the saved
+       statistics at an offset, an odd f16 row element by element */
+    fwd.offset = 1e2;
+    check_regime(m, "layernorm f32 3x100000 flags=scale,bias,stats act=gelu_tanh", &fwd, 88);
+    fwd.offset = 0.0;
+    check_regime(m, "rmsnorm f16 2x102401 flags=scale", &fwd, 89);
     /* channels-last GroupNorm: a cluster an image, a tile a block staged (8, 4 and 8 tiles) */
     fwd.offset = 1e3;
     check_regime(m, "groupnorm f32 nhwc 2x64x64x64 groups=8 flags=scale,bias,stats", &fwd, 77);

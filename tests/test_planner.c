@@ -151,8 +151,12 @@ static void test_row_long(void **state)
     assert_int_equal(pp.vec, 1);
     assert_true(pp.regs_cache > 0 && pp.regs_cache <= 32);
     assert_true((int64_t)pp.regs_cache * pp.block >= 4097);
-    tc_row(&c, NJ_F32, 100000, 0); /* too long for registers: streamed, still a block a row */
-    pp = plan_fwd(&c);
+    /* too long for registers: streamed, still a block a row (sm_80: on sm_90 a cluster of 2 keeps it) */
+    tc_row(&c, NJ_F32, 100000, 0);
+    nj_device_props dev80;
+    nj_device_props_default(80, &dev80);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev80, &pp), NJ_OK);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
     assert_int_equal(pp.regs_cache, 0);
     assert_int_equal(pp.block, 512);
     assert_int_equal(pp.rows_per_block, 1);
@@ -1072,8 +1076,9 @@ static void test_reverse(void **state)
 }
 
 /* The cluster family (planner_cluster.c), forwards on sm_90: rows the row family would split (2^18
- * elements and more) whose x fits 8 blocks' shared memory (227 KB each, 4 KB kept for the kernel's
- * arrays) take the fewest blocks that hold it, a cluster a row; not on sm_80, not with the residual,
+ * elements and more) or stream twice (x past the 200 KB it keeps in shared memory) whose x fits 8
+ * blocks' shared memory (227 KB each, 4 KB kept for the kernel's arrays) take the fewest blocks that
+ * hold it, a cluster a row; not on sm_80, not with the residual,
  * not past 8 blocks; the backward where gamma is constant over each row (x staged alone);
  * NORMJIT_PLAN_NO_CLUSTER=1 splits them as before. The grid keeps
  * a cluster's blocks on one grid row however narrow the grid. */
@@ -1086,13 +1091,17 @@ static void test_cluster_plan(void **state)
         const char *line;
         int32_t k, vec;
         uint32_t shmem;
-        int bwd; /* the backward too: gamma constant over each row (x staged alone) */
+        int bwd;   /* the backward too: gamma constant over each row (x staged alone) */
+        int split; /* the row family splits it (2^18 elements), else streams it */
     } want[] = {
-        {"instancenorm f32 ncdhw 2x4x64x64x64 flags=scale,bias", 8, 4, 131072, 1},
-        {"groupnorm f32 nchw 16x128x256x256 groups=32 flags=scale,bias", 8, 4, 131072, 0},
-        {"layernorm f16 2x262144 flags=scale,bias", 4, 8, 131072, 0},
-        {"layernorm f32 4x400001 flags=scale,bias", 8, 1, 200004, 0},
-        {"rmsnorm bf16 2x300000 flags=scale", 4, 8, 150000, 0},
+        {"instancenorm f32 ncdhw 2x4x64x64x64 flags=scale,bias", 8, 4, 131072, 1, 1},
+        {"groupnorm f32 nchw 16x128x256x256 groups=32 flags=scale,bias", 8, 4, 131072, 0, 1},
+        {"layernorm f16 2x262144 flags=scale,bias", 4, 8, 131072, 0, 1},
+        {"layernorm f32 4x400001 flags=scale,bias", 8, 1, 200004, 0, 1},
+        {"rmsnorm bf16 2x300000 flags=scale", 4, 8, 150000, 0, 1},
+        {"layernorm f32 2x200000 flags=scale,bias", 4, 4, 200000, 0, 0},  /* 800 KB, under 2^18 */
+        {"layernorm f32 1000x100000 flags=scale,bias", 2, 4, 200000, 0, 0}, /* nv_norms: 400 KB rows */
+        {"rmsnorm f16 3x102401 flags=scale", 2, 1, 102402, 0, 0},           /* just past 200 KB */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         nj_plan_params pp = plan_line(want[i].line, NJ_PASS_FORWARD, &dev90);
@@ -1118,13 +1127,14 @@ static void test_cluster_plan(void **state)
         pp = plan_line(want[i].line, NJ_PASS_FORWARD, &dev90);
         unsetenv("NORMJIT_PLAN_NO_CLUSTER");
         assert_int_equal(pp.family, NJ_FAMILY_ROW);
-        assert_true(pp.split > 1);
+        assert_int_equal(pp.split > 1, want[i].split);
         assert_int_equal(pp.launch[0].cluster, 0);
     }
     static const char *const not[] = {
         "layernorm f32 10x1000000 flags=scale,bias",               /* 4 MB: past 8 blocks */
         "layernorm f32 2x262144 flags=scale,bias,residual,resout", /* the residual */
-        "layernorm f32 2x200000 flags=scale,bias",                 /* under 2^18: not split */
+        "layernorm f32 2x51200 flags=scale,bias",                  /* 200 KB: one block keeps it */
+        "layernorm f16 2x102400 flags=scale,bias",                 /* the same in f16 */
     };
     for (size_t i = 0; i < sizeof not / sizeof not[0]; i++)
         if (plan_line(not[i], NJ_PASS_FORWARD, &dev90).family == NJ_FAMILY_CLUSTER) fail_msg("%s: cluster", not[i]);
@@ -1307,7 +1317,10 @@ static void test_row_xstage(void **state)
     pp = plan_line("layernorm bf16 *x20000 flags=scale,bias,residual,resout", NJ_PASS_FORWARD, &dev90);
     assert_int_equal(pp.stage, 2);
     assert_int_equal(pp.launch[0].shmem, 20000 * 4);
-    pp = plan_line("layernorm f32 *x100000 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    nj_device_props dev80; /* past 200 KB: streamed on sm_80, a cluster's on sm_90 (test_cluster_plan) */
+    nj_device_props_default(80, &dev80);
+    pp = plan_line("layernorm f32 *x100000 flags=scale,bias", NJ_PASS_FORWARD, &dev80);
+    assert_int_equal(pp.family, NJ_FAMILY_ROW);
     assert_int_equal(pp.stage, 0);
     assert_int_equal(pp.launch[0].shmem, 0);
     pp = plan_line("layernorm bf16 *x4096 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
