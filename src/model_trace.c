@@ -121,6 +121,12 @@ static void tr_launch(void *u, const nj_emu_launch *l)
             t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm, t->items = t->res[i].items,
             t->reverse = t->res[i].reverse;
     size_t threads = (size_t)t->nthr * l->cluster[0] * l->cluster[1] * l->cluster[2];
+    /* the traced unit is a cluster, its bytes those of all its blocks (one an SM where clusters hold a
+     * row): the units resident at once are the blocks over the cluster's size, and an SM's L1 sees its
+     * block's share of the unit's bytes. Counted a block at a time, the cluster family's dy, read again
+     * by the block that read it, was 8 x 132 blocks' bytes away: a DRAM miss it is not. */
+    double csize = (double)l->cluster[0] * l->cluster[1] * l->cluster[2];
+    if (csize > 1) t->resident /= csize, t->per_sm /= csize;
     if (threads * TR_MAX_SITES > t->occ_cap) {
         free(t->occ);
         t->occ = calloc(threads * TR_MAX_SITES, sizeof *t->occ);

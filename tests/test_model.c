@@ -146,6 +146,25 @@ static void test_reverse_meets_l2(void **state)
     assert_true(rev <= fwd - 0.25 * x);
 }
 
+/* InstanceNorm f32 over 64^3 voxels backward (sm_90): a cluster of 8 blocks a row, each staging its
+ * piece of x and reading its piece of dy twice (the sums, then dx). Between the two reads an SM brings
+ * in about its 128 KB of dy, 132 SMs 17 MB: under half the L2, so the second read hits. The trace runs a
+ * cluster as its unit: counted as one block's bytes times the blocks resident, the distance had been 8
+ * times that and the second read all DRAM (1.5x x and dy). */
+static void test_cluster_rereads_l2(void **state)
+{
+    (void)state;
+    nj_model_result r = model_of("instancenorm f32 ncdhw 4x64x64x64x64 flags=scale,bias", NJ_PASS_BACKWARD, 8);
+    const nj_model_pass *ps = &r.pass[0];
+    double x = 4.0 * 64 * 262144 * 4;
+    assert_string_equal(ps->launch[0].t.kernel, "nj_bwd_cluster");
+    const nj_trace_launch *t = &ps->launch[0].t;
+    assert_true(t->run < t->clusters);                 /* a sample, scaled */
+    assert_true(t->bytes[NJ_TRACE_LD] >= 0.95 * 3 * x); /* x once, dy twice */
+    assert_true(t->dram_read <= 1.1 * 2 * x);
+    assert_true(t->dram_read >= 0.95 * 2 * x);
+}
+
 /* A kernel built without counting has no hook: a counter sees its launch but no access. */
 static void test_counting_off(void **state)
 {
@@ -334,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_row_f32_forward), cmocka_unit_test(test_sample_scales),
         cmocka_unit_test(test_row_backward),    cmocka_unit_test(test_counting_off),
         cmocka_unit_test(test_param_reads_capped), cmocka_unit_test(test_reverse_meets_l2),
+        cmocka_unit_test(test_cluster_rereads_l2),
         cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_compare),         cmocka_unit_test(test_goals),
     };
