@@ -99,7 +99,8 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                  NJ_ERR_INTERNAL, "planner: stage %d on a %s plan", (int)pp->stage, nj_family_name(pp->family));
     /* thread-block clusters: sm_90 and later, the main launch of a cluster plan (always the cluster family's;
      * a channels-last pass's) in clusters of its split (at most CUDA's portable 8), no other launch */
-    NJ_RETURN_IF(pp->family == NJ_FAMILY_CLUSTER && !cluster, NJ_ERR_INTERNAL, "planner: a cluster plan without clusters");
+    NJ_RETURN_IF(pp->family == NJ_FAMILY_CLUSTER && !cluster && pp->split != 1, NJ_ERR_INTERNAL,
+                 "planner: a cluster plan of %d blocks a row without clusters", (int)pp->split);
     bool may = pp->family == NJ_FAMILY_CLUSTER || pp->family == NJ_FAMILY_CHANNELS_LAST;
     for (int32_t i = 0; i < pp->nlaunch; i++) {
         int32_t want = cluster && may && i == pp->role[NJ_ROLE_MAIN] - 1 ? pp->split : 0;

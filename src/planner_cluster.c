@@ -11,13 +11,21 @@
  * The backward (bwd_cluster.cu) stages x alone, the same pieces, where gamma/beta are constant over each
  * row (InstanceNorm: P.pgrad "sets") or absent: its three sums (the saved mean's correction, then g and
  * g * xhat) go through the cluster, and dy is read again by the block that read it last (an L2 hit): the
- * general family's split walk read x and dy twice from DRAM. */
+ * general family's split walk read x and dy twice from DRAM. Shorter backward rows whose x and dy come to
+ * 64 KB take the same kernel with one block a row (split 1, no cluster, any architecture) where x fits an
+ * SM: the general and row families' walks read x and dy twice, the second time from DRAM once their
+ * blocks' rows outgrew the L2 (InstanceNorm f32 over 32^3 voxels: 1.66x the ideal bytes, 56-57% of copy;
+ * staged: 1.00x, 91-94%). */
 #include "planner_impl.h"
 
 
 #define NJ_CLUSTER_MAX 8        /* blocks a cluster: CUDA's portable maximum */
 #define NJ_CLUSTER_BLOCK 1024
 #define NJ_CLUSTER_RESERVE 4096 /* of an SM's shared memory for the kernel's static arrays */
+/* x and dy bytes a row from which the backward stages x: below, the walks' second reads of x and dy
+ * hit L2 (InstanceNorm f32 over 64 x 64 pixels: 32 KB a row, 1.00x the ideal bytes); at 128 x 128
+ * (128 KB) the general family's blocks an SM outgrew it (1.31x). */
+#define NJ_CLUSTER_BWD_MIN (64 * 1024)
 
 static int64_t cl_es(const nj_canon *c, int o) { return (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]); }
 
@@ -33,12 +41,12 @@ static bool cluster_contiguous(const nj_canon *c, int o)
     return true;
 }
 
-/* Blocks a row's cluster: the fewest (a power of two) whose pieces fit an SM's shared memory; 0 where
- * even NJ_CLUSTER_MAX do not. */
-static int32_t cluster_size(const nj_canon *c, const nj_device_props *dev)
+/* Blocks a row's cluster: the fewest (a power of two, from `least`) whose pieces fit an SM's shared
+ * memory; 0 where even NJ_CLUSTER_MAX do not. */
+static int32_t cluster_size(const nj_canon *c, const nj_device_props *dev, int32_t least)
 {
     int64_t cap = (int64_t)dev->max_shared_per_block - NJ_CLUSTER_RESERVE, bytes = c->reduce_size * cl_es(c, NJ_OPD_X);
-    for (int32_t k = 2; k <= NJ_CLUSTER_MAX; k *= 2)
+    for (int32_t k = least; k <= NJ_CLUSTER_MAX; k *= 2)
         if (cap > 0 && nj_ceil_div64(bytes, k) + 16 <= cap) return k;
     return 0;
 }
@@ -58,9 +66,8 @@ static int32_t cluster_vec(const nj_canon *c, uint32_t opds)
 /* What both passes' plans share: the cluster of 1024-thread blocks a row, vectors over the row operands
  * `opds` (their alignment checked at launch), P.unroll copies in flight, the piece staged, one launch. */
 static void cluster_shape(const nj_canon *c, const nj_device_props *dev, uint32_t opds, const char *kernel,
-                          nj_plan_params *pp)
+                          int32_t k, nj_plan_params *pp)
 {
-    int32_t k = cluster_size(c, dev);
     pp->block = NJ_CLUSTER_BLOCK;
     pp->vec = cluster_vec(c, opds);
     pp->rows_per_block = 1;
@@ -71,7 +78,7 @@ static void cluster_shape(const nj_canon *c, const nj_device_props *dev, uint32_
     nj_plan_add_launch(pp, kernel, pp->block, c->kept_inner * k, 1, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     nj_launch *l = &pp->launch[0];
-    l->cluster = k;
+    l->cluster = k > 1 ? k : 0; /* one block: no cluster */
     /* the block's piece: whole vectors, the last piece what is left */
     int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
     l->shmem = (uint32_t)(piece * cl_es(c, NJ_OPD_X));
@@ -91,26 +98,37 @@ static bool cluster_bwd_rows(const nj_canon *c)
     return !(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || c->param_size == 0 || nj_pgrad_sets_ok(c);
 }
 
+/* Blocks a row the backward takes (1: a block a row, no cluster), 0 where it does not apply: rows of
+ * 2^18 elements and more, or whose x and dy come to NJ_CLUSTER_BWD_MIN bytes, in clusters (sm_90) or
+ * one block where x fits one SM. */
+static int32_t cluster_bwd_size(const nj_canon *c, const nj_device_props *dev)
+{
+    int64_t bytes = c->reduce_size * (cl_es(c, NJ_OPD_X) + cl_es(c, NJ_OPD_DY));
+    if ((c->reduce_size < NJ_SPLIT_MIN && bytes < NJ_CLUSTER_BWD_MIN) || c->reduce_size >= INT32_MAX ||
+        !cluster_bwd_rows(c))
+        return 0;
+    int32_t k = cluster_size(c, dev, 1);
+    return k > 1 && dev->arch < 90 ? 0 : k;
+}
+
 bool nj_cluster_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
-    /* NORMJIT_PLAN_NO_CLUSTER=1: the row (general) family splits these rows, as before the family */
-    if (dev->arch < 90 || nj_plan_switched_off("CLUSTER")) return false;
-    if (pass == NJ_PASS_BACKWARD)
-        return c->reduce_size >= NJ_SPLIT_MIN && c->reduce_size < INT32_MAX && cluster_bwd_rows(c) &&
-               cluster_size(c, dev) > 0;
-    if (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) return false;
+    /* NORMJIT_PLAN_NO_CLUSTER=1: the row (general) family takes these rows, as before the family */
+    if (nj_plan_switched_off("CLUSTER")) return false;
+    if (pass == NJ_PASS_BACKWARD) return cluster_bwd_size(c, dev) > 0;
+    if (dev->arch < 90 || (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT))) return false;
     /* rows the row family would split or stream twice, x past what one block keeps in shared memory
      * (kept axes outside the reduced ones: GroupNorm NCHW's (C/G, HW) too) */
     bool long_row = c->reduce_size >= NJ_SPLIT_MIN || c->reduce_size * cl_es(c, NJ_OPD_X) > NJ_ROW_XSTAGE_MAX;
     if (!long_row || c->reduce_size >= INT32_MAX || !nj_row_applies(c, pass, dev)) return false;
     if (!cluster_contiguous(c, NJ_OPD_X) || !cluster_contiguous(c, NJ_OPD_Y)) return false;
-    return cluster_size(c, dev) > 0;
+    return cluster_size(c, dev, 2) > 0;
 }
 
 nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cluster_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a cluster row problem");
-    cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", pp);
+    cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", cluster_size(c, dev, 2), pp);
     /* gamma/beta along the row, like x: loaded as vectors too */
     if (pp->vec > 1 && (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 &&
         cluster_contiguous(c, NJ_OPD_PARAM))
@@ -121,7 +139,8 @@ nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
 nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cluster_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a cluster row problem");
-    cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX), "nj_bwd_cluster", pp);
+    cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX), "nj_bwd_cluster",
+                  cluster_bwd_size(c, dev), pp);
     if ((c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0) nj_plan_pgrad_sets(c, pp);
     return NJ_OK;
 }

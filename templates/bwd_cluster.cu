@@ -1,6 +1,7 @@
 {# Backward, CLUSTER family (planner_cluster.c, sm_90 and later): a row of P.reduce_size elements (the
    reduced axes, contiguous in x, dy and dx) in a thread-block cluster of P.split = K blocks; block r (its
-   rank) owns piece r, PC elements (the last piece what is left). gamma/beta are constant over the row
+   rank) owns piece r, PC elements (the last piece what is left); K = 1: a block a row, no cluster (rows
+   whose x fits one SM but whose x and dy its walks would read twice), any architecture. gamma/beta are constant over the row
    (P.pgrad "sets": InstanceNorm) or absent. Per element (bwd_lib.cuh): xhat = (x - mean) * rstd - dl,
    dz = dy * act'(z), g = dz * gamma; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
    1. copy: the piece's x into dynamic shared memory, P.unroll vectors a thread in flight;
@@ -22,7 +23,7 @@ for _, o in ipairs({"x", "dy", "dx"}) do
   if row_offset(o, "j") ~= "j" then error("bwd_cluster: " .. o .. " contiguous along the row") end
 end
 local N, K, B, VW, U = P.reduce_size, P.split, P.block, P.vec, P.unroll
-if N % VW ~= 0 or K < 2 then error("bwd_cluster: rows of " .. N .. ", vec " .. VW .. ", " .. K .. " blocks") end
+if N % VW ~= 0 or K < 1 then error("bwd_cluster: rows of " .. N .. ", vec " .. VW .. ", " .. K .. " blocks") end
 local NW = B // 32
 local PC = ((N + K - 1) // K + VW - 1) // VW * VW
 local kept = kept_axes()
@@ -49,7 +50,7 @@ local PV = {g = "gs_", b = "bs_"}
 {% staged_vec("xv", "nj_sx", "e0") %}
             nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
 {% end %}
-NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
+{{ cluster_kernel(P.role.main.kernel, B, K) }}
 {
     NJ_DYN_SHARED(nj_tx, nj_sx); /* the block's piece of x */
     NJ_SHARED(float, nj_scratch, {{ math.max(2 * NW, 4) }});
@@ -59,7 +60,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 {{ bwd_pointers() }}
     {{ block_item("w", "A.rows * " .. P.kept_inner .. "LL * " .. K) }}
         const nj_i64 row = w / {{ K }};
-        const unsigned rank = nj_cluster_rank(); /* w % K: a cluster is K consecutive blocks */
+        const unsigned rank = {{ cluster_rank() }}; /* w % K: a cluster is K consecutive blocks */
         {{ split_index("row", kept, "k") }}
         const nj_i64 ox = {{ offset("x", kept, "k") }}, ody = {{ offset("dy", kept, "k") }};
         const nj_i64 odx = {{ offset("dx", kept, "k") }}, os = {{ offset("stats", kept, "k") }};
@@ -88,11 +89,11 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
         float z_ = 0.0f;
         nj_block_sum2<{{ NW }}>(c_, z_, nj_scratch);
         if (t == 0) nj_pair[0] = c_;
-        nj_cluster_sync();
+        {{ cluster_sync() }};
         if (t == 0) {
             float s = 0.0f;
 #pragma unroll 1
-            for (unsigned r = 0; r < {{ K }}u; r++) s += nj_cluster_map(nj_pair, r)[0];
+            for (unsigned r = 0; r < {{ K }}u; r++) s += {{ cluster_map("nj_pair", "r") }}[0];
             nj_tot[0] = fabsf(mean) * rstd > NJ_FIX_RATIO ? s * (1.0f / (float)NJ_N) : 0.0f;
         }
         __syncthreads();
@@ -117,12 +118,12 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
             nj_pair[1] = s1;
             nj_pair[2] = s2;
         }
-        nj_cluster_sync();
+        {{ cluster_sync() }};
         if (t == 0) {
             float t1 = 0.0f, t2 = 0.0f;
 #pragma unroll 1
             for (unsigned r = 0; r < {{ K }}u; r++) {
-                const float *pr = nj_cluster_map(nj_pair, r);
+                const float *pr = {{ cluster_map("nj_pair", "r") }};
                 t1 += pr[1];
                 t2 += pr[2];
             }
@@ -135,7 +136,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
             }
 {% end %}
         }
-        nj_cluster_sync(); /* the pieces' sums are read: blocks may exit; nj_tot is set */
+        {{ cluster_sync() }}; /* the pieces' sums are read: blocks may exit; nj_tot is set */
 {% if F.center then %}
         const float m1 = {{ GS }}nj_tot[1] * (1.0f / (float)NJ_N);
 {% end %}

@@ -1,6 +1,17 @@
 {# What the row-cluster templates share (fwd_cluster.cu, bwd_cluster.cu): a block's piece of a row staged
    in shared memory, P.vec elements of x (nj_tx) at a time. Needs t (the thread), np (the piece's
    elements) and the piece's first element lo. #}
+{# A "cluster" of one block (the backward's rows that fit one SM: planner_cluster.c) is a plain kernel on
+   any architecture: rank 0, the cluster barrier a block barrier, the mapped pair the block's own. #}
+{%
+function cluster_kernel(name, b, k)
+  if k > 1 then return "NJ_CLUSTER_KERNEL(" .. name .. ", " .. b .. ", " .. k .. ", 1, 1)" end
+  return "NJ_KERNEL_REGS(" .. name .. ", " .. b .. ")"
+end
+function cluster_rank() return P.split > 1 and "nj_cluster_rank()" or "0u" end
+function cluster_sync() return P.split > 1 and "nj_cluster_sync()" or "__syncthreads()" end
+function cluster_map(p, r) return P.split > 1 and ("nj_cluster_map(" .. p .. ", " .. r .. ")") or p end
+%}
 {# The copy of piece src[base + lo ..] into dst: P.unroll vectors a thread in flight, then their stores.
    A vector of one (the unaligned variant) moves an element as itself: a 16-bit element's 4-byte word
    would straddle its neighbour. #}

@@ -504,6 +504,10 @@ static void test_row_grid_stride_and_misaligned(void **state)
     assert_int_equal(nj_preset_groupnorm(&p, NJ_BF16, 4, cl_img, 32, 1, sb), NJ_OK);
     p.activation = NJ_ACT_SILU;
     check_problem(s, "groupnorm nhwc bf16 2x640x16x16 cluster misaligned", p, 89, true, true);
+    /* a backward row of one block (x and dy of 64 KB): bf16 x staged an element at a time when shifted */
+    static const int64_t in_img[] = {1, 3, 128, 128};
+    assert_int_equal(nj_preset_instancenorm(&p, NJ_BF16, 4, in_img, 0, sb), NJ_OK);
+    check_problem(s, "instancenorm bf16 nchw 1x3x128x128 block misaligned", p, 90, true, true);
     /* column tiles (BatchNorm NHWC): 4 f16 columns a lane (one walk), 2 a lane (split walks), a column
      * at a time when shifted */
     static const int64_t bn[] = {2, 128, 8, 8}, bns[] = {4, 64, 40, 40};
@@ -763,6 +767,7 @@ static void test_nvrtc_no_spills(void **state)
     static const int64_t gn_split[] = {2, 8, 256, 256}; /* GroupNorm NCHW, split sets: dgamma from the pieces */
     static const int64_t gn_cluster[] = {2, 320, 32, 32}; /* channels last, 16-bit: a cluster an image (sm_90) */
     static const int64_t in_cluster[] = {2, 2, 64, 64, 64}; /* InstanceNorm over 64^3: a cluster a row (sm_90) */
+    static const int64_t in_block[] = {2, 4, 128, 128}; /* InstanceNorm over 128 x 128: x staged, a block a row */
     static const variant vs[] = {{0, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_GELU_ERF},
@@ -770,7 +775,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[22];
+            nj_problem_desc ps[24];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -794,6 +799,7 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, grp4, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
             assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, gn_cluster, 32, 1, f), NJ_OK);
             assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 5, in_cluster, 0, f), NJ_OK);
+            assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 4, in_block, 0, f), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];

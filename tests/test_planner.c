@@ -1152,6 +1152,55 @@ static void test_cluster_plan(void **state)
     assert_int_equal(g[1], 1);
 }
 
+/* The cluster family's backward under 2^18 elements: rows whose x and dy come to 64 KB and more, gamma
+ * constant over the row or absent, stage x in one block where it fits an SM (split 1: no cluster, any
+ * architecture: the walks had read x and dy twice, the second time from DRAM), in a cluster past it
+ * (sm_90); smaller rows, and rows with gamma by element, stay where they were. */
+static void test_cluster_bwd_block(void **state)
+{
+    (void)state;
+    nj_device_props dev80;
+    nj_device_props_default(80, &dev80);
+    static const struct {
+        const char *line;
+        int32_t k80, k90; /* blocks a row on sm_80 and sm_90; 0: not the cluster family */
+        uint32_t shmem;
+    } want[] = {
+        {"instancenorm f32 nchw 2x4x128x128 flags=scale,bias", 1, 1, 65536},
+        {"instancenorm f16 nchw 2x4x128x128 flags=scale,bias act=silu", 1, 1, 32768},
+        {"instancenorm bf16 ncdhw 2x4x32x32x32", 1, 1, 65536},
+        {"rmsnorm f32 3x20000 flags=none", 1, 1, 80000},
+        {"instancenorm f32 nchw 2x4x256x256 flags=scale,bias", 0, 2, 131072},
+        {"instancenorm f32 nchw 2x4x64x64 flags=scale,bias", 0, 0, 0}, /* 32 KB: the second reads hit L2 */
+        {"layernorm f32 3x20000 flags=scale,bias", 0, 0, 0},           /* gamma by element */
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        for (int a = 0; a < 2; a++) {
+            int32_t k = a ? want[i].k90 : want[i].k80;
+            nj_plan_params pp = plan_line(want[i].line, NJ_PASS_BACKWARD, a ? &dev90 : &dev80);
+            if ((pp.family == NJ_FAMILY_CLUSTER) != (k > 0))
+                fail_msg("%s sm_%d: family %s", want[i].line, a ? 90 : 80, nj_family_name(pp.family));
+            if (!k) continue;
+            assert_int_equal(pp.split, k);
+            assert_int_equal(pp.launch[0].cluster, k > 1 ? k : 0);
+            assert_int_equal(pp.launch[0].shmem, want[i].shmem);
+            assert_int_equal(pp.block, 1024);
+            assert_int_equal(pp.stage, 1);
+        }
+        if (!want[i].k90) continue;
+        setenv("NORMJIT_PLAN_NO_CLUSTER", "1", 1);
+        nj_plan_params pp = plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90);
+        unsetenv("NORMJIT_PLAN_NO_CLUSTER");
+        assert_int_not_equal(pp.family, NJ_FAMILY_CLUSTER);
+    }
+    /* the plan check: a cluster plan of several blocks a row needs its clusters; one block needs none */
+    nj_canon v;
+    nj_plan_params pp = plan_line_v(want[0].line, NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(nj_plan_check(&v, &pp, &dev80), NJ_OK);
+    pp.split = 2;
+    assert_int_equal(nj_plan_check(&v, &pp, &dev80), NJ_ERR_INTERNAL);
+}
+
 /* The image family (planner_image.c): LayerNorm over the C of NCHW whose image fits shared memory with
  * its block's floats; the block sized for the blocks an SM that shared memory allows (64
  * registers a thread), the launch's shared memory the slab plus those floats; the backward where x and
@@ -1490,6 +1539,7 @@ int main(void)
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_reverse),
         cmocka_unit_test(test_cluster_plan),
+        cmocka_unit_test(test_cluster_bwd_block),
         cmocka_unit_test(test_column_bwd_wide_stage), cmocka_unit_test(test_row_bwd_gamma_stage), cmocka_unit_test(test_row_xstage), cmocka_unit_test(test_tile_plan), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
