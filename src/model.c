@@ -435,6 +435,9 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             nj_trace_set_items(tr, l->kernel, steps);
         }
         nj_trace_set_reverse(tr, l->kernel, pp->reverse && pp->role[NJ_ROLE_MAIN] - 1 == i);
+        /* fwd_row.cu: a split row's normalizing blocks go piece-major, the rows of a piece together */
+        nj_trace_set_param_once(tr, l->kernel, pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD &&
+                                                   pp->split > 1 && pp->role[NJ_ROLE_MAIN] - 1 == i);
         snprintf(m->t.kernel, sizeof m->t.kernel, "%s", l->kernel);
     }
     nj_pass_info_free(&pi);

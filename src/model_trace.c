@@ -59,14 +59,14 @@ struct nj_trace {
     struct tr_res {
         char name[48];
         double resident, per_sm, items;
-        bool reverse;
+        bool reverse, param_once;
     } res[TR_MAX_KERNELS];
     int32_t nres;
     /* the launch being run */
     const nj_emu_launch *l;
     uint32_t nthr, nwarps;
     double resident, per_sm, scale, items;
-    bool reverse;
+    bool reverse, param_once;
     uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
     uint64_t load_site_seen[TR_MAX_SITES / 64];
     uint64_t *pick;       /* clusters to trace after the first, ascending */
@@ -115,11 +115,11 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     memset(t->load_site_seen, 0, sizeof t->load_site_seen);
     t->resident = t->per_sm = 1;
     t->items = 0;
-    t->reverse = false;
+    t->reverse = t->param_once = false;
     for (int32_t i = 0; i < t->nres; i++)
         if (strcmp(t->res[i].name, l->name) == 0)
             t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm, t->items = t->res[i].items,
-            t->reverse = t->res[i].reverse;
+            t->reverse = t->res[i].reverse, t->param_once = t->res[i].param_once;
     size_t threads = (size_t)t->nthr * l->cluster[0] * l->cluster[1] * l->cluster[2];
     /* the traced unit is a cluster, its bytes those of all its blocks (one an SM where clusters hold a
      * row): the units resident at once are the blocks over the cluster's size, and an SM's L1 sees its
@@ -146,7 +146,9 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     memcpy(r->block, l->block, sizeof r->block);
     r->shmem = l->shmem;
     r->clusters = (uint64_t)(l->grid[0] / l->cluster[0]) * (l->grid[1] / l->cluster[1]) * (l->grid[2] / l->cluster[2]);
-    r->param_cap = t->param_bytes <= NJ_MODEL_L2_HIT * t->l2_bytes ? t->param_bytes : 0;
+    /* the parameters come from DRAM at most once where they fit the L2's hit range, or where the blocks
+     * that share a slice of them run side by side (nj_trace_set_param_once) */
+    r->param_cap = t->param_once || t->param_bytes <= NJ_MODEL_L2_HIT * t->l2_bytes ? t->param_bytes : 0;
     r->work_total = t->items;
     t->scale = 1;
 }
@@ -551,6 +553,12 @@ void nj_trace_set_reverse(nj_trace *t, const char *kernel, bool reverse)
 {
     struct tr_res *r = tr_res_of(t, kernel);
     if (r) r->reverse = reverse;
+}
+
+void nj_trace_set_param_once(nj_trace *t, const char *kernel, bool once)
+{
+    struct tr_res *r = tr_res_of(t, kernel);
+    if (r) r->param_once = once;
 }
 
 void nj_trace_reset(nj_trace *t)

@@ -120,6 +120,21 @@ static void test_param_reads_capped(void **state)
     assert_true(norm->t.dram_read >= 0.5 * x);
 }
 
+/* Rows of 10^7 (nv_norms' 10 x 10^7): gamma and beta are 80 MB, past the L2, but the normalizing launch
+ * runs piece-major (fwd_row.cu), the rows' blocks of one piece side by side, so each slice of them comes
+ * from DRAM once, not once a row: counted per traced block and scaled, they had been 720 MB more. */
+static void test_param_once_piece_major(void **state)
+{
+    (void)state;
+    nj_model_result r = model_of("layernorm f32 3x10000000 flags=scale,bias", NJ_PASS_FORWARD, 8);
+    const nj_model_pass *ps = &r.pass[0];
+    double x = 3.0 * 1e7 * 4, param = 2 * 1e7 * 4;
+    assert_true(ps->nlaunch >= 2);
+    const nj_model_launch *norm = &ps->launch[ps->nlaunch - 1];
+    assert_true(norm->t.dram_read <= x + 1.05 * param);
+    assert_true(norm->t.dram_read >= param);
+}
+
 static double norm_dram_read(const char *text, bool reverse)
 {
     if (!reverse) setenv("NORMJIT_PLAN_NO_REVERSE", "1", 1);
@@ -353,7 +368,7 @@ int main(void)
         cmocka_unit_test(test_row_f32_forward), cmocka_unit_test(test_sample_scales),
         cmocka_unit_test(test_row_backward),    cmocka_unit_test(test_counting_off),
         cmocka_unit_test(test_param_reads_capped), cmocka_unit_test(test_reverse_meets_l2),
-        cmocka_unit_test(test_cluster_rereads_l2),
+        cmocka_unit_test(test_cluster_rereads_l2), cmocka_unit_test(test_param_once_piece_major),
         cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_compare),         cmocka_unit_test(test_goals),
     };
