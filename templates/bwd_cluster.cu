@@ -1,14 +1,16 @@
 {# Backward, CLUSTER family (planner_cluster.c, sm_90 and later): a row of P.reduce_size elements (the
    reduced axes, contiguous in x, dy and dx) in a thread-block cluster of P.split = K blocks; block r (its
    rank) owns piece r, PC elements (the last piece what is left); K = 1: a block a row, no cluster (rows
-   whose x fits one SM but whose x and dy its walks would read twice), any architecture. gamma/beta are constant over the row
-   (P.pgrad "sets": InstanceNorm) or absent. Per element (bwd_lib.cuh): xhat = (x - mean) * rstd - dl,
+   whose x fits one SM but whose x and dy its walks would read twice), any architecture. gamma/beta are
+   constant over the row (P.pgrad "sets": InstanceNorm), over each piece (P.pgrad "pieces": GroupNorm
+   NCHW, a piece within one channel) or absent. Per element (bwd_lib.cuh): xhat = (x - mean) * rstd - dl,
    dz = dy * act'(z), g = dz * gamma; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
    1. copy: the piece's x into dynamic shared memory, P.unroll vectors a thread in flight;
    2. the saved mean's correction dl = mean((x - mean) * rstd) (bwd_lib.cuh: taken where |mean| * rstd >
       NJ_FIX_RATIO), its pieces' sums combined through the cluster in rank order;
    3. the sums of g and g * xhat over the piece (dy read from global memory), combined alike; with "sets",
-      rank 0 leaves the row's (sum dz * xhat, sum dz) for the library's column sum (dgamma, dbeta);
+      rank 0 leaves the row's (sum dz * xhat, sum dz) for the library's column sum (dgamma, dbeta), with
+      "pieces" every rank its piece's;
    4. dx over the piece: x from shared memory, dy again (the block read it moments ago: L2).
    Three cluster barriers: the pieces' dl sums, their g sums, and the last (no block exits while another
    reads its shared memory). #}
@@ -28,11 +30,17 @@ local NW = B // 32
 local PC = ((N + K - 1) // K + VW - 1) // VW * VW
 local kept = kept_axes()
 local SETS = P.pgrad == "sets"
+-- "pieces" (GroupNorm NCHW: a row of several channels, each piece within one): the piece's own gamma;
+-- its pair goes to the workspace, and its sums go to the cluster weighted by that gamma
+local PIECES = P.pgrad == "pieces"
 local PARAM = (F.scale or F.bias) and P.param_size > 0
-if PARAM and not SETS then error("bwd_cluster: gamma/beta constant over each row (sets)") end
--- the sums: of dz (sets: the row's gamma scales the means) or of g
-local SG = SETS and "dz" or "g"
+if PARAM and not (SETS or PIECES) then error("bwd_cluster: gamma/beta constant over each row or piece") end
+if PIECES and (K < 2 or PC * K ~= N) then error("bwd_cluster: pieces of " .. PC .. " for rows of " .. N) end
+-- the sums: of dz (gamma constant over the row or the piece: it scales the means or the pieces' sums)
+-- or of g
+local SG = (SETS or PIECES) and "dz" or "g"
 local GS = (SETS and F.scale) and "gs_ * " or ""
+local GW = (PIECES and F.scale) and "gs_ * " or ""
 local PV = {g = "gs_", b = "bs_"}
 %}
 {{ bwd_typedefs() }}
@@ -40,8 +48,8 @@ local PV = {g = "gs_", b = "bs_"}
 #define NJ_N {{ N }}LL
 #define NJ_PC {{ PC }}u
 #define NJ_VW {{ VW }}
-{% if SETS then %}
-/* a row's (sum dz * xhat, sum dz): its shares of dgamma and dbeta, for the column sum */
+{% if SETS or PIECES then %}
+/* a row's (a piece's) (sum dz * xhat, sum dz): its shares of dgamma and dbeta, for the column sum */
 #define NJ_WS_SETS ((float *)A.workspace{{ ws_plus("sets") }})
 {% end %}
 
@@ -69,14 +77,15 @@ local PV = {g = "gs_", b = "bs_"}
 {% if PARAM then %}
         const nj_i64 op = {{ offset("param", kept, "k") }};
 {% end %}
-{% if PARAM and F.scale then %}
-        const float gs_ = nj_load_f32(GAMMA, op); /* the row's one gamma (and beta) */
-{% end %}
-{% if PARAM and F.bias and P.act ~= "none" then %}
-        const float bs_ = nj_load_f32(BETA, op);
-{% end %}
         const nj_i64 lo = (nj_i64)rank * NJ_PC;
         const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;
+{% local pq = PIECES and ("op + " .. row_offset("param", "lo")) or "op" %}
+{% if PARAM and F.scale then %}
+        const float gs_ = nj_load_f32(GAMMA, {{ pq }}); /* the row's (the piece's) one gamma, and beta */
+{% end %}
+{% if PARAM and F.bias and P.act ~= "none" then %}
+        const float bs_ = nj_load_f32(BETA, {{ pq }});
+{% end %}
         /* 1. copy */
 {% stage_piece("X", "ox", "nj_sx") %}
         __syncthreads();
@@ -115,8 +124,12 @@ local PV = {g = "gs_", b = "bs_"}
         }
         nj_block_sum2<{{ NW }}>(s1, s2, nj_scratch);
         if (t == 0) {
-            nj_pair[1] = s1;
-            nj_pair[2] = s2;
+            nj_pair[1] = {{ GW }}s1;
+            nj_pair[2] = {{ GW }}s2;
+{% if PIECES then %}
+            NJ_WS_SETS[(row * {{ K }} + rank) * 2] = s2; /* the piece's (sum dz * xhat, sum dz) */
+            NJ_WS_SETS[(row * {{ K }} + rank) * 2 + 1] = s1;
+{% end %}
         }
         {{ cluster_sync() }};
         if (t == 0) {

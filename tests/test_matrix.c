@@ -210,8 +210,8 @@ static void test_row_persist(void **state)
  * vectors (LayerNorm in test_layernorm) or by element (the odd RMSNorm row in test_rmsnorm); 200 KB
  * pieces (f32 rows of 400001: the last piece short); offsets, saved statistics, activations, a NaN;
  * narrow 2-D grids (--shuffle) keep clusters on one grid row. The backward where gamma is constant
- * over the row (InstanceNorm), and rows whose x and dy come to 64 KB, x staged in one block where it
- * fits. Channels-last GroupNorm images past one tile whose x fits 8 SMs are such clusters too (fwd_channels_last.cu: nj_fwd_cl_cluster). */
+ * over the row (InstanceNorm) or each piece (GroupNorm NCHW), and rows whose x and dy come to 64 KB, x
+ * staged in one block where it fits. Channels-last GroupNorm images past one tile whose x fits 8 SMs are such clusters too (fwd_channels_last.cu: nj_fwd_cl_cluster). */
 static void test_cluster(void **state)
 {
     matrix_state *m = *state;
@@ -255,6 +255,10 @@ static void test_cluster(void **state)
     check_line(m, "layernorm f16 2x20001 flags=none act=gelu_tanh", 0.0, 92);
     bwd.offset = 3e4;
     check_regime(m, "instancenorm f32 ncdhw 2x3x32x32x32 flags=scale,bias", &bwd, 93);
+    /* GroupNorm NCHW in clusters: each piece within one channel, its own gamma and dgamma/dbeta pair */
+    check_line(m, "groupnorm f32 nchw 2x8x256x256 groups=4 flags=scale,bias act=silu", 0.0, 94);
+    check_line(m, "groupnorm bf16 nchw 2x8x256x256 groups=4 flags=scale,bias", 1e2, 95);
+    check_line(m, "groupnorm f16 nchw 1x12x256x256 groups=3 flags=scale act=gelu_tanh", 0.0, 96);
     fwd.nan = 1;
     check_regime(m, "instancenorm f16 ncdhw 1x3x64x64x64 flags=scale,bias", &fwd, 76);
     check_regime(m, "groupnorm f16 nhwc 2x320x32x32 groups=32 flags=scale,bias", &fwd, 80);

@@ -1091,11 +1091,11 @@ static void test_cluster_plan(void **state)
         const char *line;
         int32_t k, vec;
         uint32_t shmem;
-        int bwd;   /* the backward too: gamma constant over each row (x staged alone) */
+        int bwd;   /* the backward too (x staged alone): gamma constant over each row (1), each piece (2) */
         int split; /* the row family splits it (2^18 elements), else streams it */
     } want[] = {
         {"instancenorm f32 ncdhw 2x4x64x64x64 flags=scale,bias", 8, 4, 131072, 1, 1},
-        {"groupnorm f32 nchw 16x128x256x256 groups=32 flags=scale,bias", 8, 4, 131072, 0, 1},
+        {"groupnorm f32 nchw 16x128x256x256 groups=32 flags=scale,bias", 8, 4, 131072, 2, 1},
         {"layernorm f16 2x262144 flags=scale,bias", 4, 8, 131072, 0, 1},
         {"layernorm f32 4x400001 flags=scale,bias", 8, 1, 200004, 0, 1},
         {"rmsnorm bf16 2x300000 flags=scale", 4, 8, 150000, 0, 1},
@@ -1115,9 +1115,9 @@ static void test_cluster_plan(void **state)
         assert_int_equal(pp.launch[0].shmem, want[i].shmem);
         assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block - 4096);
         nj_plan_params bp = plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90);
-        assert_int_equal(bp.family == NJ_FAMILY_CLUSTER, want[i].bwd);
-        if (want[i].bwd) { /* the row's dgamma/dbeta pair for the column sum */
-            assert_int_equal(bp.pgrad, NJ_PGRAD_SETS);
+        assert_int_equal(bp.family == NJ_FAMILY_CLUSTER, want[i].bwd > 0);
+        if (want[i].bwd) { /* the row's (the piece's) dgamma/dbeta pair for the column sum */
+            assert_int_equal(bp.pgrad, want[i].bwd == 1 ? NJ_PGRAD_SETS : NJ_PGRAD_PIECES);
             assert_int_equal(bp.nlaunch, 2);
             assert_int_equal(bp.launch[0].cluster, want[i].k);
             assert_int_equal(bp.launch[0].shmem, want[i].shmem);
@@ -1153,7 +1153,7 @@ static void test_cluster_plan(void **state)
 }
 
 /* The cluster family's backward under 2^18 elements: rows whose x and dy come to 64 KB and more, gamma
- * constant over the row or absent, stage x in one block where it fits an SM (split 1: no cluster, any
+ * constant over the row or absent (or over each of a cluster's pieces: GroupNorm NCHW), stage x in one block where it fits an SM (split 1: no cluster, any
  * architecture: the walks had read x and dy twice, the second time from DRAM), in a cluster past it
  * (sm_90); smaller rows, and rows with gamma by element, stay where they were. */
 static void test_cluster_bwd_block(void **state)
@@ -1173,6 +1173,10 @@ static void test_cluster_bwd_block(void **state)
         {"instancenorm f32 nchw 2x4x256x256 flags=scale,bias", 0, 2, 131072},
         {"instancenorm f32 nchw 2x4x64x64 flags=scale,bias", 0, 0, 0}, /* 32 KB: the second reads hit L2 */
         {"layernorm f32 3x20000 flags=scale,bias", 0, 0, 0},           /* gamma by element */
+        /* GroupNorm NCHW: gamma constant over each piece (a pair a piece), not over a one-block row */
+        {"groupnorm bf16 nchw 2x8x256x256 groups=4 flags=scale,bias", 0, 2, 131072},
+        {"groupnorm f32 nchw 2x8x64x64 groups=4 flags=scale,bias", 0, 0, 0},
+        {"groupnorm f32 nchw 2x16x128x128 groups=4 flags=scale,bias", 0, 0, 0}, /* pieces straddle channels */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         for (int a = 0; a < 2; a++) {
@@ -1186,6 +1190,7 @@ static void test_cluster_bwd_block(void **state)
             assert_int_equal(pp.launch[0].shmem, want[i].shmem);
             assert_int_equal(pp.block, 1024);
             assert_int_equal(pp.stage, 1);
+            if (strstr(want[i].line, "groupnorm")) assert_int_equal(pp.pgrad, NJ_PGRAD_PIECES);
         }
         if (!want[i].k90) continue;
         setenv("NORMJIT_PLAN_NO_CLUSTER", "1", 1);
