@@ -89,9 +89,12 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     bool always = pp->family == NJ_FAMILY_IMAGE || pp->family == NJ_FAMILY_TILE || pp->family == NJ_FAMILY_CLUSTER;
     /* a plan in thread-block clusters (the cluster family; channels-last images): its blocks stage pieces */
     bool cluster = pp->role[NJ_ROLE_MAIN] && pp->launch[pp->role[NJ_ROLE_MAIN] - 1].cluster > 1;
+    /* a channels-last backward of one-tile images in one launch: the image staged in one block */
+    bool cl_one = pp->family == NJ_FAMILY_CHANNELS_LAST && pp->pass == NJ_PASS_BACKWARD && pp->split == 1 &&
+                  !pp->role[NJ_ROLE_PART];
     bool image_x = pp->family == NJ_FAMILY_IMAGE && pp->pass == NJ_PASS_BACKWARD;
     bool ok = pp->stage == 0 ? !always
-              : pp->stage == 1 ? pp->family == NJ_FAMILY_COLUMN || always || row_stage || cluster
+              : pp->stage == 1 ? pp->family == NJ_FAMILY_COLUMN || always || row_stage || cluster || cl_one
               : pp->stage == 2 ? row_x || image_x : false;
     bool held = pp->stage == 0 || ((pp->split == 1 || cluster) && pp->role[NJ_ROLE_MAIN] &&
                                    pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem != 0);

@@ -14,16 +14,18 @@
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
 {% include("cl_lib.cuh") %}
+{% include("cluster_lib.cuh") %}
 {%
 local F = P.flags
 cl_setup("bwd_channels_last")
 local PARAMS = P.pgrad == "fused" -- the tiles' dgamma/dbeta partials, added by the column sum
--- one launch (no part role: sm_90): a thread-block cluster of the image's S tiles, each block staging
+-- one launch (no part role): a thread-block cluster of the image's S tiles (sm_90), each block staging
 -- its tile's x and dy (STAGE; the unaligned variant reads them again), the tiles' group sums combined
--- through distributed shared memory instead of the workspace and the library's merge
+-- through distributed shared memory instead of the workspace and the library's merge; S = 1: an image
+-- whose x and dy fit one block, no cluster (any architecture)
 CLUSTER = P.role.part == nil
 STAGE = CLUSTER and P.stage == 1
-if CLUSTER and (S < 2 or S > 8 or (STAGE and VV < 2)) then error("bwd_channels_last: a cluster of 2 to 8 tiles, staged by vectors") end
+if CLUSTER and (S < 1 or S > 8 or (STAGE and VV < 2)) then error("bwd_channels_last: a cluster of 1 to 8 tiles, staged by vectors") end
 if STAGE and (P.axes[2].stride.x ~= P.axes[3].extent * P.axes[4].extent or P.axes[2].stride.dy ~= P.axes[3].extent * P.axes[4].extent) then
   error("bwd_channels_last: a staged tile needs dense pixels") end
 local BETA_USED = F.bias and P.act ~= "none"
@@ -340,7 +342,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 /* The whole backward of an image in one cluster: the part kernel's walk (staging x and dy), its group sums
    into shared memory, combined over the cluster's tiles in tile order (the library's merge, in SUMS mode,
    scales the sums to means the same way), then the dx kernel's walk over the stage. */
-NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
+{{ cluster_kernel(P.role.main.kernel, B, S) }}
 {
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
@@ -434,14 +436,14 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
 {% end %}
         }
         /* the image's means from the cluster's tiles, in tile order */
-        nj_cluster_sync();
+        {{ cluster_sync() }};
         const float inv_n = 1.0f / (float)NJ_N;
 #pragma unroll 1
         for (int g = t; g < NJ_G; g += {{ B }}) {
             float s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
 #pragma unroll 1
             for (int q = 0; q < NJ_S; q++) {
-                const float *gs = nj_cluster_map(nj_gs, (unsigned)q);
+                const float *gs = {{ cluster_map("nj_gs", "(unsigned)q") }};
                 s1 += gs[g];
                 s2 += gs[NJ_G + g];
                 s3 += gs[2 * NJ_G + g];
@@ -451,7 +453,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
             nj_gdl[g] = dl_;
             nj_gm2[g] = s2 * inv_n - dl_ * m1_;
         }
-        nj_cluster_sync(); /* the tiles' sums are read: blocks may exit; the means are set */
+        {{ cluster_sync() }}; /* the tiles' sums are read: blocks may exit; the means are set */
 {% DLK = true %}
         float m1k[NJ_CH], m2k[NJ_CH], dlk[NJ_CH];
 #pragma unroll

@@ -243,6 +243,10 @@ static void test_cluster(void **state)
     check_line(m, "groupnorm f16 nhwc 3x320x32x32 groups=32", 0.0, 83);
     regime bwd = {"bwd", 3e4, 1.0, 1e-5, 0, NJ_PASS_BACKWARD};
     check_regime(m, "groupnorm f32 nhwc 2x64x48x48 groups=8 flags=scale,bias", &bwd, 84);
+    /* the backward of one-tile images: staged in one block (8 x 8), or a cluster of 2 (16 x 16) */
+    check_line(m, "groupnorm f16 nhwc 3x320x8x8 groups=32 act=silu flags=scale,bias", 0.0, 97);
+    check_line(m, "groupnorm bf16 nhwc 2x320x16x16 groups=32 flags=scale act=gelu_erf", 0.0, 98);
+    check_regime(m, "groupnorm f32 nhwc 2x64x12x12 groups=8 flags=scale,bias", &bwd, 99);
     /* the row cluster's backward (gamma constant over each row): both passes, an activation, no gamma,
        the saved mean's correction (f32 at 1e5) */
     check_line(m, "instancenorm f32 ncdhw 2x2x64x64x64 flags=scale,bias act=silu", 0.0, 85);

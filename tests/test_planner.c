@@ -1010,6 +1010,34 @@ static void test_channels_last(void **state)
     assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_DY | 1u << NJ_OPD_DX | 1u << NJ_OPD_PARAM);
     assert_int_equal(pp.workspace_per_row,
                      ((uint64_t)(pp.split + 1) * 32 * 4 + (uint64_t)pp.split * 320 * 2) * sizeof(float));
+    /* a small image's backward, x and dy of 80 KB, staged in one block on sm_80 and sm_90 (no cluster):
+     * one launch and the column sum, the workspace the tile's dgamma/dbeta pairs alone; its unaligned
+     * variant reads the image again instead; 16 x 16 (320 KB) is a cluster of 2 on sm_90, not staged on
+     * sm_80 */
+    nj_device_props dev80;
+    nj_device_props_default(80, &dev80);
+    int64_t small[4] = {2, 320, 8, 8}, mid[4] = {2, 320, 16, 16};
+    for (int a = 0; a < 2; a++) {
+        assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, small, 32, 1, aff), NJ_OK);
+        assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, a ? &dev90 : &dev80, &pp), NJ_OK);
+        assert_int_equal(pp.nlaunch, 2);
+        assert_string_equal(pp.launch[0].kernel, "nj_bwd_cl_cluster");
+        assert_int_equal(pp.launch[0].cluster, 0);
+        assert_int_equal(pp.split, 1);
+        assert_int_equal(pp.stage, 1);
+        assert_int_equal(pp.launch[0].shmem, 66 * 320 * 2 * 2); /* 11 rounds of 6 pixels, x then dy */
+        assert_int_equal(pp.workspace_per_row, 320 * 2 * sizeof(float));
+        assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, a ? &dev90 : &dev80, &up),
+                         NJ_OK);
+        assert_int_equal(up.stage, 0);
+        assert_int_equal(up.launch[0].shmem, 0);
+        assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, mid, 32, 1, aff), NJ_OK);
+        assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, a ? &dev90 : &dev80, &pp), NJ_OK);
+        assert_int_equal(pp.launch[0].cluster, a ? 2 : 0);
+        assert_int_equal(pp.stage, a ? 1 : 0);
+    }
     /* RMS-style (no centering) group statistics: the general family */
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, aff), NJ_OK);
     p.flags &= ~(uint32_t)NJ_FLAG_CENTER;
@@ -1039,8 +1067,8 @@ static nj_plan_params plan_line(const char *line, nj_pass pass, const nj_device_
 
 /* P.reverse: every plan whose part launch reads the items before its main launch reads them again walks
  * the main launch backwards (planner.c: plan_reverse), whatever the family; a plan of one launch, or
- * one whose second launch is the library's (a fused channels-last forward and its column sum), does
- * not; NORMJIT_PLAN_NO_REVERSE=1 walks forwards. */
+ * one whose second launch is the library's (a fused channels-last forward, a staged channels-last
+ * backward and its column sum), does not; NORMJIT_PLAN_NO_REVERSE=1 walks forwards. */
 static void test_reverse(void **state)
 {
     (void)state;
@@ -1054,7 +1082,7 @@ static void test_reverse(void **state)
         {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 1},  /* tiles */
         {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1},
         {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 0},    /* fused */
-        {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1},   /* part, dx */
+        {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 0},   /* staged */
         {"instancenorm f32 ncdhw 1x2x128x128x128 flags=scale,bias", NJ_PASS_BACKWARD, 1},   /* general */
         {"instancenorm f32 ndhwc 2x64x64x64x64 flags=scale,bias", NJ_PASS_FORWARD, 1},      /* column */
         {"layernorm bf16 4096x4096 flags=scale,bias", NJ_PASS_FORWARD, 0},
