@@ -18,7 +18,12 @@
  * staged: 1.00x, 91-94%). GroupNorm NCHW's rows in clusters too where each piece lies within one channel
  * (gamma constant over it): every piece's (sum dz * xhat, sum dz) pair for the column sum (P.pgrad
  * "pieces", as the general family's split walk), its sums weighted by its gamma in the cluster's (16 x 128
- * x 256 x 256 f32: 1.67x the ideal bytes, 57.4% of copy -> 1.00x, 95.5%). */
+ * x 256 x 256 f32: 1.67x the ideal bytes, 57.4% of copy -> 1.00x, 95.5%). Rows with gamma along the row
+ * (LayerNorm) past the row family's register column sums (16384 elements) take a fixed grid of slots, a
+ * cluster (or a block) each, walking rows c, c + slots, ...: each block keeps its piece of x and its
+ * piece's dgamma/dbeta partials in shared memory, and the library's column sum adds the slots' partial
+ * rows (P.pgrad "slots"). The row family read x and dy twice (nv_norms' 1000 x 100000: 1.76x the ideal
+ * bytes, 54.4% of copy; slots of 8-block clusters: 1.02x, 78.2%, L2-bound by gamma read twice a row). */
 #include "planner_impl.h"
 
 
@@ -54,6 +59,20 @@ static int32_t cluster_size(const nj_canon *c, const nj_device_props *dev, int32
     return 0;
 }
 
+/* Floats a row element's slot partials take beside its staged x (P.pgrad "slots"): dgamma's, dbeta's. */
+static int64_t cluster_slot_floats(const nj_canon *c) { return (c->flags & NJ_FLAG_BIAS) ? 2 : 1; }
+
+/* The blocks a row of the slots backward takes: the fewest whose pieces of x and of the partials fit an
+ * SM's shared memory (1 on any architecture, more on sm_90), or 0. */
+static int32_t cluster_slot_size(const nj_canon *c, const nj_device_props *dev)
+{
+    int64_t cap = (int64_t)dev->max_shared_per_block - NJ_CLUSTER_RESERVE;
+    int64_t per = cl_es(c, NJ_OPD_X) + 4 * cluster_slot_floats(c);
+    for (int32_t k = 1; k <= (dev->arch >= 90 ? NJ_CLUSTER_MAX : 1); k *= 2)
+        if (cap > 0 && nj_ceil_div64(c->reduce_size, k) * per + 32 <= cap) return k;
+    return 0;
+}
+
 /* Elements a vector moves: 16 bytes of the widest of the operands `opds` (bits 1 << nj_operand),
  * dividing the row. */
 static int32_t cluster_vec(const nj_canon *c, uint32_t opds)
@@ -69,7 +88,7 @@ static int32_t cluster_vec(const nj_canon *c, uint32_t opds)
 /* What both passes' plans share: the cluster of 1024-thread blocks a row, vectors over the row operands
  * `opds` (their alignment checked at launch), P.unroll copies in flight, the piece staged, one launch. */
 static void cluster_shape(const nj_canon *c, const nj_device_props *dev, uint32_t opds, const char *kernel,
-                          int32_t k, nj_plan_params *pp)
+                          int32_t k, int32_t grid_x, nj_plan_params *pp)
 {
     pp->block = NJ_CLUSTER_BLOCK;
     pp->vec = cluster_vec(c, opds);
@@ -78,7 +97,7 @@ static void cluster_shape(const nj_canon *c, const nj_device_props *dev, uint32_
     pp->unroll = 4; /* vector loads a thread issues before their stores: 64 KB in flight an SM (f32) */
     pp->stage = 1;
     if (pp->vec > 1) pp->align_opds = opds;
-    nj_plan_add_launch(pp, kernel, pp->block, c->kept_inner * k, 1, 0);
+    nj_plan_add_launch(pp, kernel, pp->block, grid_x ? 1 : c->kept_inner * k, 1, grid_x);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     nj_launch *l = &pp->launch[0];
     l->cluster = k > 1 ? k : 0; /* one block: no cluster */
@@ -113,6 +132,17 @@ static bool cluster_bwd_rows(const nj_canon *c)
     return true;
 }
 
+/* gamma/beta along the row, an element each (LayerNorm), contiguous like x, on rows longer than the row
+ * family keeps its column sums for (NJ_BWD_ROW_MAX): its backward read x and dy twice (the row sums,
+ * then a column-tiled walk for dx and dgamma: nv_norms' 1000 x 100000, 1.76x the ideal bytes). */
+#define NJ_CLUSTER_SLOT_MIN 16385
+static bool cluster_param_elems(const nj_canon *c)
+{
+    return (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size == c->reduce_size &&
+           c->reduce_size >= NJ_CLUSTER_SLOT_MIN && cluster_contiguous(c, NJ_OPD_PARAM) &&
+           !nj_plan_switched_off("CLUSTER_SLOTS");
+}
+
 /* gamma/beta absent, or constant over each row */
 static bool cluster_param_rows(const nj_canon *c)
 {
@@ -128,6 +158,7 @@ static int32_t cluster_bwd_size(const nj_canon *c, const nj_device_props *dev)
     if ((c->reduce_size < NJ_SPLIT_MIN && bytes < NJ_CLUSTER_BWD_MIN) || c->reduce_size >= INT32_MAX ||
         !cluster_bwd_rows(c))
         return 0;
+    if (cluster_param_elems(c)) return cluster_slot_size(c, dev);
     int32_t k = cluster_size(c, dev, 1);
     if (k > 1 && dev->arch < 90) return 0;
     return cluster_param_rows(c) || cluster_pieces_ok(c, k, NJ_CLUSTER_BWD_OPDS) ? k : 0;
@@ -150,7 +181,7 @@ bool nj_cluster_applies(const nj_canon *c, nj_pass pass, const nj_device_props *
 nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cluster_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a cluster row problem");
-    cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", cluster_size(c, dev, 2), pp);
+    cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", cluster_size(c, dev, 2), 0, pp);
     /* gamma/beta along the row, like x: loaded as vectors too */
     if (pp->vec > 1 && (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 &&
         cluster_contiguous(c, NJ_OPD_PARAM))
@@ -161,7 +192,19 @@ nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
 nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cluster_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a cluster row problem");
-    cluster_shape(c, dev, NJ_CLUSTER_BWD_OPDS, "nj_bwd_cluster", cluster_bwd_size(c, dev), pp);
+    int32_t k = cluster_bwd_size(c, dev);
+    if (cluster_param_elems(c)) {
+        /* a fixed grid of slots, a cluster each, one an SM's block: its rows c, c + slots, ... */
+        int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132, slots = sms / k > 0 ? sms / k : 1;
+        cluster_shape(c, dev, NJ_CLUSTER_BWD_OPDS, "nj_bwd_cluster", k, slots * k, pp);
+        if (pp->vec > 1) pp->align_opds |= 1u << NJ_OPD_PARAM;
+        int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
+        nj_launch *l = &pp->launch[0];
+        l->shmem = (uint32_t)((piece * cl_es(c, NJ_OPD_X) + 15) / 16 * 16 + piece * 4 * cluster_slot_floats(c));
+        nj_plan_pgrad_slots(pp, c->reduce_size, slots, (c->flags & NJ_FLAG_BIAS) != 0);
+        return NJ_OK;
+    }
+    cluster_shape(c, dev, NJ_CLUSTER_BWD_OPDS, "nj_bwd_cluster", k, 0, pp);
     if (!(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || c->param_size == 0) return NJ_OK;
     if (nj_pgrad_sets_ok(c)) nj_plan_pgrad_sets(c, pp);
     else nj_plan_pgrad_pieces(c, nj_pgrad_pieces_run(c, pp->split), pp); /* a pair a piece */

@@ -11,7 +11,10 @@
    3. the sums of g and g * xhat over the piece (dy read from global memory), combined alike; with "sets",
       rank 0 leaves the row's (sum dz * xhat, sum dz) for the library's column sum (dgamma, dbeta), with
       "pieces" every rank its piece's;
-   4. dx over the piece: x from shared memory, dy again (the block read it moments ago: L2).
+   4. dx over the piece: x from shared memory, dy again (the block read it moments ago: L2); with
+      "slots" (gamma along the row) each thread adds its elements' dz * xhat and dz to the slot's partials
+      in shared memory, a fixed grid of slots walking the rows, and the slots' partial rows go to the
+      library's column sum.
    Three cluster barriers: the pieces' dl sums, their g sums, and the last (no block exits while another
    reads its shared memory). #}
 {% include("prelude.cuh") %}
@@ -33,15 +36,21 @@ local SETS = P.pgrad == "sets"
 -- "pieces" (GroupNorm NCHW: a row of several channels, each piece within one): the piece's own gamma;
 -- its pair goes to the workspace, and its sums go to the cluster weighted by that gamma
 local PIECES = P.pgrad == "pieces"
+-- "slots" (LayerNorm: gamma along the row, an element each): a fixed grid of G = P.pgrad_parts clusters
+-- (slots) walks the rows c, c + G, ...; each block keeps its piece's dgamma (dbeta) partials in shared
+-- memory after the staged x and writes them, one partial row a slot, for the library's column sum
+local SLOTS = P.pgrad == "slots"
+local G = P.pgrad_parts
 local PARAM = (F.scale or F.bias) and P.param_size > 0
-if PARAM and not (SETS or PIECES) then error("bwd_cluster: gamma/beta constant over each row or piece") end
+if PARAM and not (SETS or PIECES or SLOTS) then error("bwd_cluster: gamma/beta constant over each row or piece, or slots") end
+if SLOTS and row_offset("param", "j") ~= "j" then error("bwd_cluster: slots need gamma along the row") end
 if PIECES and (K < 2 or PC * K ~= N) then error("bwd_cluster: pieces of " .. PC .. " for rows of " .. N) end
 -- the sums: of dz (gamma constant over the row or the piece: it scales the means or the pieces' sums)
 -- or of g
 local SG = (SETS or PIECES) and "dz" or "g"
 local GS = (SETS and F.scale) and "gs_ * " or ""
 local GW = (PIECES and F.scale) and "gs_ * " or ""
-local PV = {g = "gs_", b = "bs_"}
+local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 %}
 {{ bwd_typedefs() }}
 
@@ -53,10 +62,22 @@ local PV = {g = "gs_", b = "bs_"}
 #define NJ_WS_SETS ((float *)A.workspace{{ ws_plus("sets") }})
 {% end %}
 
-{# x of elements e0 .. e0 + VW - 1 from the stage, dy from global memory #}
+{% if SLOTS then %}
+#define NJ_STAGE_BYTES (({{ PC }}u * (unsigned)sizeof(nj_tx) + 15u) / 16u * 16u)
+{% end %}
+
+{# x of elements e0 .. e0 + VW - 1 from the stage, dy from global memory (slots: gamma and beta too) #}
 {% local function load_xdy() %}
 {% staged_vec("xv", "nj_sx", "e0") %}
             nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
+{% if SLOTS and F.scale then %}
+            float gv[NJ_VW];
+            nj_load_vec<NJ_VW>(GAMMA, op + lo + e0, gv);
+{% end %}
+{% if SLOTS and F.bias and P.act ~= "none" then %}
+            float bv[NJ_VW];
+            nj_load_vec<NJ_VW>(BETA, op + lo + e0, bv);
+{% end %}
 {% end %}
 {{ cluster_kernel(P.role.main.kernel, B, K) }}
 {
@@ -66,9 +87,29 @@ local PV = {g = "gs_", b = "bs_"}
     NJ_SHARED(float, nj_tot, 3);  /* the row's: dl, the two sums (thread 0 combines, the block reads) */
     const unsigned t = threadIdx.x;
 {{ bwd_pointers() }}
+{% if SLOTS then %}
+    const unsigned rank = {{ cluster_rank() }};
+    const nj_i64 slot = (nj_i64)blockIdx.x / {{ K }};
+    /* the slot's partial sums over the piece: dz * xhat, then dz (each thread its own elements) */
+    float *const nj_ag = (float *)((unsigned char *)nj_sx + NJ_STAGE_BYTES);
+    float *const nj_ab = nj_ag + NJ_PC;
+    (void)nj_ab;
+    for (unsigned e0 = t * NJ_VW; e0 < NJ_PC; e0 += {{ B * VW }}u) {
+#pragma unroll
+        for (int q = 0; q < NJ_VW; q++) {
+            nj_ag[e0 + q] = 0.0f;
+{% if F.bias then %}
+            nj_ab[e0 + q] = 0.0f;
+{% end %}
+        }
+    }
+#pragma unroll 1
+    for (nj_i64 row = slot; row < A.rows * {{ P.kept_inner }}LL; row += {{ G }}) {
+{% else %}
     {{ block_item("w", "A.rows * " .. P.kept_inner .. "LL * " .. K) }}
         const nj_i64 row = w / {{ K }};
         const unsigned rank = {{ cluster_rank() }}; /* w % K: a cluster is K consecutive blocks */
+{% end %}
         {{ split_index("row", kept, "k") }}
         const nj_i64 ox = {{ offset("x", kept, "k") }}, ody = {{ offset("dy", kept, "k") }};
         const nj_i64 odx = {{ offset("dx", kept, "k") }}, os = {{ offset("stats", kept, "k") }};
@@ -163,8 +204,33 @@ local PV = {g = "gs_", b = "bs_"}
             for (int q = 0; q < NJ_VW; q++) {
 {{ bwd_element("xv[q]", "dv[q]", PV, "                ") }}
                 o[q] = {{ bwd_dx_expr("g", "xh", "m1", "m2") }};
+{% if SLOTS then %}
+                nj_ag[e0 + q] += dz * xh;
+{% if F.bias then %}
+                nj_ab[e0 + q] += dz;
+{% end %}
+{% end %}
             }
             nj_store_vec<NJ_VW>(DX, odx + lo + e0, o);
         }
+{# slots: no barrier before the next row's copy: a thread copies the elements it read here (the same
+   e0), and the copy's barrier comes before the dl walk reads the others' #}
     }
+{% if SLOTS then %}
+    /* the slot's partial rows over the piece: dgamma's at [slot][n], dbeta's at [G + slot][n] */
+    {
+        float *const PG = (float *)A.workspace{{ ws_plus("pgrad") }};
+        const nj_i64 lo = (nj_i64)rank * NJ_PC;
+        const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;
+        for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ B * VW }}u) {
+#pragma unroll
+            for (int q = 0; q < NJ_VW; q++) {
+                PG[slot * NJ_N + lo + e0 + q] = nj_ag[e0 + q];
+{% if F.bias then %}
+                PG[({{ G }} + slot) * NJ_N + lo + e0 + q] = nj_ab[e0 + q];
+{% end %}
+            }
+        }
+    }
+{% end %}
 }

@@ -40,7 +40,8 @@ typedef struct bwd_state {
 static int group_setup(void **state)
 {
     static bwd_state s;
-    nj_backend_config cfg = {0, 0, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 11};
+    /* the emulator of sm_90 (227 KB of shared memory a block), as the plans below (s.dev) */
+    nj_backend_config cfg = {0, 90, NJ_CTX_EMU_SHUFFLE | NJ_CTX_EMU_POISON, 11};
     nj_backend_config cfg2 = cfg;
     cfg2.seed = 12345;
     cfg2.flags |= NJ_CTX_EMU_SMALL_GRID; /* the second run: blocks numbered over 2-D grids, surplus ones skip */
@@ -508,6 +509,10 @@ static void test_row_grid_stride_and_misaligned(void **state)
     static const int64_t in_img[] = {1, 3, 128, 128};
     assert_int_equal(nj_preset_instancenorm(&p, NJ_BF16, 4, in_img, 0, sb), NJ_OK);
     check_problem(s, "instancenorm bf16 nchw 1x3x128x128 block misaligned", p, 90, true, true);
+    /* the slots' rows (gamma along the row): bf16 x, dy and gamma an element at a time when shifted */
+    static const int64_t slot_rows[] = {3, 40000};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, slot_rows, 1, sb), NJ_OK);
+    check_problem(s, "layernorm bf16 3x40000 slots misaligned", p, 91, true, true);
     /* column tiles (BatchNorm NHWC): 4 f16 columns a lane (one walk), 2 a lane (split walks), a column
      * at a time when shifted */
     static const int64_t bn[] = {2, 128, 8, 8}, bns[] = {4, 64, 40, 40};
@@ -577,11 +582,14 @@ static void test_plan_shape(void **state)
     assert_int_equal(la[NJ_COLSUM_INNER], 1);
     assert_int_equal(pp.workspace_per_row, 40 * 2 * sizeof(float));
     assert_int_equal(pp.workspace_fixed, 0);
-    /* rows past the register column sums (16384): row dx, column-tiled dgamma/dbeta */
+    /* rows past the register column sums (16384): row dx, column-tiled dgamma/dbeta (sm_80: on sm_90 a
+     * block's shared memory holds the row and its dgamma/dbeta partials, the cluster family's slots) */
     static const int64_t mid[] = {2, 20480};
     assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, mid, 1, NJ_FLAG_SCALE | NJ_FLAG_BIAS), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
+    nj_device_props dev80;
+    nj_device_props_default(80, &dev80);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev80, &pp), NJ_OK);
     assert_string_equal(pp.template_name, "bwd_row.cu");
     assert_int_equal(pp.vec, 8);
     assert_string_equal(pp.launch[0].kernel, "nj_bwd_row");
@@ -594,7 +602,7 @@ static void test_plan_shape(void **state)
     assert_int_equal(pp.workspace_per_row, 3 * sizeof(float));
     /* NORMJIT_PLAN_NO_PGRAD_DX=1: the row launch writes dx, the tiles' walk dgamma/dbeta only */
     setenv("NORMJIT_PLAN_NO_PGRAD_DX", "1", 1);
-    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev80, &pp), NJ_OK);
     unsetenv("NORMJIT_PLAN_NO_PGRAD_DX");
     assert_int_equal(pp.pgrad, NJ_PGRAD_TILES);
     assert_int_equal(pp.workspace_per_row, sizeof(float));
@@ -768,6 +776,7 @@ static void test_nvrtc_no_spills(void **state)
     static const int64_t gn_cluster[] = {2, 320, 32, 32}; /* channels last, 16-bit: a cluster an image (sm_90) */
     static const int64_t in_cluster[] = {2, 2, 64, 64, 64}; /* InstanceNorm over 64^3: a cluster a row (sm_90) */
     static const int64_t in_block[] = {2, 4, 128, 128}; /* InstanceNorm over 128 x 128: x staged, a block a row */
+    static const int64_t ln_slots[] = {4, 40000}; /* gamma along the row: slots of clusters of 2 (sm_90) */
     static const variant vs[] = {{0, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_GELU_ERF},
@@ -775,7 +784,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[24];
+            nj_problem_desc ps[26];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -800,6 +809,7 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_groupnorm(&ps[n++], dts[d], 4, gn_cluster, 32, 1, f), NJ_OK);
             assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 5, in_cluster, 0, f), NJ_OK);
             assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 4, in_block, 0, f), NJ_OK);
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_slots, 1, f), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];

@@ -211,7 +211,7 @@ static void test_row_persist(void **state)
  * pieces (f32 rows of 400001: the last piece short); offsets, saved statistics, activations, a NaN;
  * narrow 2-D grids (--shuffle) keep clusters on one grid row. The backward where gamma is constant
  * over the row (InstanceNorm) or each piece (GroupNorm NCHW), and rows whose x and dy come to 64 KB, x
- * staged in one block where it fits. Channels-last GroupNorm images past one tile whose x fits 8 SMs are such clusters too (fwd_channels_last.cu: nj_fwd_cl_cluster). */
+ * staged in one block where it fits; with gamma along the row, slots of clusters walking the rows. Channels-last GroupNorm images past one tile whose x fits 8 SMs are such clusters too (fwd_channels_last.cu: nj_fwd_cl_cluster). */
 static void test_cluster(void **state)
 {
     matrix_state *m = *state;
@@ -259,6 +259,13 @@ static void test_cluster(void **state)
     check_line(m, "layernorm f16 2x20001 flags=none act=gelu_tanh", 0.0, 92);
     bwd.offset = 3e4;
     check_regime(m, "instancenorm f32 ncdhw 2x3x32x32x32 flags=scale,bias", &bwd, 93);
+    /* rows past 16384 with gamma along the row: slots of clusters (8, 2 blocks) or blocks walking the rows,
+       each block's dgamma/dbeta partials in shared memory; the saved mean's correction at 1e5 */
+    check_line(m, "layernorm f32 20x100000 flags=scale,bias", 0.0, 100);
+    check_line(m, "rmsnorm bf16 3x40000 flags=scale act=silu", 0.0, 101);
+    check_line(m, "layernorm f16 140x20000 flags=scale,bias act=gelu_erf", 0.0, 102);
+    bwd.offset = 1e5;
+    check_regime(m, "layernorm f32 5x30001 flags=scale,bias", &bwd, 103);
     /* GroupNorm NCHW in clusters: each piece within one channel, its own gamma and dgamma/dbeta pair */
     check_line(m, "groupnorm f32 nchw 2x8x256x256 groups=4 flags=scale,bias act=silu", 0.0, 94);
     check_line(m, "groupnorm bf16 nchw 2x8x256x256 groups=4 flags=scale,bias", 1e2, 95);

@@ -1119,17 +1119,18 @@ static void test_cluster_plan(void **state)
         const char *line;
         int32_t k, vec;
         uint32_t shmem;
-        int bwd;   /* the backward too (x staged alone): gamma constant over each row (1), each piece (2) */
+        int bwd;   /* the backward too (x staged alone): gamma constant over each row (1), each piece (2);
+                    * gamma along the row (3: slots, test_cluster_bwd_slots) */
         int split; /* the row family splits it (2^18 elements), else streams it */
     } want[] = {
         {"instancenorm f32 ncdhw 2x4x64x64x64 flags=scale,bias", 8, 4, 131072, 1, 1},
         {"groupnorm f32 nchw 16x128x256x256 groups=32 flags=scale,bias", 8, 4, 131072, 2, 1},
         {"layernorm f16 2x262144 flags=scale,bias", 4, 8, 131072, 0, 1},
         {"layernorm f32 4x400001 flags=scale,bias", 8, 1, 200004, 0, 1},
-        {"rmsnorm bf16 2x300000 flags=scale", 4, 8, 150000, 0, 1},
+        {"rmsnorm bf16 2x300000 flags=scale", 4, 8, 150000, 3, 1},
         {"layernorm f32 2x200000 flags=scale,bias", 4, 4, 200000, 0, 0},  /* 800 KB, under 2^18 */
-        {"layernorm f32 1000x100000 flags=scale,bias", 2, 4, 200000, 0, 0}, /* nv_norms: 400 KB rows */
-        {"rmsnorm f16 3x102401 flags=scale", 2, 1, 102402, 0, 0},           /* just past 200 KB */
+        {"layernorm f32 1000x100000 flags=scale,bias", 2, 4, 200000, 3, 0}, /* nv_norms: 400 KB rows */
+        {"rmsnorm f16 3x102401 flags=scale", 2, 1, 102402, 3, 0},           /* just past 200 KB */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         nj_plan_params pp = plan_line(want[i].line, NJ_PASS_FORWARD, &dev90);
@@ -1144,7 +1145,7 @@ static void test_cluster_plan(void **state)
         assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block - 4096);
         nj_plan_params bp = plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90);
         assert_int_equal(bp.family == NJ_FAMILY_CLUSTER, want[i].bwd > 0);
-        if (want[i].bwd) { /* the row's (the piece's) dgamma/dbeta pair for the column sum */
+        if (want[i].bwd == 1 || want[i].bwd == 2) { /* the row's (the piece's) dgamma/dbeta pair */
             assert_int_equal(bp.pgrad, want[i].bwd == 1 ? NJ_PGRAD_SETS : NJ_PGRAD_PIECES);
             assert_int_equal(bp.nlaunch, 2);
             assert_int_equal(bp.launch[0].cluster, want[i].k);
@@ -1200,7 +1201,7 @@ static void test_cluster_bwd_block(void **state)
         {"rmsnorm f32 3x20000 flags=none", 1, 1, 80000},
         {"instancenorm f32 nchw 2x4x256x256 flags=scale,bias", 0, 2, 131072},
         {"instancenorm f32 nchw 2x4x64x64 flags=scale,bias", 0, 0, 0}, /* 32 KB: the second reads hit L2 */
-        {"layernorm f32 3x20000 flags=scale,bias", 0, 0, 0},           /* gamma by element */
+        {"layernorm f32 3x10000 flags=scale,bias", 0, 0, 0}, /* gamma by element: the row family's slots */
         /* GroupNorm NCHW: gamma constant over each piece (a pair a piece), not over a one-block row */
         {"groupnorm bf16 nchw 2x8x256x256 groups=4 flags=scale,bias", 0, 2, 131072},
         {"groupnorm f32 nchw 2x8x64x64 groups=4 flags=scale,bias", 0, 0, 0},
@@ -1232,6 +1233,52 @@ static void test_cluster_bwd_block(void **state)
     assert_int_equal(nj_plan_check(&v, &pp, &dev80), NJ_OK);
     pp.split = 2;
     assert_int_equal(nj_plan_check(&v, &pp, &dev80), NJ_ERR_INTERNAL);
+}
+
+/* The cluster family's backward of rows past the row family's slots (16384 elements) with gamma along
+ * the row: a fixed grid of slots, a cluster (or a block) each, walking rows c, c + slots, ...; a block's
+ * shared memory holds its piece of x, then its piece's dgamma (and dbeta) partials; the library's column
+ * sum adds the slots' partial rows. The fewest blocks a row whose pieces fit: none past 8 (sm_90) or 1
+ * (sm_80); NORMJIT_PLAN_NO_CLUSTER_SLOTS=1 keeps the row family's. */
+static void test_cluster_bwd_slots(void **state)
+{
+    (void)state;
+    nj_device_props dev80;
+    nj_device_props_default(80, &dev80);
+    static const struct {
+        const char *line;
+        int32_t k80, k90; /* blocks a row on sm_80 and sm_90; 0: not the cluster family */
+        uint32_t shmem90;
+    } want[] = {
+        {"layernorm f32 1000x100000 flags=scale,bias", 0, 8, 50000 + 100000},   /* 12500 a block */
+        {"rmsnorm f16 3x102401 flags=scale", 0, 4, 51216 + 102404},             /* no dbeta rows */
+        {"layernorm f16 140x20000 flags=scale,bias act=gelu_erf", 0, 1, 40000 + 160000},
+        {"layernorm f32 8x16000 flags=scale,bias", 0, 0, 0},                    /* the row family's slots */
+        {"layernorm f32 2x200000 flags=scale,bias", 0, 0, 0},                   /* past 8 blocks */
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        for (int a = 0; a < 2; a++) {
+            int32_t k = a ? want[i].k90 : want[i].k80;
+            nj_plan_params pp = plan_line(want[i].line, NJ_PASS_BACKWARD, a ? &dev90 : &dev80);
+            if ((pp.family == NJ_FAMILY_CLUSTER) != (k > 0))
+                fail_msg("%s sm_%d: family %s", want[i].line, a ? 90 : 80, nj_family_name(pp.family));
+            if (!k) continue;
+            assert_int_equal(pp.split, k);
+            assert_int_equal(pp.pgrad, NJ_PGRAD_SLOTS);
+            assert_int_equal(pp.pgrad_parts, 132 / k);
+            assert_int_equal(pp.nlaunch, 2);
+            assert_int_equal(pp.launch[0].grid_x, 132 / k * k);
+            assert_int_equal(pp.launch[0].cluster, k > 1 ? k : 0);
+            assert_int_equal(pp.launch[0].shmem, want[i].shmem90);
+            assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block - 4096);
+            assert_string_equal(pp.launch[1].kernel, "nj_lib_colsum");
+        }
+        if (!want[i].k90) continue;
+        setenv("NORMJIT_PLAN_NO_CLUSTER_SLOTS", "1", 1);
+        nj_plan_params pp = plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90);
+        unsetenv("NORMJIT_PLAN_NO_CLUSTER_SLOTS");
+        assert_int_not_equal(pp.family, NJ_FAMILY_CLUSTER);
+    }
 }
 
 /* The image family (planner_image.c): LayerNorm over the C of NCHW whose image fits shared memory with
@@ -1572,7 +1619,7 @@ int main(void)
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_reverse),
         cmocka_unit_test(test_cluster_plan),
-        cmocka_unit_test(test_cluster_bwd_block),
+        cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
         cmocka_unit_test(test_column_bwd_wide_stage), cmocka_unit_test(test_row_bwd_gamma_stage), cmocka_unit_test(test_row_xstage), cmocka_unit_test(test_tile_plan), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
