@@ -219,16 +219,20 @@ void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props 
  * 512 threads for long ones. */
 int32_t nj_plan_walk_block(int64_t n) { return n >= 8192 ? 512 : n >= 1024 ? 256 : n > 64 ? 128 : 32; }
 
-int32_t nj_plan_split_pieces(int64_t n)
+int32_t nj_plan_split_pieces(int64_t n, int64_t stats)
 {
     if (n < NJ_SPLIT_MIN) return 1;
     int64_t pieces = nj_ceil_div64(n, NJ_SPLIT_PIECE);
+    /* under half NJ_SPLIT_FEW blocks a batch row: NJ_SPLIT_FEW, pieces of NJ_SPLIT_PIECE_MIN and more */
+    int64_t few = nj_ceil_div64(NJ_SPLIT_FEW, stats > 0 ? stats : 1);
+    if (few > n / NJ_SPLIT_PIECE_MIN) few = n / NJ_SPLIT_PIECE_MIN;
+    if (pieces * (stats > 0 ? stats : 1) < NJ_SPLIT_FEW / 2 && pieces < few) pieces = few;
     return (int32_t)(pieces < NJ_SPLIT_MAX ? pieces : NJ_SPLIT_MAX);
 }
 
 void nj_plan_fwd_split(const nj_canon *c, const char *part, const char *main_kernel, nj_plan_params *pp)
 {
-    pp->split = nj_plan_split_pieces(c->reduce_size);
+    pp->split = nj_plan_split_pieces(c->reduce_size, c->kept_inner);
     nj_plan_add_launch(pp, part, pp->block, c->kept_inner * pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_PART);
     nj_plan_add_launch(pp, main_kernel, pp->block, c->kept_inner * pp->split, 1, 0);

@@ -47,7 +47,7 @@ nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_
     pp->regs_cache = 0;
     pp->block = nj_plan_walk_block(c->reduce_size);
     if (c->reduce_size >= NJ_SPLIT_MIN) {
-        pp->split = nj_plan_split_pieces(c->reduce_size);
+        pp->split = nj_plan_split_pieces(c->reduce_size, c->kept_inner);
         nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0);
         nj_plan_role(pp, NJ_ROLE_PART);
         nj_plan_add_launch(pp, "nj_bwd_dx", pp->block, c->kept_inner * pp->split, 1, 0);

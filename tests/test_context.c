@@ -312,7 +312,7 @@ static void test_split_rows(void **state)
     fixture *f = *state;
     split_rows(f->dir, 0);
     setenv("NORMJIT_PLAN_NO_CLUSTER", "1", 1);
-    split_rows(f->dir, 3 * 8 * 2 * sizeof(float)); /* 8 pieces of 2^15 a row: (sum, m2) each */
+    split_rows(f->dir, 3 * 32 * 2 * sizeof(float)); /* 32 pieces of 2^13 a row: (sum, m2) each */
     unsetenv("NORMJIT_PLAN_NO_CLUSTER");
 }
 

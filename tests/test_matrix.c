@@ -134,8 +134,8 @@ static void test_layernorm(void **state)
         "layernorm %s 2x4096",      /* vectorized */
         "layernorm %s 2x12289",     /* long prime row: re-read pass */
         "layernorm %s 1x70001",     /* row above 2^16 */
-        "layernorm %s 3x20480",     /* backward: row dx, column-tiled dgamma/dbeta */
-        "layernorm %s 2x262144",    /* split rows: 8 pieces a row, statistics combined in the workspace */
+        "layernorm %s 3x20480",     /* backward: slots of clusters (sm_80: column-tiled dgamma and dx) */
+        "layernorm %s 2x262144",    /* a cluster a row; backward split: 32 pieces a row, sums in the workspace */
         "layernorm %s 66000x8",     /* rows above 2^16 */
         "layernorm %s 0x256",       /* zero-size batch */
         "layernorm %s 2x3x5x6 last=2",
@@ -211,7 +211,9 @@ static void test_row_persist(void **state)
  * pieces (f32 rows of 400001: the last piece short); offsets, saved statistics, activations, a NaN;
  * narrow 2-D grids (--shuffle) keep clusters on one grid row. The backward where gamma is constant
  * over the row (InstanceNorm) or each piece (GroupNorm NCHW), and rows whose x and dy come to 64 KB, x
- * staged in one block where it fits; with gamma along the row, slots of clusters walking the rows. Channels-last GroupNorm images past one tile whose x fits 8 SMs are such clusters too (fwd_channels_last.cu: nj_fwd_cl_cluster). */
+ * staged in one block where it fits; with gamma along the row, slots of clusters walking the rows.
+ * Channels-last GroupNorm images past one tile whose x fits 8 SMs are such clusters too
+ * (fwd_channels_last.cu: nj_fwd_cl_cluster), and a small image's backward one block. */
 static void test_cluster(void **state)
 {
     matrix_state *m = *state;
