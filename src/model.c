@@ -435,9 +435,13 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             nj_trace_set_items(tr, l->kernel, steps);
         }
         nj_trace_set_reverse(tr, l->kernel, pp->reverse && pp->role[NJ_ROLE_MAIN] - 1 == i);
-        /* fwd_row.cu: a split row's normalizing blocks go piece-major, the rows of a piece together */
-        nj_trace_set_param_once(tr, l->kernel, pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD &&
-                                                   pp->split > 1 && pp->role[NJ_ROLE_MAIN] - 1 == i);
+        /* a split row's blocks going piece-major, the rows of a piece together: fwd_row.cu's normalizing
+           launch, bwd_general.cu's sums launch when the column tiles' walk writes dx */
+        bool fwd_pm = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->split > 1 &&
+                      pp->role[NJ_ROLE_MAIN] - 1 == i;
+        bool bwd_pm = pp->family == NJ_FAMILY_GENERAL && pp->pass == NJ_PASS_BACKWARD && pp->split > 1 &&
+                      pp->pgrad == NJ_PGRAD_TILES_DX && pp->role[NJ_ROLE_PART] - 1 == i;
+        nj_trace_set_param_once(tr, l->kernel, fwd_pm || bwd_pm);
         snprintf(m->t.kernel, sizeof m->t.kernel, "%s", l->kernel);
     }
     nj_pass_info_free(&pi);

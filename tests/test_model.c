@@ -122,7 +122,8 @@ static void test_param_reads_capped(void **state)
 
 /* Rows of 10^7 (nv_norms' 10 x 10^7): gamma and beta are 80 MB, past the L2, but the normalizing launch
  * runs piece-major (fwd_row.cu), the rows' blocks of one piece side by side, so each slice of them comes
- * from DRAM once, not once a row: counted per traced block and scaled, they had been 720 MB more. */
+ * from DRAM once, not once a row: counted per traced block and scaled, they had been 720 MB more. The
+ * backward's sums launch (bwd_general.cu) goes piece-major too. */
 static void test_param_once_piece_major(void **state)
 {
     (void)state;
@@ -133,6 +134,16 @@ static void test_param_once_piece_major(void **state)
     const nj_model_launch *norm = &ps->launch[ps->nlaunch - 1];
     assert_true(norm->t.dram_read <= x + 1.05 * param);
     assert_true(norm->t.dram_read >= param);
+    /* the backward's sums launch alike (bwd_general.cu, split rows whose column tiles write dx): x, dy and
+     * gamma once */
+    r = model_of("layernorm f32 3x10000000 flags=scale,bias", NJ_PASS_BACKWARD, 8);
+    ps = &r.pass[0];
+    assert_true(strstr(ps->plan_text, "pgrad=tiles_dx") != NULL);
+    const nj_model_launch *part = &ps->launch[0];
+    assert_string_equal(part->t.kernel, "nj_bwd_dx_part");
+    /* (capped at all the parameters' bytes, though it reads gamma alone: half of them) */
+    assert_true(part->t.dram_read <= 2 * x + 1.1 * param);
+    assert_true(part->t.dram_read >= 2 * x);
 }
 
 static double norm_dram_read(const char *text, bool reverse)
