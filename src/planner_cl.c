@@ -139,7 +139,7 @@ static int64_t cl_cluster_tiles(const nj_canon *c, nj_pass pass, const nj_device
 {
     /* the backward of a small image: one block (no cluster, any architecture) where its x and dy fit */
     bool one = pass == NJ_PASS_BACKWARD && cl_small(c);
-    if ((dev->arch < 90 && !one) || (cl_small(c) && !one) || v < 2 || nj_plan_switched_off("CLUSTER") ||
+    if ((!one && (dev->arch < 90 || cl_small(c))) || v < 2 || nj_plan_switched_off("CLUSTER") ||
         (pass == NJ_PASS_FORWARD && (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT))))
         return 0;
     int64_t hw = c->axes[1].extent, groups = c->axes[2].extent, channels = groups * c->axes[3].extent;

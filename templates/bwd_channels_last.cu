@@ -239,10 +239,8 @@ NJ_CL_PART_KERNEL({{ P.role.part.kernel }}, {{ B }})
     const bool active = t < NJ_LT * NJ_R;
 {% load_params() %}
     {{ block_item("w", "A.rows * NJ_S") }}
-        const nj_i64 k1 = w / NJ_S;
-        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
-        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
-        const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
+        {{ cl_tile_item() }}
+        {{ cl_tile_offsets({"x", "dy"}) }}
 {% load_stats() %}
 {% if DLK then %}
         float dlk[NJ_CH];
@@ -295,11 +293,8 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
     const bool active = t < NJ_LT * NJ_R;
 {% load_params() %}
     {{ main_item("w", "A.rows * NJ_S") }}
-        const nj_i64 k1 = w / NJ_S;
-        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
-        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
-        const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
-        const nj_i64 odx = {{ offset("dx", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dx }};
+        {{ cl_tile_item() }}
+        {{ cl_tile_offsets({"x", "dy", "dx"}) }}
 {% if P.role.merge then %}
         const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS;
 {% else %}
@@ -361,11 +356,8 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
     const bool active = t < NJ_LT * NJ_R;
 {% load_params() %}
     {{ block_item("w", "A.rows * NJ_S") }}
-        const nj_i64 k1 = w / NJ_S;
-        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
-        const nj_i64 ox = {{ offset("x", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.x }};
-        const nj_i64 ody = {{ offset("dy", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dy }};
-        const nj_i64 odx = {{ offset("dx", {1}, "k") }} + (nj_i64)tile * NJ_TP * {{ PS.dx }};
+        {{ cl_tile_item() }}
+        {{ cl_tile_offsets({"x", "dy", "dx"}) }}
 {% if PARAMS then %}
         float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE;
 {% end %}

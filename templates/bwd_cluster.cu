@@ -118,8 +118,7 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 {% if PARAM then %}
         const nj_i64 op = {{ offset("param", kept, "k") }};
 {% end %}
-        const nj_i64 lo = (nj_i64)rank * NJ_PC;
-        const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;
+        {{ piece_range() }}
 {% local pq = PIECES and ("op + " .. row_offset("param", "lo")) or "op" %}
 {% if PARAM and F.scale then %}
         const float gs_ = nj_load_f32(GAMMA, {{ pq }}); /* the row's (the piece's) one gamma, and beta */
@@ -220,8 +219,7 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
     /* the slot's partial rows over the piece: dgamma's at [slot][n], dbeta's at [G + slot][n] */
     {
         float *const PG = (float *)A.workspace{{ ws_plus("pgrad") }};
-        const nj_i64 lo = (nj_i64)rank * NJ_PC;
-        const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;
+        {{ piece_range() }}
         for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ B * VW }}u) {
 #pragma unroll
             for (int q = 0; q < NJ_VW; q++) {

@@ -18,6 +18,20 @@ function cl_setup(name)
   -- copy of the activation: an exp costs ~10 ms of NVRTC time a copy).
   PIXEL_UNROLL = VV > 1 and "#pragma unroll 2" or "#pragma unroll 1"
 end
+-- Work item w's tile: image k1, tile `tile` of npx pixels.
+function cl_tile_item()
+  return "const nj_i64 k1 = w / NJ_S;\n        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);"
+end
+-- The base offsets of the operands opds (ox, oy, ores, oresout, ody, odx) at tile `tile` of image k1.
+function cl_tile_offsets(opds)
+  local names = {x = "ox", y = "oy", res = "ores", resout = "oresout", dy = "ody", dx = "odx"}
+  local t = {}
+  for _, o in ipairs(opds) do
+    t[#t + 1] = string.format("const nj_i64 %s = %s + (nj_i64)tile * NJ_TP * %d;", names[o], offset(o, {1}, "k"),
+                              P.axes[2].stride[o])
+  end
+  return table.concat(t, "\n        ")
+end
 %}
 {% function cl_defines() %}
 #define NJ_N {{ P.reduce_size }}LL

@@ -11,6 +11,11 @@ end
 function cluster_rank() return P.split > 1 and "nj_cluster_rank()" or "0u" end
 function cluster_sync() return P.split > 1 and "nj_cluster_sync()" or "__syncthreads()" end
 function cluster_map(p, r) return P.split > 1 and ("nj_cluster_map(" .. p .. ", " .. r .. ")") or p end
+-- the block's piece of the row: its first element lo and its np elements (the last piece what is left)
+function piece_range()
+  return "const nj_i64 lo = (nj_i64)rank * NJ_PC;\n" ..
+         "        const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;"
+end
 %}
 {# The copy of piece src[base + lo ..] into dst: P.unroll vectors a thread in flight, then their stores.
    A vector of one (the unaligned variant) moves an element as itself: a 16-bit element's 4-byte word

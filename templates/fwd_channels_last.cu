@@ -45,16 +45,6 @@ local function load_x(dst, p)
   end
   return table.concat(t, "\n                    ")
 end
--- base offsets of the operands a kernel reads or writes, for tile `tile` of image k1
-local function tile_offsets(opds)
-  local names = {x = "ox", y = "oy", res = "ores", resout = "oresout"}
-  local t = {}
-  for _, o in ipairs(opds) do
-    t[#t + 1] = string.format("const nj_i64 %s = %s + (nj_i64)tile * NJ_TP * %d;", names[o], offset(o, {1}, "k"),
-                              P.axes[2].stride[o])
-  end
-  return table.concat(t, "\n        ")
-end
 %}
 {% fwd_typedefs() %}
 
@@ -99,7 +89,7 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
     NJ_SHARED(float, nj_ginv, {{ G }});
 {% end %}
 {% local function tile_stats() %}
-        {{ tile_offsets({"x", F.residual and "res" or nil, F.resout and "resout" or nil}) }}
+        {{ cl_tile_offsets({"x", F.residual and "res" or nil, F.resout and "resout" or nil}) }}
 {% if STAGE then %}
         /* the tile into the stage first: x's tile is one contiguous run (dense pixels), copied as vectors
            of P.vec, P.unroll of them in flight a thread, before any arithmetic waits on them */
@@ -222,8 +212,7 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
     const bool active = t < NJ_LT * NJ_R;
     {{ block_item("w", "A.rows * NJ_S") }}
-        const nj_i64 k1 = w / NJ_S;
-        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+        {{ cl_tile_item() }}
 {% tile_stats() %}
         float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }} + tile * (2 * NJ_G);
 #pragma unroll 1
@@ -263,8 +252,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
     const bool active = t < NJ_LT * NJ_R;
     {{ main_item("w", "A.rows * NJ_S") }}
-        const nj_i64 k1 = w / NJ_S;
-        const int tile = (int)(w % NJ_S), npx = nj_cl_tile_pixels(tile);
+        {{ cl_tile_item() }}
 {% if ONE then %}
         /* the image is this tile (or, CLUSTER, this cluster's tiles): its statistics here, finished as the
            library's merge finishes its parts */
@@ -347,7 +335,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
             mk[k] = nj_gm[g];
             sk[k] = nj_gr[g]{{ F.scale and " * sk[k]" or "" }};
         }
-        {{ tile_offsets({"x", "y", F.residual and "res" or nil}) }}
+        {{ cl_tile_offsets({"x", "y", F.residual and "res" or nil}) }}
 {{ PIXEL_UNROLL }}
         for (int p = active ? r : npx; p < npx; p += NJ_R) {
 {% local function affine(o, k) %}

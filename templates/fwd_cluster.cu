@@ -54,8 +54,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
         const unsigned rank = nj_cluster_rank(); /* w % K: a cluster is K consecutive blocks */
         {{ split_index("row", kept, "k") }}
 {% fwd_offsets(kept, "k") %}
-        const nj_i64 lo = (nj_i64)rank * NJ_PC;
-        const unsigned np = lo >= NJ_N ? 0u : NJ_N - lo < (nj_i64)NJ_PC ? (unsigned)(NJ_N - lo) : NJ_PC;
+        {{ piece_range() }}
         /* 1. copy */
 {% stage_piece("X", "ox", "nj_stage") %}
 {% fwd_shift() %}

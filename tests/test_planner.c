@@ -13,12 +13,13 @@
 #include "planner.h"
 #include "planner_canon.h"
 
-static nj_device_props dev90;
+static nj_device_props dev90, dev80;
 
 static int setup(void **state)
 {
     (void)state;
     nj_device_props_default(90, &dev90);
+    nj_device_props_default(80, &dev80);
     return 0;
 }
 
@@ -153,8 +154,6 @@ static void test_row_long(void **state)
     assert_true((int64_t)pp.regs_cache * pp.block >= 4097);
     /* too long for registers: streamed, still a block a row (sm_80: on sm_90 a cluster of 2 keeps it) */
     tc_row(&c, NJ_F32, 100000, 0);
-    nj_device_props dev80;
-    nj_device_props_default(80, &dev80);
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev80, &pp), NJ_OK);
     assert_int_equal(pp.family, NJ_FAMILY_ROW);
     assert_int_equal(pp.regs_cache, 0);
@@ -1014,8 +1013,6 @@ static void test_channels_last(void **state)
      * one launch and the column sum, the workspace the tile's dgamma/dbeta pairs alone; its unaligned
      * variant reads the image again instead; 16 x 16 (320 KB) is a cluster of 2 on sm_90, not staged on
      * sm_80 */
-    nj_device_props dev80;
-    nj_device_props_default(80, &dev80);
     int64_t small[4] = {2, 320, 8, 8}, mid[4] = {2, 320, 16, 16};
     for (int a = 0; a < 2; a++) {
         assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, small, 32, 1, aff), NJ_OK);
@@ -1113,8 +1110,6 @@ static void test_reverse(void **state)
 static void test_cluster_plan(void **state)
 {
     (void)state;
-    nj_device_props dev80;
-    nj_device_props_default(80, &dev80);
     static const struct {
         const char *line;
         int32_t k, vec;
@@ -1181,15 +1176,40 @@ static void test_cluster_plan(void **state)
     assert_int_equal(g[1], 1);
 }
 
+/* The backward plan of `line` on sm_90 (else sm_80): the cluster family exactly when k > 0, then k blocks
+ * a row, in clusters of k past one block. */
+static nj_plan_params cluster_bwd_on(const char *line, bool sm90, int32_t k)
+{
+    nj_plan_params pp = plan_line(line, NJ_PASS_BACKWARD, sm90 ? &dev90 : &dev80);
+    if ((pp.family == NJ_FAMILY_CLUSTER) != (k > 0))
+        fail_msg("%s sm_%d: family %s", line, sm90 ? 90 : 80, nj_family_name(pp.family));
+    if (k) {
+        assert_int_equal(pp.split, k);
+        assert_int_equal(pp.launch[0].cluster, k > 1 ? k : 0);
+    }
+    return pp;
+}
+
+/* Under the planner switch `name` (NORMJIT_PLAN_NO_<name>=1), the backward of `line` on sm_90 is not the
+ * cluster family's. */
+static void cluster_bwd_off(const char *line, const char *name)
+{
+    char var[64];
+    snprintf(var, sizeof var, "NORMJIT_PLAN_NO_%s", name);
+    setenv(var, "1", 1);
+    nj_plan_params pp = plan_line(line, NJ_PASS_BACKWARD, &dev90);
+    unsetenv(var);
+    assert_int_not_equal(pp.family, NJ_FAMILY_CLUSTER);
+}
+
 /* The cluster family's backward under 2^18 elements: rows whose x and dy come to 64 KB and more, gamma
- * constant over the row or absent (or over each of a cluster's pieces: GroupNorm NCHW), stage x in one block where it fits an SM (split 1: no cluster, any
- * architecture: the walks had read x and dy twice, the second time from DRAM), in a cluster past it
- * (sm_90); smaller rows, and rows with gamma by element, stay where they were. */
+ * constant over the row or absent (or over each of a cluster's pieces: GroupNorm NCHW), stage x in one
+ * block where it fits an SM (split 1: no cluster, any architecture: the walks had read x and dy twice,
+ * the second time from DRAM), in a cluster past it (sm_90); smaller rows, and rows with gamma by
+ * element, stay where they were. */
 static void test_cluster_bwd_block(void **state)
 {
     (void)state;
-    nj_device_props dev80;
-    nj_device_props_default(80, &dev80);
     static const struct {
         const char *line;
         int32_t k80, k90; /* blocks a row on sm_80 and sm_90; 0: not the cluster family */
@@ -1210,22 +1230,14 @@ static void test_cluster_bwd_block(void **state)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         for (int a = 0; a < 2; a++) {
             int32_t k = a ? want[i].k90 : want[i].k80;
-            nj_plan_params pp = plan_line(want[i].line, NJ_PASS_BACKWARD, a ? &dev90 : &dev80);
-            if ((pp.family == NJ_FAMILY_CLUSTER) != (k > 0))
-                fail_msg("%s sm_%d: family %s", want[i].line, a ? 90 : 80, nj_family_name(pp.family));
+            nj_plan_params pp = cluster_bwd_on(want[i].line, a, k);
             if (!k) continue;
-            assert_int_equal(pp.split, k);
-            assert_int_equal(pp.launch[0].cluster, k > 1 ? k : 0);
             assert_int_equal(pp.launch[0].shmem, want[i].shmem);
             assert_int_equal(pp.block, 1024);
             assert_int_equal(pp.stage, 1);
             if (strstr(want[i].line, "groupnorm")) assert_int_equal(pp.pgrad, NJ_PGRAD_PIECES);
         }
-        if (!want[i].k90) continue;
-        setenv("NORMJIT_PLAN_NO_CLUSTER", "1", 1);
-        nj_plan_params pp = plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90);
-        unsetenv("NORMJIT_PLAN_NO_CLUSTER");
-        assert_int_not_equal(pp.family, NJ_FAMILY_CLUSTER);
+        if (want[i].k90) cluster_bwd_off(want[i].line, "CLUSTER");
     }
     /* the plan check: a cluster plan of several blocks a row needs its clusters; one block needs none */
     nj_canon v;
@@ -1243,8 +1255,6 @@ static void test_cluster_bwd_block(void **state)
 static void test_cluster_bwd_slots(void **state)
 {
     (void)state;
-    nj_device_props dev80;
-    nj_device_props_default(80, &dev80);
     static const struct {
         const char *line;
         int32_t k80, k90; /* blocks a row on sm_80 and sm_90; 0: not the cluster family */
@@ -1259,25 +1269,17 @@ static void test_cluster_bwd_slots(void **state)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         for (int a = 0; a < 2; a++) {
             int32_t k = a ? want[i].k90 : want[i].k80;
-            nj_plan_params pp = plan_line(want[i].line, NJ_PASS_BACKWARD, a ? &dev90 : &dev80);
-            if ((pp.family == NJ_FAMILY_CLUSTER) != (k > 0))
-                fail_msg("%s sm_%d: family %s", want[i].line, a ? 90 : 80, nj_family_name(pp.family));
+            nj_plan_params pp = cluster_bwd_on(want[i].line, a, k);
             if (!k) continue;
-            assert_int_equal(pp.split, k);
             assert_int_equal(pp.pgrad, NJ_PGRAD_SLOTS);
             assert_int_equal(pp.pgrad_parts, 132 / k);
             assert_int_equal(pp.nlaunch, 2);
             assert_int_equal(pp.launch[0].grid_x, 132 / k * k);
-            assert_int_equal(pp.launch[0].cluster, k > 1 ? k : 0);
             assert_int_equal(pp.launch[0].shmem, want[i].shmem90);
             assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block - 4096);
             assert_string_equal(pp.launch[1].kernel, "nj_lib_colsum");
         }
-        if (!want[i].k90) continue;
-        setenv("NORMJIT_PLAN_NO_CLUSTER_SLOTS", "1", 1);
-        nj_plan_params pp = plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90);
-        unsetenv("NORMJIT_PLAN_NO_CLUSTER_SLOTS");
-        assert_int_not_equal(pp.family, NJ_FAMILY_CLUSTER);
+        if (want[i].k90) cluster_bwd_off(want[i].line, "CLUSTER_SLOTS");
     }
 }
 
@@ -1446,8 +1448,7 @@ static void test_row_xstage(void **state)
     pp = plan_line("layernorm bf16 *x20000 flags=scale,bias,residual,resout", NJ_PASS_FORWARD, &dev90);
     assert_int_equal(pp.stage, 2);
     assert_int_equal(pp.launch[0].shmem, 20000 * 4);
-    nj_device_props dev80; /* past 200 KB: streamed on sm_80, a cluster's on sm_90 (test_cluster_plan) */
-    nj_device_props_default(80, &dev80);
+    /* past 200 KB: streamed on sm_80, a cluster's on sm_90 (test_cluster_plan) */
     pp = plan_line("layernorm f32 *x100000 flags=scale,bias", NJ_PASS_FORWARD, &dev80);
     assert_int_equal(pp.family, NJ_FAMILY_ROW);
     assert_int_equal(pp.stage, 0);
