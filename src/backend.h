@@ -9,6 +9,11 @@
 
 typedef struct nj_backend nj_backend;
 
+/* Launch flags. DEPENDENT: the kernel may start while the kernel before it in the stream still runs
+ * (programmatic dependent launch, sm_90 and later); it must wait for it before any global access, as
+ * every generated kernel does (prelude: nj_grid_enter). A backend without it launches as usual. */
+enum { NJ_LAUNCH_PLAIN = 0u, NJ_LAUNCH_DEPENDENT = 1u };
+
 typedef struct nj_backend_ops {
     const char *name;         /* "cuda", "emulator", "compile-only": messages and logs only */
     nj_backend_kind kind;     /* what callers branch on (never the name) */
@@ -22,9 +27,9 @@ typedef struct nj_backend_ops {
     /* Binary -> module handle. NJ_ERR_UNSUPPORTED for compile-only. */
     nj_status (*load)(nj_backend *b, const void *bin, size_t size, void **module);
     nj_status (*function)(nj_backend *b, void *module, const char *name, void **fn);
-    /* args points to one nj_kargs, passed by value as the kernel's single parameter. */
+    /* args points to one nj_kargs, passed by value as the kernel's single parameter; flags: NJ_LAUNCH_*. */
     nj_status (*launch)(nj_backend *b, void *fn, const uint32_t grid[3], const int32_t block[3], uint32_t shmem,
-                        void *stream, const void *args, size_t args_size);
+                        void *stream, uint32_t flags, const void *args, size_t args_size);
     void (*unload)(nj_backend *b, void *module);
     nj_status (*mem_alloc)(nj_backend *b, size_t bytes, void **out);
     void (*mem_free)(nj_backend *b, void *p);

@@ -7,6 +7,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,8 @@ typedef struct nj_cu_api {
 #define NJ_CU_FIELD_(name, args) CUresult(*name) args;
     NJ_CU_FUNCS(NJ_CU_FIELD_)
 #undef NJ_CU_FIELD_
+    /* optional (CUDA 12.0 drivers and later): dependent launches; NULL launches every kernel plainly */
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
 } nj_cu_api;
 
 /* Loaded and initialized once per process (cuInit's answer does not change within a process). */
@@ -98,6 +102,7 @@ static nj_status nj_cu_resolve(void *h, const char *lib)
         return nj_fail(NJ_ERR_NO_DRIVER, "%s lacks %s: the CUDA driver is too old or broken", lib, #name);
     NJ_CU_FUNCS(NJ_CU_SYM_)
 #undef NJ_CU_SYM_
+    *(void **)&nj_cu.api.cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx");
     return NJ_OK;
 }
 
@@ -228,8 +233,32 @@ static nj_status nj_cuda_function(nj_backend *b, void *module, const char *name,
     return NJ_OK;
 }
 
+/* Set once a driver refused a dependent launch that it then took plainly: every later launch is plain. */
+static atomic_bool nj_cu_no_dependent;
+
+/* A programmatic dependent launch: 1 when the driver took it, 0 when not tried (no cuLaunchKernelEx, or
+ * turned off), -1 when the driver refused it. */
+static int nj_cuda_dependent(void *fn, const uint32_t grid[3], const int32_t block[3], uint32_t shmem, void *stream,
+                              void **params)
+{
+    if (!nj_cu.api.cuLaunchKernelEx || atomic_load(&nj_cu_no_dependent)) return 0;
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = grid[0], cfg.gridDimY = grid[1], cfg.gridDimZ = grid[2];
+    cfg.blockDimX = (unsigned)block[0], cfg.blockDimY = (unsigned)block[1], cfg.blockDimZ = (unsigned)block[2];
+    cfg.sharedMemBytes = shmem;
+    cfg.hStream = (CUstream)stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return nj_cu.api.cuLaunchKernelEx(&cfg, (CUfunction)fn, params, NULL) == CUDA_SUCCESS ? 1 : -1;
+}
+
 static nj_status nj_cuda_launch_in_ctx(void *fn, const uint32_t grid[3], const int32_t block[3], uint32_t shmem,
-                                       void *stream, const void *args)
+                                       void *stream, uint32_t flags, const void *args)
 {
     /* A kernel may use 48 KiB of static and dynamic shared memory together without opting in (its default
      * dynamic limit is 48 KiB less its static arrays); past that it must opt in to its dynamic size. Only
@@ -242,17 +271,22 @@ static nj_status nj_cuda_launch_in_ctx(void *fn, const uint32_t grid[3], const i
                          (int)shmem));
     }
     void *params[1] = {(void *)args}; /* the one nj_kargs parameter, copied by value by the driver */
-    return NJ_CU(cuLaunchKernel, (CUfunction)fn, grid[0], grid[1], grid[2], (unsigned)block[0], (unsigned)block[1],
-                 (unsigned)block[2], shmem, (CUstream)stream, params, NULL);
+    int dep = flags & NJ_LAUNCH_DEPENDENT ? nj_cuda_dependent(fn, grid, block, shmem, stream, params) : 0;
+    if (dep > 0) return NJ_OK;
+    nj_status s = NJ_CU(cuLaunchKernel, (CUfunction)fn, grid[0], grid[1], grid[2], (unsigned)block[0],
+                        (unsigned)block[1], (unsigned)block[2], shmem, (CUstream)stream, params, NULL);
+    /* refused dependent, taken plain: the driver lacks the feature (a bad launch fails both ways) */
+    if (dep < 0 && s == NJ_OK) atomic_store(&nj_cu_no_dependent, true);
+    return s;
 }
 
 static nj_status nj_cuda_launch(nj_backend *b, void *fn, const uint32_t grid[3], const int32_t block[3],
-                                uint32_t shmem, void *stream, const void *args, size_t args_size)
+                                uint32_t shmem, void *stream, uint32_t flags, const void *args, size_t args_size)
 {
     NJ_RETURN_IF(!fn || !grid || !block || !args || !args_size, NJ_ERR_NULL_POINTER, "cuda launch: NULL argument");
     for (int i = 0; i < 3; i++)
         NJ_RETURN_IF(grid[i] == 0 || block[i] <= 0, NJ_ERR_BAD_ARGUMENT, "cuda launch: empty grid or block dimension");
-    NJ_IN_CTX(nj_cb(b), nj_cuda_launch_in_ctx(fn, grid, block, shmem, stream, args));
+    NJ_IN_CTX(nj_cb(b), nj_cuda_launch_in_ctx(fn, grid, block, shmem, stream, flags, args));
 }
 
 static void nj_cuda_unload(nj_backend *b, void *module)
@@ -417,7 +451,7 @@ static nj_status nj_co_function(nj_backend *b, void *module, const char *name, v
     return nj_co_unsupported("look up a kernel");
 }
 static nj_status nj_co_launch(nj_backend *b, void *fn, const uint32_t grid[3], const int32_t block[3], uint32_t shmem,
-                              void *stream, const void *args, size_t args_size)
+                              void *stream, uint32_t flags, const void *args, size_t args_size)
 {
     return nj_co_unsupported("launch a kernel");
 }

@@ -428,8 +428,9 @@ static void emu_unload(nj_backend *b, void *module)
 
 /* ---------------------------------------------------------------- launching */
 
+/* flags: a dependent launch runs as any other (launches run one after another, each to its end) */
 static nj_status emu_launch(nj_backend *b, void *fn, const uint32_t grid[3], const int32_t block[3], uint32_t shmem,
-                            void *stream, const void *args, size_t args_size)
+                            void *stream, uint32_t flags, const void *args, size_t args_size)
 {
     emu_backend *e = (emu_backend *)b;
     const emu_func *f = fn;

@@ -142,6 +142,7 @@ nj_status nj_context_create(const nj_context_options *opts, nj_context **out)
         return s;
     }
     if (ctx->opts.max_parallel_compiles > 0) nj_nvrtc_set_parallelism(ctx->opts.max_parallel_compiles);
+    ctx->dependent_launches = nj_dependent_launches(ctx->backend->props.arch);
     nj_cache_setup(ctx);
     *out = ctx;
     return NJ_OK;

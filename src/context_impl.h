@@ -65,7 +65,13 @@ struct nj_context {
     char *record_path; /* NORMJIT_RECORD */
     atomic_uint_fast64_t hits_memory, hits_disk, misses, compiles, compile_failures;
     struct nj_serve *serve; /* serve hook: generic kernels and background compiles (src/async.c) */
+    bool dependent_launches; /* a pass's later kernels launch dependent (nj_dependent_launches) */
 };
+
+/* launch.c */
+/* Whether a pass's kernels after its first launch dependent (NJ_LAUNCH_DEPENDENT) on arch: sm_90 and
+ * later, unless NORMJIT_NO_PDL=1 (the A/B of tools/gpu-check). The model asks the same. */
+NJ_HIDDEN bool nj_dependent_launches(int32_t arch);
 
 /* context.c */
 NJ_HIDDEN nj_status nj_plan_ensure(nj_plan *plan, nj_pass pass, nj_variant v, nj_kernelset **out);

@@ -7,6 +7,7 @@
 #include "async.h" /* serve hook */
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A pointer the flags require must be given, one they exclude must be NULL (a mismatch is almost
@@ -39,6 +40,12 @@ static bool nj_args_fit(const nj_plan *plan, const nj_plan_params *pp, const nj_
     return true;
 }
 
+bool nj_dependent_launches(int32_t arch)
+{
+    const char *off = getenv("NORMJIT_NO_PDL");
+    return arch >= 90 && !(off && off[0] == '1');
+}
+
 /* ws_cap: the caller's workspace_size, or SIZE_MAX for an old struct version that does not carry it. */
 static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream, size_t ws_cap)
 {
@@ -59,14 +66,18 @@ static nj_status nj_run(nj_plan *plan, nj_pass pass, nj_kargs *ka, void *stream,
     NJ_RETURN_IF(ws && !nj_addr_fits(ka->workspace, 16), NJ_ERR_BAD_ARGUMENT,
                  "the workspace must be 16-byte aligned (got %p)", ka->workspace);
     nj_backend *b = plan->ctx->backend;
+    /* the pass's first kernel waits for the stream as any kernel does; the ones after it may start as the
+       one before them drains (they wait for it before touching memory: prelude's nj_grid_enter) */
+    uint32_t flags = NJ_LAUNCH_PLAIN;
     for (int32_t i = 0; i < ks->params.nlaunch; i++) {
         const nj_launch *l = &ks->params.launch[i];
         uint32_t grid[3];
         NJ_TRY(nj_launch_grid(l, plan->rows, b->props.max_grid_x, grid));
         if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) continue;
         if (l->lib != NJ_LIB_NONE) nj_launch_lib_args(l, plan->rows, ka->lib);
-        nj_status s = b->ops->launch(b, ks->fn[i], grid, l->block, l->shmem, stream, ka, sizeof *ka);
+        nj_status s = b->ops->launch(b, ks->fn[i], grid, l->block, l->shmem, stream, flags, ka, sizeof *ka);
         if (s != NJ_OK) return nj_fail_context(s, "launching %s", l->kernel);
+        if (plan->ctx->dependent_launches) flags = NJ_LAUNCH_DEPENDENT;
     }
     return NJ_OK;
 }

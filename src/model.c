@@ -365,8 +365,9 @@ static void m_time(nj_model_launch *m, const nj_model_device *d)
     if (m->t_rows > body) body = m->t_rows, m->bound = "rows";
     if (m->t_l2 > body) body = m->t_l2, m->bound = "l2";
     body /= tail;
-    if (body < d->launch_s) m->bound = "launch";
-    m->time = d->launch_s + body;
+    double launch = m->dependent ? d->launch_dep_s : d->launch_s;
+    if (body < launch) m->bound = "launch";
+    m->time = launch + body;
 }
 
 /* ---- a pass ---- */
@@ -451,7 +452,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
     int32_t nt;
     const nj_trace_launch *tl = nj_trace_launches(tr, &nt);
     /* launches ran in plan order, those of an empty grid skipped: match them by name in order */
-    int32_t j = 0;
+    int32_t j = 0, ran = 0;
     for (int32_t i = 0; i < out->nlaunch; i++) {
         nj_model_launch *m = &out->launch[i];
         if (j < nt && strcmp(tl[j].kernel, m->t.kernel) == 0) m->t = nj_trace_scaled(&tl[j++]);
@@ -466,7 +467,9 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             if ((m->family == NJ_FAMILY_IMAGE || m->family == NJ_FAMILY_TILE) && m->unroll > 0 && m->ilp > m->unroll)
                 m->ilp = m->unroll;
         }
-        if (m->blocks > 0) m_time(m, d);
+        /* the first launch of the pass waits for the stream; the later ones launch dependent (launch.c) */
+        m->dependent = ran > 0 && ctx->dependent_launches && d->arch >= 90;
+        if (m->blocks > 0) m_time(m, d), ran++;
         out->dram_bytes += m->t.dram_read + m->t.dram_write;
         out->time += m->time;
     }

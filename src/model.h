@@ -26,6 +26,8 @@ typedef struct nj_model_device {
     double latency_s;      /* DRAM load latency under load (Little's law) */
     double l2_latency_s;   /* load latency of an L2 hit under load */
     double launch_s;       /* fixed cost a kernel adds in a stream of launches (launch, ramp, drain) */
+    double launch_dep_s;   /* the same for a dependent launch (a pass's later kernels on sm_90: the launch
+                              overlaps the kernel before it; the ramp after its wait stays) */
     double row_sync_s;     /* a block-per-row kernel's reduction and barriers a row, beyond the load latency */
     int32_t threads_sm, blocks_sm, regs_sm, smem_sm; /* occupancy limits an SM */
     const char *source;    /* where the figures come from */
@@ -122,6 +124,7 @@ typedef struct nj_model_launch {
     double rows;             /* rows of a row-family kernel (block-per-row ones walk theirs in turn) */
     int32_t rows_per_block, row_sync; /* rows a block holds at once; 1: a block reduction each row */
     int32_t row_fetch;                /* 1: the next row's loads are in flight during this row (P.persist) */
+    int32_t dependent;                /* 1: launched dependent on the kernel before it (launch_dep_s) */
     const char *bound;       /* "dram", "latency", "l2", "rows", "launch" */
 } nj_model_launch;
 

@@ -39,8 +39,8 @@ static void r_dir(nj_buf *b, const nj_trace_launch *t, int d, const char *name)
 static void r_launch(nj_buf *b, const nj_model_launch *m)
 {
     const nj_trace_launch *t = &m->t;
-    nj_buf_printf(b, "    launch %s%s: %.0f blocks of %d threads", t->kernel, m->lib ? " (library)" : "", m->blocks,
-                  m->threads);
+    nj_buf_printf(b, "    launch %s%s%s: %.0f blocks of %d threads", t->kernel, m->lib ? " (library)" : "",
+                  m->dependent ? " (dependent)" : "", m->blocks, m->threads);
     if (m->blocks <= 0) {
         nj_buf_printf(b, ", empty grid: not launched\n");
         return;

@@ -230,6 +230,7 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
 #endif
 NJ_CL_PART_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
     NJ_SHARED(float, nj_gmean, {{ G }});
@@ -282,6 +283,7 @@ NJ_CL_PART_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {% DLK = true %}
 NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_gmean, {{ G }});
     NJ_SHARED(float, nj_grstd, {{ G }});
     /* each group's mean of g, mean of g * xhat less dl * mean(g), and dl (the tiles' mean of xhat) */
@@ -339,6 +341,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
    scales the sums to means the same way), then the dx kernel's walk over the stage. */
 {{ cluster_kernel(P.role.main.kernel, B, S) }}
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_part, {{ R * C }});
     NJ_SHARED(float, nj_chan, {{ C }});
     NJ_SHARED(float, nj_gmean, {{ G }});

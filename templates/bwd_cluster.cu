@@ -81,6 +81,7 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 {% end %}
 {{ cluster_kernel(P.role.main.kernel, B, K) }}
 {
+    nj_grid_enter();
     NJ_DYN_SHARED(nj_tx, nj_sx); /* the block's piece of x */
     NJ_SHARED(float, nj_scratch, {{ math.max(2 * NW, 4) }});
     NJ_SHARED(float, nj_pair, 3); /* the piece's sums: of (x - mean) * rstd, of g, of g * xhat (read by the cluster) */

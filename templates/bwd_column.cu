@@ -193,6 +193,7 @@ end
 {% BWD_DL = (mode ~= "part" or PRE) and "dl" or nil %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
+    nj_grid_enter();
 {% if mode ~= "dx" then %}
     NJ_SHARED(float, nj_part, {{ ((FUSED and 4 or 2) + (S3 and 1 or 0)) * B * CPL }});
 {% end %}

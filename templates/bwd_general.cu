@@ -71,6 +71,7 @@ local GS = (SETS and F.scale) and "gs_ * " or ""
 {% BWD_DL = (mode ~= "part" or PRE) and "dl" or nil %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_scratch, {{ math.max(2 * NW, 4) }});
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
 {{ bwd_pointers() }}

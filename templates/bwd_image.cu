@@ -54,6 +54,7 @@ BWD_DL = F.center and "dl" or nil
 
 NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {
+    nj_grid_enter();
     /* dynamic shared memory (planner_image.c: image_shmem): the block's floats, then x, then dy */
     NJ_DYN_SHARED(float, nj_ptab);                 /* gamma (then beta) by channel */
     float *const nj_part = nj_ptab + {{ NPAR }};   /* warp partials, [sum][warp][pixel] */

@@ -34,6 +34,7 @@ local NF = nonfeat_inner
  * non-feature axes inside, advanced by PB without any 64-bit division. */
 NJ_KERNEL({{ PL.kernel }}, {{ PB }})
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_pscratch, {{ 2 * (PB // 32) }});
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */
 {{ bwd_pointers() }}

@@ -37,6 +37,7 @@ if DX and (nonfeat_inner ~= 1 or #nonfeat ~= 1) then error("bwd_pgrad_col: dx ne
 
 NJ_KERNEL({{ PL.kernel }}, {{ PB }})
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_part, {{ 2 * PB }});
 {% if not DX then %}
     if (!A.dgamma && !A.dbeta) return; /* both skipped: uniform across the grid */

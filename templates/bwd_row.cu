@@ -469,6 +469,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {% end %}
 {
+    nj_grid_enter();
 {% if RPB == 1 or GW then %}
     NJ_SHARED(float, nj_scratch, {{ 2 * NW }});
 {% else %}

@@ -82,6 +82,7 @@ BWD_DL = F.center and "dl" or nil
 {% end %}
 NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {
+    nj_grid_enter();
     NJ_DYN_SHARED(float, nj_rm);                    /* a row's saved mean */
     float *const nj_rr = nj_rm + NJ_R;              /* its rstd */
     float *const nj_rdl = nj_rr + NJ_R;             /* its correction dl */

@@ -201,6 +201,7 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
  * spills: it holds two Welford values a channel, not the normalize's constants and activation) */
 NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {
+    nj_grid_enter();
 {% stats_shared() %}
     const nj_tx *X = (const nj_tx *)A.x;
 {% if F.residual then %}
@@ -232,6 +233,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
 NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {% end %}
 {
+    nj_grid_enter();
     /* each group's shift, mean of x - shift and rstd, finished once a block: a thread's CH channels
        read them from shared memory, not CH shift loads and 2 * CH workspace loads of their own */
 {% if ONE then %}

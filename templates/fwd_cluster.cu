@@ -43,6 +43,7 @@ local PCHUNK = has_param and not PROW and not PVEC and inner.stride.param == 0 a
 
 NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 {
+    nj_grid_enter();
     NJ_DYN_SHARED(nj_tx, nj_stage); /* the block's piece of the row */
     NJ_SHARED(float, nj_scratch, {{ NW }});
     NJ_SHARED(float, nj_pair, 2); /* the piece's sum and squared deviations (scaled shifted values) */

@@ -204,6 +204,7 @@ end
 {% local function col_kernel(name, mode) %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
+    nj_grid_enter();
 {% if mode == "norm" then %}
 {% elseif F.center then %}
     NJ_SHARED(nj_welford, nj_part, {{ B * CPL }}); /* [warp][column][lane] */

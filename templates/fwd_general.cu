@@ -46,6 +46,7 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 {% local function stat_kernel(name, mode) %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
+    nj_grid_enter();
 {% if mode == "norm" then %}
     NJ_SHARED(float, nj_scratch, 2);
 {% elseif F.center then %}

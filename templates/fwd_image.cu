@@ -48,6 +48,7 @@ typedef {{ RAW and "nj_tx" or "float" }} nj_tstage;
 
 NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {
+    nj_grid_enter();
     /* dynamic shared memory (planner_image.c: image_shmem): the block's floats, then the slab */
     NJ_DYN_SHARED(float, nj_ptab);                  /* gamma, then beta, by channel */
     float *const nj_part = nj_ptab + {{ NPAR }};    /* a partial a thread, [group][pixel] */

@@ -462,6 +462,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 
 NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_scratch, {{ NW }});
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
     nj_fwd_row_part_body(A, nj_scratch, nj_wscratch);
@@ -469,6 +470,7 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_scratch, 2);
     nj_fwd_row_body(A, nj_scratch, 0);
 }
@@ -481,6 +483,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ P.persist }})
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {% end %}
 {
+    nj_grid_enter();
 {% if RPB == 1 then %}
     NJ_SHARED(float, nj_scratch, {{ NW }});
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});

@@ -36,6 +36,7 @@ typedef {{ RAW and "nj_tx" or "float" }} nj_tstage;
 
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
+    nj_grid_enter();
     NJ_DYN_SHARED(float, nj_rk);                    /* a row's shift k */
     float *const nj_rmd = nj_rk + NJ_R;             /* its md */
     float *const nj_rrs = nj_rmd + NJ_R;            /* its rstd */

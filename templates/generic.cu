@@ -96,6 +96,7 @@ NJ_DEVICE void nj_gsplit(const nj_gdesc *G, const nj_i64 *ax, nj_i64 n, nj_i64 i
  * values (prelude: nj_shift) by Welford, then a second walk writes y (and residual_out). */
 NJ_KERNEL({{ P.kernel.main }}, NJ_GB)
 {
+    nj_grid_enter();
     NJ_SHARED(nj_gdesc, G, 1);
     NJ_SHARED(nj_welford, nj_wscratch, NJ_GNW);
     nj_gdesc_load(G, A);
@@ -163,6 +164,7 @@ NJ_DEVICE float nj_gxhat(float x, float m, float c, float rstd) { return ((x - m
  * under RMS). The correction goes to the workspace at the statistic's offset for the dgamma kernel. */
 NJ_KERNEL({{ P.kernel.main }}, NJ_GB)
 {
+    nj_grid_enter();
     NJ_SHARED(nj_gdesc, G, 1);
     NJ_SHARED(float, nj_scratch, 2 * NJ_GNW);
     nj_gdesc_load(G, A);
@@ -228,6 +230,7 @@ NJ_KERNEL({{ P.kernel.main }}, NJ_GB)
  * corrections it reads. */
 NJ_KERNEL({{ P.kernel.pgrad }}, NJ_GB)
 {
+    nj_grid_enter();
     NJ_SHARED(nj_gdesc, G, 1);
     NJ_SHARED(float, nj_scratch, 2 * NJ_GNW);
     if (!A.dgamma && !A.dbeta) return; /* uniform across the grid */

@@ -23,6 +23,7 @@ typedef {{ need(P.ctype.param, "a gamma dtype") }} nj_tparam;
 
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_red, {{ 2 * B }});
     const bool wa = A.dgamma != 0, wb = A.dbeta != 0; /* uniform across the grid */
     if (!wa && !wb) return;

@@ -38,6 +38,7 @@ NJ_DEVICE float nj_merge_dev(float sum, float m2, float nq, float mean)
 
 NJ_KERNEL({{ P.launch[1].kernel }}, {{ B }})
 {
+    nj_grid_enter();
     NJ_SHARED(float, nj_red, {{ 2 * B }});
     NJ_SHARED(float, nj_mean, 32);
     const nj_i64 nitems = A.lib[{{ P.merge.nitems }}], first = nj_block_item() * 32;

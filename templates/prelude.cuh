@@ -59,6 +59,21 @@ template <class T> static __device__ __forceinline__ T *nj_cluster_map(T *p, uns
     return (T *)d;
 }
 #endif
+/* Programmatic dependent launch (sm_90 and later; docs/architecture.md "Launches"): the host may start a
+ * pass's later kernels while the kernel before them drains. Every kernel calls this first, before any
+ * global access: griddepcontrol.wait returns once the kernels before it in the stream have finished and
+ * their writes are visible (at once for a kernel launched the ordinary way); launch_dependents then lets
+ * the next kernel's blocks be scheduled as this grid's last blocks run. The trigger comes after the wait,
+ * so a kernel that starts early has every kernel before its predecessor finished. */
+#if __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ void nj_grid_enter()
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+#else
+static __device__ __forceinline__ void nj_grid_enter() {}
+#endif
 #endif
 
 typedef long long nj_i64;

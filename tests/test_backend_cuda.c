@@ -132,7 +132,7 @@ static void test_compile_only_refuses_to_run_fail(void **state)
     uint32_t grid[3] = {1, 1, 1};
     int32_t block[3] = {32, 1, 1};
     char args[16] = {0};
-    assert_int_equal(b->ops->launch(b, fn, grid, block, 0, NULL, args, sizeof args), NJ_ERR_UNSUPPORTED);
+    assert_int_equal(b->ops->launch(b, fn, grid, block, 0, NULL, NJ_LAUNCH_PLAIN, args, sizeof args), NJ_ERR_UNSUPPORTED);
     assert_int_equal(b->ops->mem_alloc(b, 64, &mem), NJ_ERR_UNSUPPORTED);
     assert_null(mem);
     assert_int_equal(b->ops->upload(b, args, args, 4), NJ_ERR_UNSUPPORTED);
@@ -183,6 +183,8 @@ typedef struct fake_api {
     int (*push)(void *ctx);
     int (*pop)(void **ctx);
     void (*set_static)(int bytes);
+    int (*dependent)(void);
+    long (*calls)(const char *name);
 } fake_api;
 
 /* The fake is already loaded by the backend; dlopen hands back the same handle. */
@@ -197,7 +199,12 @@ static int fake_bind(fake_api *f)
     *(void **)&f->push = dlsym(h, "cuCtxPushCurrent_v2");
     *(void **)&f->pop = dlsym(h, "cuCtxPopCurrent_v2");
     *(void **)&f->set_static = dlsym(h, "fake_set_static_shared");
-    return f->refs && f->depth && f->launches && f->last && f->push && f->pop && f->set_static ? 0 : -1;
+    *(void **)&f->dependent = dlsym(h, "fake_dependent_launches");
+    *(void **)&f->calls = dlsym(h, "fake_calls");
+    return f->refs && f->depth && f->launches && f->last && f->push && f->pop && f->set_static && f->dependent &&
+                   f->calls
+               ? 0
+               : -1;
 }
 
 #define CHILD_CHECK(cond, code) \
@@ -207,6 +214,31 @@ static int fake_bind(fake_api *f)
             return code;        \
         }                       \
     } while (0)
+
+/* A dependent launch goes through cuLaunchKernelEx with the programmatic-serialization attribute; under a
+ * driver that refuses it (FAKE_CUDA_EX_FAIL, the "fake-ex-refused" child) the kernel launches plainly,
+ * and from then on every launch is plain. */
+static int fake_dependent_checks(nj_backend *b, const fake_api *f, void *fn, const nj_kargs *a)
+{
+    uint32_t grid[3] = {3, 2, 1};
+    int32_t block[3] = {128, 1, 1};
+    unsigned g[3], bl[3], sh = 1;
+    nj_kargs seen;
+    bool refused = getenv("FAKE_CUDA_EX_FAIL") != NULL;
+    long ex0 = f->calls("cuLaunchKernelEx"), plain0 = f->calls("cuLaunchKernel");
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 0, NULL, NJ_LAUNCH_DEPENDENT, a, sizeof *a) == NJ_OK, 53);
+    f->last(g, bl, &sh, &seen, sizeof seen);
+    CHILD_CHECK(g[0] == 3 && g[1] == 2 && bl[0] == 128 && memcmp(&seen, a, sizeof *a) == 0, 54);
+    CHILD_CHECK(f->launches() == 4 && f->calls("cuLaunchKernelEx") == ex0 + 1, 55);
+    CHILD_CHECK(f->dependent() == (refused ? 0 : 1), 56);
+    CHILD_CHECK(f->calls("cuLaunchKernel") == plain0 + (refused ? 1 : 0), 57);
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 0, NULL, NJ_LAUNCH_DEPENDENT, a, sizeof *a) == NJ_OK, 58);
+    CHILD_CHECK(f->calls("cuLaunchKernelEx") == ex0 + (refused ? 1 : 2), 59); /* not asked again */
+    CHILD_CHECK(f->dependent() == (refused ? 0 : 2) && f->launches() == 5, 67);
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 0, NULL, NJ_LAUNCH_PLAIN, a, sizeof *a) == NJ_OK, 68);
+    CHILD_CHECK(f->calls("cuLaunchKernelEx") == ex0 + (refused ? 1 : 2) && f->launches() == 6, 69);
+    return 0;
+}
 
 static int fake_launch_checks(nj_backend *b, const fake_api *f, void *fn)
 {
@@ -220,29 +252,29 @@ static int fake_launch_checks(nj_backend *b, const fake_api *f, void *fn)
     uint32_t grid[3] = {3, 2, 1};
     int32_t block[3] = {128, 1, 1};
     unsigned g[3], bl[3], sh = 1;
-    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 0, NULL, &a, sizeof a) == NJ_OK, 40);
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 0, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a) == NJ_OK, 40);
     f->last(g, bl, &sh, &seen, sizeof seen);
     CHILD_CHECK(g[0] == 3 && g[1] == 2 && g[2] == 1 && bl[0] == 128 && bl[1] == 1 && sh == 0, 41);
     CHILD_CHECK(memcmp(&seen, &a, sizeof a) == 0, 42); /* the whole struct, by value */
-    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 100 * 1024, NULL, &a, sizeof a) == NJ_OK, 43);
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 100 * 1024, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a) == NJ_OK, 43);
     f->last(g, bl, &sh, &seen, sizeof seen);
     CHILD_CHECK(sh == 100 * 1024, 44);
-    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 300000, NULL, &a, sizeof a) == NJ_ERR_CUDA, 45);
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 300000, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a) == NJ_ERR_CUDA, 45);
     CHILD_CHECK(strstr(nj_last_error(), "cuFuncSetAttribute"), 46);
     /* 48 KiB of dynamic memory beside 12 KiB of static arrays: past the default limit, so the backend
      * opts in (the column tiles' 49152 B launches beside their own arrays failed on a GPU without it) */
     f->set_static(12 * 1024);
-    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 48 * 1024, NULL, &a, sizeof a) == NJ_OK, 51);
+    CHILD_CHECK(b->ops->launch(b, fn, grid, block, 48 * 1024, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a) == NJ_OK, 51);
     f->last(g, bl, &sh, &seen, sizeof seen);
     CHILD_CHECK(sh == 48 * 1024, 52);
     f->set_static(0);
     int32_t big[3] = {2048, 1, 1};
-    CHILD_CHECK(b->ops->launch(b, fn, grid, big, 0, NULL, &a, sizeof a) == NJ_ERR_CUDA, 47);
+    CHILD_CHECK(b->ops->launch(b, fn, grid, big, 0, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a) == NJ_ERR_CUDA, 47);
     CHILD_CHECK(strstr(nj_last_error(), "cuLaunchKernel") && strstr(nj_last_error(), "CUDA_ERROR_INVALID_VALUE"), 48);
     int32_t zero[3] = {0, 1, 1};
-    CHILD_CHECK(b->ops->launch(b, fn, grid, zero, 0, NULL, &a, sizeof a) == NJ_ERR_BAD_ARGUMENT, 49);
+    CHILD_CHECK(b->ops->launch(b, fn, grid, zero, 0, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a) == NJ_ERR_BAD_ARGUMENT, 49);
     CHILD_CHECK(f->launches() == 3 && f->depth() == 0, 50);
-    return 0;
+    return fake_dependent_checks(b, f, fn, &a);
 }
 
 static int fake_memory_checks(nj_backend *b, const fake_api *f)
@@ -317,6 +349,14 @@ static void test_fake_driver(void **state)
     assert_int_equal(nj_test_run_child("fake", "NORMJIT_LIBCUDA", fake_lib), 0);
 }
 
+static void test_fake_driver_refuses_dependent(void **state)
+{
+    setenv("FAKE_CUDA_EX_FAIL", "801", 1); /* CUDA_ERROR_NOT_SUPPORTED */
+    int rc = nj_test_run_child("fake", "NORMJIT_LIBCUDA", fake_lib);
+    unsetenv("FAKE_CUDA_EX_FAIL");
+    assert_int_equal(rc, 0);
+}
+
 static void test_fake_driver_no_device_fail(void **state)
 {
     setenv("FAKE_CUDA_DEVICES", "0", 1);
@@ -353,6 +393,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_compile_only_refuses_to_run_fail),
         cmocka_unit_test(test_compile_only_future_arch),
         cmocka_unit_test(test_fake_driver),
+        cmocka_unit_test(test_fake_driver_refuses_dependent),
         cmocka_unit_test(test_fake_driver_no_device_fail),
     };
     return cmocka_run_group_tests(tests, build_fake_driver, remove_fake_driver);

@@ -89,7 +89,7 @@ static nj_status go(built *k, uint32_t gx, uint32_t gy, uint32_t gz, int32_t bx,
 {
     uint32_t grid[3] = {gx, gy, gz};
     int32_t block[3] = {bx, by, bz};
-    return k->b->ops->launch(k->b, k->fn, grid, block, shmem, NULL, a, sizeof *a);
+    return k->b->ops->launch(k->b, k->fn, grid, block, shmem, NULL, NJ_LAUNCH_PLAIN, a, sizeof *a);
 }
 
 /* 1-based line of the line holding `marker` in the kernel source as compiled (KARGS is line 1). */
@@ -798,7 +798,7 @@ static void test_launch_limits_fail(void **state)
     assert_int_equal(go(&k, 0, 1, 1, 32, 1, 1, 0, &a), NJ_ERR_BAD_ARGUMENT);
     uint32_t grid[3] = {1, 1, 1};
     int32_t block[3] = {32, 1, 1};
-    assert_int_equal(k.b->ops->launch(k.b, k.fn, grid, block, 0, NULL, &a, sizeof a - 4), NJ_ERR_BAD_ARGUMENT);
+    assert_int_equal(k.b->ops->launch(k.b, k.fn, grid, block, 0, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a - 4), NJ_ERR_BAD_ARGUMENT);
     void *fn = NULL;
     assert_int_equal(k.b->ops->function(k.b, k.mod, "no_such_kernel", &fn), NJ_ERR_EMULATOR);
     drop(&k, true);

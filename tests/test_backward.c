@@ -192,7 +192,7 @@ static void bwd_launch(bwd_state *s, bwd_kernels *k, const nj_refh *r, const flo
         assert_int_equal(nj_launch_grid(&k->pp.launch[i], a.rows, b->props.max_grid_x, grid), NJ_OK);
         nj_launch_lib_args(&k->pp.launch[i], a.rows, a.lib);
         nj_status st = b->ops->launch(b, k->fn[i], grid, k->pp.launch[i].block, k->pp.launch[i].shmem,
-                                           NULL, &a, sizeof a);
+                                           NULL, NJ_LAUNCH_PLAIN, &a, sizeof a);
         if (st != NJ_OK) fail_msg("launch %s: %s", k->pp.launch[i].kernel, nj_last_error());
     }
     free(xs);

@@ -901,6 +901,120 @@ static void test_template_contract(void **state)
     assert_true(checked >= 10);
 }
 
+/* Programmatic dependent launch (launch.c, prelude's nj_grid_enter): a kernel that may start while the
+ * one before it drains waits for it before any global access. In every template, each kernel's body
+ * opens with nj_grid_enter(); (the heads under one {% if %} share a body). */
+static void test_grid_enter_templates(void **state)
+{
+    (void)state;
+    static const char *const heads[] = {"NJ_KERNEL(", "NJ_KERNEL_REGS(", "NJ_KERNEL_OCC(", "NJ_CL_PART_KERNEL(",
+                                        "NJ_CLUSTER_KERNEL(", "{{ cluster_kernel("};
+    int kernels = 0;
+    for (size_t i = 0; i < nj_embedded_template_count; i++) {
+        const nj_embedded_file *f = &nj_embedded_templates[i];
+        if (strncmp(f->name, "emu/", 4) == 0) continue;
+        for (const char *l = f->text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+            bool head = false;
+            for (size_t h = 0; h < sizeof heads / sizeof *heads; h++) head |= !strncmp(l, heads[h], strlen(heads[h]));
+            if (!head) continue;
+            kernels++;
+            const char *b = l; /* skip this and sibling heads and directives to the body's brace */
+            while ((b = strchr(b, '\n')) != NULL && strncmp(++b, "{\n", 2) != 0)
+                if (*b != '{' && strncmp(b, "NJ_", 3) != 0) fail_msg("%s: a kernel head without a body: %.40s", f->name, l);
+            if (!b || strncmp(b, "{\n    nj_grid_enter();\n", 22) != 0)
+                fail_msg("%s: the kernel at \"%.48s\" does not open with nj_grid_enter()", f->name, l);
+        }
+    }
+    assert_true(kernels >= 26);
+}
+
+/* Each kernel of the compiled PTX (the newest virtual arch: sm_90 and later) waits (griddepcontrol.wait)
+ * before its first global access or call, and triggers its dependents; the cases of every family, both
+ * passes, and the library modules. */
+/* NULL when every entry of ptx waits first; else what is wrong (a static buffer). */
+static const char *ptx_entry_fault(const char *ptx)
+{
+    static char why[128];
+    int entries = 0;
+    for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 1, ".entry ")) {
+        entries++;
+        const char *next = strstr(e + 1, ".entry "), *wait = strstr(e, "griddepcontrol.wait");
+        const char *trig = strstr(e, "griddepcontrol.launch_dependents");
+        if (!wait || (next && wait > next) || !trig || (next && trig > next) || trig < wait) {
+            snprintf(why, sizeof why, "an entry without griddepcontrol.wait then launch_dependents: %.60s", e);
+            return why;
+        }
+        for (const char *l = strchr(e, '\n'); l && l < wait; l = strchr(l + 1, '\n')) {
+            const char *p = l + 1 + strspn(l + 1, " \t");
+            if (*p == '@') p += strcspn(p, " \t"), p += strspn(p, " \t");
+            bool mem = (!strncmp(p, "ld.", 3) && strncmp(p, "ld.param", 8) != 0) || !strncmp(p, "st.", 3) ||
+                       !strncmp(p, "atom.", 5) || !strncmp(p, "red.", 4) || !strncmp(p, "call", 4) ||
+                       !strncmp(p, "cp.async", 8);
+            if (mem) {
+                snprintf(why, sizeof why, "%.40s before griddepcontrol.wait", p);
+                return why;
+            }
+        }
+    }
+    return entries ? NULL : "no entry";
+}
+
+static void ptx_check_source(const char *src, const char *name, int32_t kernels)
+{
+    int32_t maxa = 0;
+    assert_int_equal(nj_nvrtc_max_arch(&maxa), NJ_OK);
+    nj_compile_result r;
+    memset(&r, 0, sizeof r);
+    if (nj_nvrtc_compile(src, name, maxa + 1, kernels, &r) != NJ_OK) fail_msg("%s: %s", name, nj_last_error());
+    assert_true(r.bin.is_ptx);
+    char *ptx = strndup(r.bin.data, r.bin.size);
+    const char *why = ptx_entry_fault(ptx);
+    if (why) fail_msg("%s: %s", name, why);
+    free(ptx);
+    nj_binary_free(&r.bin);
+}
+
+static void test_grid_enter_ptx(void **state)
+{
+    (void)state;
+    const char *v;
+    if (nj_nvrtc_version_string(&v) != NJ_OK) {
+        fprintf(stderr, "NVRTC not available (%s): PTX check skipped\n", nj_last_error());
+        skip();
+    }
+    unsetenv("NORMJIT_TEMPLATE_DIR");
+    build_cases();
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    int families = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nfwd; i++) {
+            nj_plan_params pp;
+            char *src = NULL;
+            assert_int_equal(nj_plan_pass(&fwd[i].c, pass ? NJ_PASS_BACKWARD : NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+            if (nj_codegen(&fwd[i].c, &pp, &src) != NJ_OK) fail_msg("%s: %s", fwd[i].name, nj_last_error());
+            families |= 1 << pp.family;
+            ptx_check_source(src, fwd[i].name, nj_plan_kernel_count(&pp));
+            free(src);
+        }
+    assert_true(__builtin_popcount((unsigned)families) >= 5);
+    static const int32_t libs[] = {NJ_LIB_COLSUM, NJ_LIB_MERGE};
+    for (size_t i = 0; i < 2; i++) {
+        nj_plan_params lp;
+        char *src = NULL;
+        assert_int_equal(nj_plan_library(libs[i], &lp), NJ_OK);
+        assert_int_equal(nj_codegen_library(&lp, nj_lib_dtype(libs[i], NJ_F32), &src), NJ_OK);
+        ptx_check_source(src, lp.launch[0].kernel, 1);
+        free(src);
+    }
+    /* the check itself: a load ahead of the wait, an entry without it */
+    assert_non_null(ptx_entry_fault(".entry k(\n ld.global.f32 %f1, [%rd1];\n griddepcontrol.wait;\n "
+                                    "griddepcontrol.launch_dependents;\n"));
+    assert_non_null(ptx_entry_fault(".entry k(\n ld.param.u64 %rd1, [A];\n ret;\n"));
+    assert_null(ptx_entry_fault(".entry k(\n ld.param.u64 %rd1, [A];\n griddepcontrol.wait;\n "
+                                "griddepcontrol.launch_dependents;\n ld.global.f32 %f1, [%rd1];\n"));
+}
+
 int main(void)
 {
     const struct CMUnitTest engine[] = {
@@ -919,6 +1033,8 @@ int main(void)
         cmocka_unit_test(test_codegen_fail),
         cmocka_unit_test(test_library_render),
         cmocka_unit_test(test_template_contract),
+        cmocka_unit_test(test_grid_enter_templates),
+        cmocka_unit_test(test_grid_enter_ptx),
         cmocka_unit_test(test_forward_compile_nvrtc),
         cmocka_unit_test(test_row_backward_occupancy),
         cmocka_unit_test(test_random_problems),

@@ -167,7 +167,7 @@ static void test_launch_kargs(void **state)
     a.reserved = 42;
     uint32_t grid[3] = {(N + 127) / 128, 1, 1};
     int32_t block[3] = {128, 1, 1};
-    assert_int_equal(b->ops->launch(b, fn, grid, block, 0, NULL, &a, sizeof a), NJ_OK);
+    assert_int_equal(b->ops->launch(b, fn, grid, block, 0, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a), NJ_OK);
     assert_int_equal(b->ops->synchronize(b, NULL), NJ_OK);
     assert_int_equal(b->ops->download(b, y, dy, sizeof y), NJ_OK);
     assert_int_equal(b->ops->download(b, &mean, dmean, sizeof mean), NJ_OK);
@@ -198,7 +198,7 @@ static void test_launch_big_shared(void **state)
     a.rows = shmem / 4;
     uint32_t grid[3] = {BLOCKS, 1, 1};
     int32_t block[3] = {256, 1, 1};
-    nj_status s = b->ops->launch(b, fn, grid, block, shmem, NULL, &a, sizeof a);
+    nj_status s = b->ops->launch(b, fn, grid, block, shmem, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a);
     if (s != NJ_OK) fprintf(stderr, "launch: %s\n", nj_last_error());
     assert_int_equal(s, NJ_OK);
     assert_int_equal(b->ops->synchronize(b, NULL), NJ_OK);
@@ -223,7 +223,7 @@ static void test_bad_launch_fail(void **state)
     memset(&a, 0, sizeof a);
     uint32_t grid[3] = {1, 1, 1};
     int32_t block[3] = {4096, 1, 1}; /* above every device's limit */
-    assert_int_equal(b->ops->launch(b, fn, grid, block, 0, NULL, &a, sizeof a), NJ_ERR_CUDA);
+    assert_int_equal(b->ops->launch(b, fn, grid, block, 0, NULL, NJ_LAUNCH_PLAIN, &a, sizeof a), NJ_ERR_CUDA);
     assert_non_null(strstr(nj_last_error(), "cuLaunchKernel"));
     assert_non_null(strstr(nj_last_error(), "CUDA_ERROR_"));
     /* The context survives a refused launch. */

@@ -219,13 +219,22 @@ static void free_bufs(nj_context *ctx, bufs *b)
 }
 
 typedef struct tally {
-    long alloc, lock, open, all, launch, get, push, pop;
+    long alloc, lock, open, all, launch, get, push, pop, dependent;
 } tally;
 
+/* launch: kernels launched either way; dependent: of them through cuLaunchKernelEx (launch.c: a pass's
+ * kernels after its first, on sm_90, the fake's architecture) */
 static tally snap(void)
 {
-    return (tally){n_alloc, n_lock, n_open, fake.calls(NULL), fake.calls("cuLaunchKernel"),
-                   fake.calls("cuCtxGetCurrent"), fake.calls("cuCtxPushCurrent_v2"), fake.calls("cuCtxPopCurrent_v2")};
+    return (tally){n_alloc,
+                   n_lock,
+                   n_open,
+                   fake.calls(NULL),
+                   fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx"),
+                   fake.calls("cuCtxGetCurrent"),
+                   fake.calls("cuCtxPushCurrent_v2"),
+                   fake.calls("cuCtxPopCurrent_v2"),
+                   fake.calls("cuLaunchKernelEx")};
 }
 
 /* Runs `calls` passes armed and checks what they did against the contract; returns launches per pass. */
@@ -248,6 +257,8 @@ static long check_pass(nj_plan *plan, const bufs *b, nj_pass pass, int calls, in
     assert_true(t1.get - t0.get <= launches);
     assert_int_equal(t1.push - t0.push, other_ctx_current ? launches : 0);
     assert_int_equal(t1.pop - t0.pop, t1.push - t0.push);
+    const char *no_pdl = getenv("NORMJIT_NO_PDL");
+    assert_int_equal(t1.dependent - t0.dependent, no_pdl && no_pdl[0] == '1' ? 0 : launches - calls);
     return launches / calls;
 }
 
@@ -261,7 +272,7 @@ static void test_launch_contract(void **state)
     /* no context current (a fresh thread): the library pushes its own and pops it again */
     long fl = check_pass(plan, &b, NJ_PASS_FORWARD, 50, 1);
     long bl = check_pass(plan, &b, NJ_PASS_BACKWARD, 50, 1);
-    assert_true(fl >= 1 && bl >= 1);
+    assert_true(fl >= 1 && bl >= 2); /* the backward's dgamma sum is a dependent launch */
     /* the device's primary context current already (a framework's runtime made it so): no push or pop */
     void *primary = NULL, *popped = NULL;
     assert_int_equal(fake.retain(&primary, 0), 0);
@@ -287,6 +298,22 @@ static void test_launch_contract(void **state)
     armed = 0;
     assert_int_equal(s, NJ_OK);
     assert_true(n_alloc > a0);
+    free_bufs(ctx, &b);
+    nj_context_destroy(ctx);
+}
+
+/* NORMJIT_NO_PDL=1 (read when a context is made): every launch plain, the same kernels. */
+static void test_no_dependent_launches(void **state)
+{
+    (void)state;
+    setenv("NORMJIT_NO_PDL", "1", 1);
+    nj_context *ctx = cuda_context(0, 0);
+    fake_bind();
+    bufs b;
+    nj_plan *plan = setup_plan(ctx, &b);
+    assert_true(check_pass(plan, &b, NJ_PASS_BACKWARD, 10, 1) >= 2);
+    assert_true(check_pass(plan, &b, NJ_PASS_FORWARD, 10, 1) >= 1);
+    unsetenv("NORMJIT_NO_PDL");
     free_bufs(ctx, &b);
     nj_context_destroy(ctx);
 }
@@ -500,6 +527,7 @@ int main(int argc, char **argv)
     } else {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_launch_contract),
+            cmocka_unit_test(test_no_dependent_launches),
             cmocka_unit_test(test_generic_launch_contract),
             cmocka_unit_test(test_two_devices),
             cmocka_unit_test(test_host_path_bound),

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #include <cmocka.h>
 
@@ -231,6 +232,39 @@ static void test_counting_off(void **state)
     nj_context_destroy(ctx);
 }
 
+/* Dependent launches (launch.c): on sm_90 a pass's kernels after its first cost launch_dep_s, not
+ * launch_s; NORMJIT_NO_PDL=1 when the context is made, or sm_80, launches them all plainly. The row
+ * backward's dgamma sum is such a second launch. */
+static void test_dependent_launch_cost(void **state)
+{
+    (void)state;
+    const char *text = "layernorm f32 64x1024 flags=scale,bias";
+    nj_model_result r = model_of(text, NJ_PASS_BACKWARD, 8);
+    const nj_model_pass *ps = &r.pass[0];
+    assert_true(ps->nlaunch >= 2);
+    assert_int_equal(ps->launch[0].dependent, 0);
+    for (int32_t i = 1; i < ps->nlaunch; i++) assert_int_equal(ps->launch[i].dependent, 1);
+    setenv("NORMJIT_NO_PDL", "1", 1);
+    nj_context *plain = NULL;
+    nj_status s = nj_model_context(90, NULL, &plain);
+    unsetenv("NORMJIT_NO_PDL");
+    assert_int_equal(s, NJ_OK);
+    nj_problem_desc p;
+    assert_int_equal(nj_problem_from_text(text, 1, &p), NJ_OK);
+    const nj_model_device *h = nj_model_device_find("H200");
+    nj_model_opts o = {h, 0, 8, NJ_PASS_BACKWARD};
+    nj_model_result rp;
+    assert_int_equal(nj_model_problem(plain, &p, &o, &rp), NJ_OK);
+    nj_context_destroy(plain);
+    for (int32_t i = 0; i < rp.pass[0].nlaunch; i++) assert_int_equal(rp.pass[0].launch[i].dependent, 0);
+    double saved = (ps->nlaunch - 1) * (h->launch_s - h->launch_dep_s);
+    assert_true(h->launch_dep_s < h->launch_s);
+    assert_true(fabs(rp.pass[0].time - ps->time - saved) < 1e-9);
+    /* sm_80 has no dependent launches, and the A100 row of the table no cheaper cost */
+    const nj_model_device *a = nj_model_device_find("A100");
+    assert_true(a->launch_dep_s == a->launch_s);
+}
+
 static void test_l2_ramp(void **state)
 {
     (void)state;
@@ -382,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_cluster_rereads_l2), cmocka_unit_test(test_param_once_piece_major),
         cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_compare),         cmocka_unit_test(test_goals),
+        cmocka_unit_test(test_dependent_launch_cost),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

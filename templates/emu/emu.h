@@ -122,6 +122,9 @@ static inline int __syncthreads_or(int p, int line = __builtin_LINE())
 static inline void __threadfence(void) { __asm__ __volatile__("" ::: "memory"); }
 static inline void __threadfence_block(void) { __asm__ __volatile__("" ::: "memory"); }
 
+/* ---- launches: one at a time, each finished before the next starts (prelude: nj_grid_enter) ---- */
+static inline void nj_grid_enter(void) {}
+
 /* ---- clusters: the blocks of a cluster run together ---- */
 static inline unsigned nj_cluster_rank(void) { return nj_emu_rt_->cur->crank; }
 static inline unsigned nj_cluster_size(void)

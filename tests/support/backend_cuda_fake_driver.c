@@ -254,10 +254,9 @@ EXPORT CUresult cuFuncSetAttribute(void *f, int attr, int v)
     dyn_shared_attr = v;
     return OK;
 }
-EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                               unsigned shmem, void *stream, void **params, void **extra)
+static CUresult fake_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned shmem, void **params, void **extra)
 {
-    note_call(__func__);
     if (!have_ctx() || ((fake_function *)f)->module->dev != current_dev()) return INVALID_CONTEXT;
     if ((uint64_t)bx * by * bz > 1024 || !params || extra) return INVALID_VALUE;
     /* as the GPU: dynamic memory up to the function's limit, by default 48 KiB less its static arrays */
@@ -271,6 +270,46 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
     last_launch_dev = current_dev();
     return OK;
 }
+EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shmem, void *stream, void **params, void **extra)
+{
+    note_call(__func__);
+    return fake_launch(f, gx, gy, gz, bx, by, bz, shmem, params, extra);
+}
+/* cuda.h's CUlaunchConfig and CUlaunchAttribute, as laid out there */
+typedef struct fake_attr {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int flag; /* programmaticStreamSerializationAllowed, cooperative, ... */
+    } value;
+} fake_attr;
+typedef struct fake_config {
+    unsigned grid[3], block[3], shmem;
+    void *stream;
+    fake_attr *attrs;
+    unsigned nattrs;
+} fake_config;
+static int dependent_launches;
+
+/* Launches with attributes: the one the backend sets (6, programmatic stream serialization) is counted;
+ * FAKE_CUDA_EX_FAIL=N makes a driver that refuses it with CUresult N. */
+EXPORT CUresult cuLaunchKernelEx(const fake_config *cfg, void *f, void **params, void **extra)
+{
+    note_call(__func__);
+    int dependent = 0;
+    for (unsigned i = 0; i < cfg->nattrs; i++) {
+        if (cfg->attrs[i].id != 6) return INVALID_VALUE;
+        dependent = cfg->attrs[i].value.flag != 0;
+    }
+    if (dependent && env_int("FAKE_CUDA_EX_FAIL", 0)) return env_int("FAKE_CUDA_EX_FAIL", 0);
+    CUresult r = fake_launch(f, cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0], cfg->block[1],
+                             cfg->block[2], cfg->shmem, params, extra);
+    if (r == OK) dependent_launches += dependent;
+    return r;
+}
+
 EXPORT CUresult cuMemAlloc_v2(uint64_t *p, size_t n)
 {
     note_call(__func__);
@@ -305,6 +344,7 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
 EXPORT int fake_ctx_refs(void) { return ctx_refs; }
 EXPORT int fake_ctx_depth(void) { return ctx_depth; }
 EXPORT int fake_launches(void) { return launches; }
+EXPORT int fake_dependent_launches(void) { return dependent_launches; }
 /* every function's static shared memory from now on, and the dynamic limit back to its default */
 EXPORT void fake_set_static_shared(int bytes) { static_shared = bytes, dyn_shared_attr = -1; }
 EXPORT int fake_last_launch_device(void) { return last_launch_dev; }
