@@ -500,8 +500,10 @@ nj_status nj_model_problem(nj_context *ctx, const nj_problem_desc *p, const nj_m
     nj_trace *tr = NULL;
     nj_status s = m_alloc_all(p, ws, &b);
     if (s == NJ_OK) s = nj_trace_create(o->sample, o->dev->l1_bytes, o->dev->l2_bytes, &tr);
+    /* the workspace and the statistics: what one launch stores there, a later one reads */
     for (int i = 0; s == NJ_OK && i < MB_N; i++)
-        if (i != MB_GAMMA && i != MB_BETA && i != MB_DGAMMA && i != MB_DBETA) nj_trace_add_buffer(tr, b.p[i], b.bytes[i], false);
+        if (i == MB_WS || i == MB_MEAN || i == MB_RSTD) nj_trace_add_scratch(tr, b.p[i], b.bytes[i]);
+        else if (i != MB_GAMMA && i != MB_BETA && i != MB_DGAMMA && i != MB_DBETA) nj_trace_add_buffer(tr, b.p[i], b.bytes[i], false);
     /* the parameters too: their reads are part of what a kernel moves */
     for (int i = MB_GAMMA; s == NJ_OK && i <= MB_DBETA; i++)
         nj_trace_add_buffer(tr, b.p[i], b.bytes[i], i == MB_GAMMA || i == MB_BETA);

@@ -79,6 +79,10 @@ NJ_HIDDEN nj_status nj_trace_create(uint32_t sample, double l1_bytes, double l2_
 NJ_HIDDEN void nj_trace_destroy(nj_trace *t);
 /* Only accesses inside registered buffers count (the tensors and the workspace). */
 NJ_HIDDEN void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes, bool param);
+/* A buffer a pass's launches store to and later launches read (the workspace, the statistics): a first
+ * read of one of its sectors in a later launch takes the L2 miss of the nearest sector a traced block
+ * stored (model_trace.c: tr_carried), not a DRAM first touch. */
+NJ_HIDDEN void nj_trace_add_scratch(nj_trace *t, const void *p, size_t bytes);
 /* Blocks of a kernel resident on the whole device and on one SM at once (reuse distances in a block). */
 NJ_HIDDEN void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm);
 /* A kernel whose clusters walk `items` work items with a grid stride (item c, c + clusters, ...). */

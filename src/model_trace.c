@@ -52,8 +52,12 @@ struct nj_trace {
     nj_status status;
     struct {
         uintptr_t lo, hi;
-        bool param;
+        bool param, scratch;
     } buf[TR_MAX_BUFS];
+    /* sectors of scratch buffers the traced clusters stored to this pass: [0, nwrote_sorted) from the
+     * launches before this one, sorted; the running launch's appended after (tr_carried) */
+    uint64_t *wrote;
+    size_t nwrote, nwrote_sorted, wrotecap;
     double param_bytes; /* of the buffers added as parameters */
     int32_t nbuf;
     struct tr_res {
@@ -90,6 +94,12 @@ struct nj_trace {
     double closed, launch_fresh;
     nj_trace_launch launch[NJ_TRACE_MAX_LAUNCHES];
     int32_t nlaunch;
+    /* each launch's clock at its start and end, whether its clusters were all resident at once, and its
+     * traced clusters' mean new bytes (tr_carried) */
+    struct tr_span {
+        double start, end, cluster_bytes, global_at_start;
+        bool one_wave;
+    } span[NJ_TRACE_MAX_LAUNCHES];
 };
 
 static nj_trace_launch *tr_cur(nj_trace *t) { return t->nlaunch ? &t->launch[t->nlaunch - 1] : NULL; }
@@ -99,10 +109,30 @@ static void tr_fail(nj_trace *t)
     if (t->status == NJ_OK) t->status = NJ_ERR_OUT_OF_MEMORY;
 }
 
+static int tr_cmp_u64(const void *x, const void *y);
+
+/* The stores of the launch before join the sorted sectors tr_carried searches. */
+static void tr_wrote_close(nj_trace *t)
+{
+    if (t->nwrote == t->nwrote_sorted) return;
+    qsort(t->wrote, t->nwrote, sizeof *t->wrote, tr_cmp_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < t->nwrote; i++)
+        if (u == 0 || t->wrote[u - 1] != t->wrote[i]) t->wrote[u++] = t->wrote[i];
+    t->nwrote = t->nwrote_sorted = u;
+}
+
 static void tr_launch(void *u, const nj_emu_launch *l)
 {
     nj_trace *t = u;
-    if (t->nlaunch) t->closed += t->launch_fresh * t->scale; /* the launch before, with its final scale */
+    if (t->nlaunch) { /* the launch before, with its final scale */
+        t->closed += t->launch_fresh * t->scale;
+        struct tr_span *sp = &t->span[t->nlaunch - 1];
+        const nj_trace_launch *prev = &t->launch[t->nlaunch - 1];
+        sp->end = t->closed;
+        sp->cluster_bytes = prev->run ? (t->global_bytes - sp->global_at_start) / (double)prev->run : 0;
+    }
+    tr_wrote_close(t);
     t->launch_fresh = 0;
     t->l = l;
     t->nthr = l->block[0] * l->block[1] * l->block[2];
@@ -151,9 +181,9 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     r->param_cap = t->param_once || t->param_bytes <= NJ_MODEL_L2_HIT * t->l2_bytes ? t->param_bytes : 0;
     r->work_total = t->items;
     t->scale = 1;
+    t->span[t->nlaunch - 1] = (struct tr_span){.start = t->closed, .end = t->closed, .global_at_start = t->global_bytes,
+                                               .one_wave = (double)r->clusters <= t->resident};
 }
-
-static int tr_cmp_u64(const void *x, const void *y);
 
 /* The clusters to trace: the first, the last, and points of the golden-ratio sequence in between (evenly
  * spread like a regular stride, but without aliasing with the periodic structure of a grid: a stride that
@@ -330,6 +360,69 @@ static bool tr_param(const nj_trace *t, uint64_t sector)
     return false;
 }
 
+/* The scratch buffer holding sector s, or -1. */
+static int32_t tr_scratch(const nj_trace *t, uint64_t sector)
+{
+    uintptr_t a = (uintptr_t)sector * 32;
+    for (int32_t i = 0; i < t->nbuf; i++)
+        if (t->buf[i].scratch && a >= t->buf[i].lo && a < t->buf[i].hi) return i;
+    return -1;
+}
+
+static void tr_wrote_add(nj_trace *t, uint64_t sector)
+{
+    if (t->nwrote == t->wrotecap) {
+        size_t cap = t->wrotecap ? 2 * t->wrotecap : 1u << 12;
+        uint64_t *w = realloc(t->wrote, cap * sizeof *w);
+        if (!w) {
+            tr_fail(t);
+            return;
+        }
+        t->wrote = w;
+        t->wrotecap = cap;
+    }
+    t->wrote[t->nwrote++] = sector;
+}
+
+/* A first load of a scratch sector (the workspace, the statistics) in a launch after the first reads what
+ * an earlier launch of the pass stored there, mostly blocks the sample did not run: its miss is that of
+ * the nearest sector of the buffer a traced block stored in an earlier launch, by the bytes brought in
+ * since (the row backward's slots store their partial rows last, and the column sum finds them in the
+ * L2; tiles store theirs as the launch goes). Before, every such read was a first touch: DRAM. -1: no
+ * such store (an input, as the backward's statistics: DRAM). */
+static double tr_carried(nj_trace *t, const nj_trace_launch *r, uint64_t sector)
+{
+    int32_t b = tr_scratch(t, sector);
+    if (b < 0 || t->nwrote_sorted == 0) return -1;
+    size_t lo = 0, hi = t->nwrote_sorted; /* first index with wrote[i] >= sector */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t->wrote[mid] < sector) lo = mid + 1;
+        else hi = mid;
+    }
+    uint64_t best = 0;
+    bool found = false;
+    for (size_t i = lo > 0 ? lo - 1 : 0; i <= lo && i < t->nwrote_sorted; i++) {
+        uint64_t w = t->wrote[i], dist = w > sector ? w - sector : sector - w;
+        if (tr_scratch(t, w) != b) continue;
+        if (!found || dist < (best > sector ? best - sector : sector - best)) best = w, found = true;
+    }
+    if (!found) return -1;
+    bool fresh;
+    const tr_sector *y = tr_sec(t, best, &fresh);
+    if (!y || fresh) return -1; /* stored sectors are in the table: not reached */
+    /* the trace runs a launch's clusters one after another, as waves do; but where they were all resident
+     * at once (the backward's slots) they went side by side: a store a block made at its end happened
+     * at the launch's end, not at the traced block's place in the grid */
+    double at = y->at_clock;
+    const struct tr_span *sp = y->launch >= 0 && y->launch < t->nlaunch - 1 ? &t->span[y->launch] : NULL;
+    if (sp && sp->one_wave && sp->cluster_bytes > 0) {
+        double f = y->at_block / sp->cluster_bytes;
+        at = sp->start + (f < 1 ? f : 1) * (sp->end - sp->start);
+    }
+    return nj_model_l2_miss(tr_clock(t, r) - at, t->l2_bytes);
+}
+
 /* One request's sectors through the L2 model. */
 static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const uint64_t *s, int32_t n, int store)
 {
@@ -341,12 +434,23 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
             return;
         }
         double miss = 1, l1 = 0;
+        bool carried = false;
         if (fresh) {
+            double cm = store || t->nlaunch < 2 ? -1 : tr_carried(t, r, s[i]);
+            x = tr_sec(t, s[i], &fresh); /* tr_carried may have grown the table */
+            fresh = true;
+            if (!x) {
+                tr_fail(t);
+                return;
+            }
+            carried = cm >= 0;
+            if (carried) miss = cm;
             t->global_bytes += 32;
-            t->launch_fresh += 32;
+            t->launch_fresh += 32 * miss;
             t->block_bytes += 32;
             r->unique_bytes += 32;
-            x->first_launch = t->nlaunch - 1;
+            /* a carried sector's first touch was a store of the launch before, not once this launch */
+            x->first_launch = carried ? -1 : t->nlaunch - 1;
             x->first_store = store;
         } else {
             /* shared by the clusters of a launch (the parameters): its first touch happened once in the
@@ -379,8 +483,9 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
          * a re-read that hits adds no new bytes, one that misses does */
         if (!fresh) t->launch_fresh += 32 * miss * (store ? 1 : 1 - l1);
         if (store) r->dram_write += 32 * miss;
-        else if (fresh && tr_param(t, s[i])) r->dram_read_param += 32;
+        else if (fresh && !carried && tr_param(t, s[i])) r->dram_read_param += 32;
         else r->dram_read += 32 * miss * (1 - l1);
+        if (store && fresh && tr_scratch(t, s[i]) >= 0) tr_wrote_add(t, s[i]);
         x->at_global = t->global_bytes;
         x->at_clock = tr_clock(t, r);
         x->at_block = t->block_bytes;
@@ -510,6 +615,7 @@ void nj_trace_destroy(nj_trace *t)
     free(t->e);
     free(t->sec);
     free(t->pick);
+    free(t->wrote);
     free(t);
 }
 
@@ -519,8 +625,15 @@ void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes, bool param)
     t->buf[t->nbuf].lo = (uintptr_t)p;
     t->buf[t->nbuf].hi = (uintptr_t)p + bytes;
     t->buf[t->nbuf].param = param;
+    t->buf[t->nbuf].scratch = false;
     if (param) t->param_bytes += (double)bytes;
     t->nbuf++;
+}
+
+void nj_trace_add_scratch(nj_trace *t, const void *p, size_t bytes)
+{
+    nj_trace_add_buffer(t, p, bytes, false);
+    if (t->nbuf > 0 && t->buf[t->nbuf - 1].lo == (uintptr_t)p) t->buf[t->nbuf - 1].scratch = true;
 }
 
 /* The kernel's entry of res[], added with the defaults (NULL when the table is full). */
@@ -568,6 +681,7 @@ void nj_trace_reset(nj_trace *t)
     if (t->sec) memset(t->sec, 0, t->seccap * sizeof *t->sec);
     t->global_bytes = t->block_bytes = 0;
     t->closed = t->launch_fresh = 0;
+    t->nwrote = t->nwrote_sorted = 0;
     t->l = NULL;
 }
 

@@ -232,6 +232,27 @@ static void test_counting_off(void **state)
     nj_context_destroy(ctx);
 }
 
+/* A launch that reads what an earlier launch of the pass stored in the workspace (the row backward's
+ * slots store their dgamma/dbeta partial rows last, the column sum adds them) finds it in the L2: the
+ * slots ran side by side, so their stores came at the launch's end, whatever block the trace ran when.
+ * Counted as first touches, the column sum read all 8.6 MB of partials from DRAM; placed at the traced
+ * blocks' places in the grid, a third. */
+static void test_carried_scratch(void **state)
+{
+    (void)state;
+    nj_model_result r = model_of("layernorm bf16 2048x8192 flags=scale,bias", NJ_PASS_BACKWARD, 8);
+    const nj_model_pass *ps = &r.pass[0];
+    const nj_model_launch *sum = NULL, *main = &ps->launch[0];
+    for (int32_t i = 0; i < ps->nlaunch; i++)
+        if (ps->launch[i].lib == NJ_LIB_COLSUM) sum = &ps->launch[i];
+    assert_non_null(sum);
+    double partials = 132.0 * 8192 * 2 * 4;
+    assert_true(sum->t.unique_bytes > 0.9 * partials);
+    assert_true(sum->t.dram_read < 0.05 * partials);
+    double x = 2048.0 * 8192 * 2; /* x and dy, stored by no launch of the pass: from DRAM */
+    assert_true(main->t.dram_read > 1.95 * x);
+}
+
 /* Dependent launches (launch.c): on sm_90 a pass's kernels after its first cost launch_dep_s, not
  * launch_s; NORMJIT_NO_PDL=1 when the context is made, or sm_80, launches them all plainly. The row
  * backward's dgamma sum is such a second launch. */
@@ -416,7 +437,7 @@ int main(void)
         cmocka_unit_test(test_cluster_rereads_l2), cmocka_unit_test(test_param_once_piece_major),
         cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_compare),         cmocka_unit_test(test_goals),
-        cmocka_unit_test(test_dependent_launch_cost),
+        cmocka_unit_test(test_dependent_launch_cost), cmocka_unit_test(test_carried_scratch),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
