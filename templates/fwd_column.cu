@@ -66,19 +66,34 @@ local function colx(opd)
   if s == 0 then return "" end
   return " + c" .. (s == 1 and "" or (" * " .. s))
 end
--- column c's shift: its first element (a lane past the tile's end shifts by 0)
-local function shift_of()
-  return "nj_shift_of(col_ok ? nj_load_f32(X, ox" .. colx("x") .. ")" ..
-    (F.residual and (" + nj_load_f32(RES, ores" .. colx("res") .. ")") or "") .. " : 0.0f, " ..
-    (F.center and "true" or "false") .. ")"
-end
 -- a lane's CPL columns of operand opd (pointer ptr) at base offset off into float array dst
 local function load_cols(ptr, opd, off, dst)
   if VW > 1 then return string.format("nj_load_vec<%d>(%s, %s, %s);", VW, ptr, off, dst) end
   if CPL == 1 then return string.format("%s[0] = nj_load_f32(%s, %s);", dst, ptr, off) end
   return string.format("for (int c = 0; c < NJ_CPL; c++) %s[c] = nj_load_f32(%s, %s%s);", dst, ptr, off, colx(opd))
 end
+-- a column's shift from its first element (first_cols)
+local function shift_of(first)
+  return "nj_shift_of(" .. first .. ", " .. (F.center and "true" or "false") .. ")"
+end
 %}
+{# The lane's columns' first elements, x (+ the residual), into float fc[NJ_CPL]: one vector load as the
+   walk's (a load a column had made the 2-byte loads 29% of the requests of LayerNorm over the C of NCHW
+   f16, at 12% sector efficiency); 0 past the tile's end. #}
+{% local function first_cols() %}
+        float fc[NJ_CPL];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c++) fc[c] = 0.0f;
+        if (col_ok) {
+            {{ load_cols("X", "x", "ox", "fc") }}
+{% if F.residual then %}
+            float fr[NJ_CPL];
+            {{ load_cols("RES", "res", "ores", "fr") }}
+#pragma unroll
+            for (int c = 0; c < NJ_CPL; c++) fc[c] += fr[c];
+{% end %}
+        }
+{% end %}
 
 {% fwd_typedefs() %}
 
@@ -214,6 +229,9 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if mode == "full" then %}
     NJ_SHARED(float, nj_stat, {{ 2 * TC }}); /* md[column][lane], rstd[column][lane] of the tile's columns */
 {% end %}
+{% if mode ~= "norm" then %}
+    NJ_SHARED(float, nj_first, {{ TC }}); /* warp 0's columns' first elements, [column][lane] */
+{% end %}
 {% if STAGE then %}
     typedef {{ F.residual and "float" or "nj_tx" }} nj_tstage;
     NJ_DYN_SHARED(nj_tstage, nj_stage); /* the tile's values, [walk index][column] (STAGE above) */
@@ -237,10 +255,17 @@ NJ_KERNEL({{ name }}, {{ B }})
         const bool col_ok = kb < NJ_EC; /* all of the lane's columns, or none (NJ_CPL divides NJ_EC) */
         {{ split_index("o", outer, "k") }}
 {% fwd_offsets(kept, "k") %}
-        /* each column's first element (a lane past the tile's end shifts by 0) */
+        /* each column's shift, its first element (a lane past the tile's end shifts by 0) */
+{% first_cols() %}
         nj_shift shc[NJ_CPL];
 #pragma unroll
-        for (int c = 0; c < NJ_CPL; c++) shc[c] = {{ shift_of() }};
+        for (int c = 0; c < NJ_CPL; c++) shc[c] = {{ shift_of("fc[c]") }};
+{% if mode ~= "norm" then %}
+        if (ty == 0) { /* for warp 0's rolled merge below (its own writes: no barrier) */
+#pragma unroll
+            for (int c = 0; c < NJ_CPL; c++) nj_first[c * 32 + tx] = fc[c];
+        }
+{% end %}
         float mdc[NJ_CPL], rstdc[NJ_CPL];
 {% if mode == "norm" then %}
         /* the tile's merged moments of the scaled values (lib_merge.cu) */
@@ -271,8 +296,8 @@ NJ_KERNEL({{ name }}, {{ B }})
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) nj_part[(ty * NJ_CPL + c) * 32 + tx] = {{ F.center and "wc[c]" or "sc[c]" }};
         __syncthreads();
-        /* warp 0 merges a column at a time (a rolled loop: the column's shift is loaded again, where an
-           unrolled one would cost NVRTC time for nothing) */
+        /* warp 0 merges a column at a time (a rolled loop: the column's first element comes from shared
+           memory, where an unrolled one would cost NVRTC time for nothing) */
         if (ty == 0) {
 #pragma unroll 1
             for (int c = 0; c < NJ_CPL; c++) {
@@ -311,7 +336,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
                 const nj_i64 k{{ cax }} = kb + c;
                 (void)k{{ cax }};
-                const nj_shift sh = {{ shift_of() }};
+                const nj_shift sh = {{ shift_of("nj_first[c * 32 + tx]") }};
 {% fwd_finish("mean_s", "var_s") %}
                 nj_stat[c * 32 + tx] = md;
                 nj_stat[NJ_TC + c * 32 + tx] = rstd;

@@ -363,6 +363,9 @@ static void test_instancenorm(void **state)
     check_line(m, "rmsnorm bf16 nchw 3x40x8x16 axes=1 flags=scale,residual,resout,stats", 0.0, 29);
     /* a staged tile of x + residual, kept as floats */
     check_line(m, "layernorm f16 nchw 2x128x7x5 axes=1 flags=scale,bias,residual,resout,stats", 1e3, 30);
+    /* 8 f16 columns a lane, each shifted by its first element (one vector load), warp 0's merge by the
+       same (shared memory): saved means at an offset show a column merged with another's shift */
+    check_line(m, "layernorm f16 nchw 2x96x32x32 axes=1 flags=scale,bias,stats", 1e2, 103);
     assert_int_equal(m->failed - before, 0);
 }
 
