@@ -270,12 +270,21 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if mode == "norm" then %}
         /* the tile's merged moments of the scaled values (lib_merge.cu) */
         const float *ST = (const float *)A.workspace{{ ws_plus("means") }} + task * {{ 2 * TC }};
+{% local MV = P.ws.means.fixed % CPL == 0 and P.ws.means.per_row % CPL == 0 and CPL or 1 %}
+        /* the lane's columns' pairs, a vector each where the region keeps them aligned (a scalar load a
+           column, 2 * NJ_CPL floats apart, used half of each sector) */
+        float stm[NJ_CPL], stv[NJ_CPL];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c += {{ MV }}) {
+            nj_load_vec<{{ MV }}>(ST, tx * NJ_CPL + c, &stm[c]);
+            nj_load_vec<{{ MV }}>(ST + NJ_TC, tx * NJ_CPL + c, &stv[c]);
+        }
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) {
             const nj_shift sh = shc[c];
             const nj_i64 k{{ cax }} = kb + c;
             (void)k{{ cax }};
-{% fwd_finish("ST[tx * NJ_CPL + c]", "ST[NJ_TC + tx * NJ_CPL + c]") %}
+{% fwd_finish("stm[c]", "stv[c]") %}
             mdc[c] = md;
             rstdc[c] = rstd;
 {% fwd_save_stats("col_ok && piece == 0 && ty == 0", kept) %}

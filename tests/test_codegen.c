@@ -502,7 +502,10 @@ static void test_forward_variants(void **state)
             assert_int_equal(up.nlaunch, pp.nlaunch);
             char *usrc = NULL;
             assert_int_equal(nj_codegen(&fwd[i].c, &up, &usrc), NJ_OK);
-            assert_null(strstr(usrc, "nj_load_vec<"));
+            /* no vector access of an operand; the workspace's statistics (aligned by the library) may */
+            for (const char *v = strstr(usrc, "nj_load_vec<"); v; v = strstr(v + 1, "nj_load_vec<"))
+                if (!strstr(v, ">(ST") || strstr(v, ">(ST") != v + strcspn(v, ">")) fail_msg("%s: %.40s", fwd[i].name, v);
+            assert_null(strstr(usrc, "nj_store_vec<"));
             assert_non_null(strstr(usrc, "[c] = nj_load_f32(X, "));
             free(usrc);
         } else if (pp.family == NJ_FAMILY_TILE && pp.vec > 1) {
