@@ -166,15 +166,47 @@ static void col_stage_set(nj_plan_params *pp, uint32_t bytes)
     pp->launch[pp->nlaunch - 1].shmem = bytes;
 }
 
+/* Sub-rows a warp takes in the forward (P.rows_per_block, fwd_column.cu): col_vec's tile of 32 x *vec
+ * columns (its tiles and blocks, hence its split, unchanged) read with the widest vector that leaves at
+ * least 4 lanes a row, 32 / RW lanes a sub-row, RW walk rows a warp at once. Channels-last InstanceNorm
+ * of 32 f32 channels took 4-byte loads (a lane a channel, a row a warp), now 16 (4 channels a lane, 8
+ * lanes a row, 4 rows a warp); LayerNorm over the C of NCHW f16 28 x 28, 2 pixels a lane on 13 tiles of
+ * 64, now 8 (8 lanes a row). *vec: col_vec's, widened. The backward keeps a row a warp (bwd_column.cu). */
+static int32_t col_fwd_rows(const nj_canon *c, int32_t *vec)
+{
+    if (nj_plan_switched_off("COL_ROWS")) return 1; /* NORMJIT_PLAN_NO_COL_ROWS=1: a row a warp, as before */
+    int32_t v0 = *vec, tc = 32 * v0;
+    for (int32_t v = 8; v > v0; v /= 2) {
+        if (tc % v != 0 || tc / v < 4 || !col_vec_fits(c, NJ_PASS_FORWARD, v)) continue;
+        *vec = v;
+        return v / v0;
+    }
+    return 1;
+}
+
+/* gamma/beta read as vectors of the lane's columns (fwd_column.cu's PREG): constant down the walk,
+ * contiguous along the columns, every kept stride a multiple of v; their alignment joins the launch's
+ * check (align_opds) */
+static bool col_param_vec(const nj_canon *c, int32_t v)
+{
+    if (!(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || c->axes[c->rank - 1].stride[NJ_OPD_PARAM] != 1) return false;
+    for (int a = 0; a < c->rank - 1; a++) {
+        int64_t st = c->axes[a].stride[NJ_OPD_PARAM];
+        if (c->axes[a].reduce ? st != 0 : st % v != 0) return false;
+    }
+    return true;
+}
+
 nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
     pp->vec = col_vec(c, dev, NJ_PASS_FORWARD, 8);
-    pp->tile = 32 * pp->vec;
+    pp->rows_per_block = col_fwd_rows(c, &pp->vec);
+    pp->tile = 32 / pp->rows_per_block * pp->vec;
     pp->unroll = col_unroll(c, pp->vec);
     if (pp->vec > 1) pp->align_opds = col_align_opds(c, NJ_PASS_FORWARD);
+    if (pp->vec > 1 && col_param_vec(c, pp->vec)) pp->align_opds |= 1u << NJ_OPD_PARAM;
     int64_t tc = pp->tile, tiles = c->kept_inner / ec * nj_ceil_div64(ec, tc);
-    pp->rows_per_block = 1;
     pp->split = nj_plan_column_split(c, dev, pp->tile);
     pp->block = 256;
     if (pp->split == 1) {

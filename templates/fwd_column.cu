@@ -1,9 +1,11 @@
 {# Forward, COLUMN kind: the innermost axis is kept and contiguous in x (channels-last InstanceNorm,
    BatchNorm NHWC, ...). A block takes a tile of P.tile neighbouring columns of one outer kept index:
-   lane tx owns the CPL = P.tile / 32 columns from tile * P.tile + tx * CPL on, loaded as one vector of
-   P.vec = CPL elements (the unaligned variant: P.vec = 1, a column at a time), and warp ty walks the
-   reduction index space with stride block/32, so every warp reads P.tile consecutive elements
-   (coalesced). Each walk issues P.unroll independent loads a thread before it uses them (the statistics
+   a warp's lanes make RW = P.rows_per_block sub-rows of LPR = 32 / RW lanes (RW > 1 where the columns
+   are a narrow run: 32 f32 channels, 4 a lane, 8 lanes a row); lane lx of a sub-row owns the CPL =
+   P.tile / LPR columns from tile * P.tile + lx * CPL on, loaded as one vector of P.vec = CPL elements
+   (the unaligned variant: P.vec = 1, a column at a time), and sub-row sr of warp ty walks the
+   reduction index space from ty * RW + sr with stride RW * block/32, so every warp reads RW x P.tile
+   consecutive elements (coalesced). Each walk issues P.unroll independent loads a thread before it uses them (the statistics
    still add in walk order, a column at a time). Partial statistics meet in shared memory; warp 0 merges
    them per column. Long walks (P.split > 1: BatchNorm NHWC over N x H x W, volumes) are cut into NJ_SPLIT
    pieces of contiguous walk indices, a block per (tile, piece), in three launches: nj_fwd_column_part
@@ -28,9 +30,17 @@ local has_param = F.scale or F.bias
 local B = P.block
 local BY = B // 32
 local TC = P.tile
-local CPL = TC // 32
+local RW = P.rows_per_block
+local LPR = 32 // RW
+local CPL = TC // LPR
 local VW = P.vec
-if TC % 32 ~= 0 or (VW ~= CPL and VW ~= 1) or EC % CPL ~= 0 then error("fwd_column: tile " .. TC .. ", vec " .. VW) end
+if LPR * RW ~= 32 or TC % LPR ~= 0 or (VW ~= CPL and VW ~= 1) or EC % CPL ~= 0 then
+  error("fwd_column: tile " .. TC .. ", vec " .. VW .. ", " .. RW .. " rows a warp") end
+-- the lane's place in its sub-row, and the sub-row's first walk index
+local LX = RW > 1 and "lx" or "tx"
+local TY = RW > 1 and "(ty * NJ_RW + sr)" or "ty"
+-- a [column][lane] table of the tile's columns (nj_stat, nj_first): LPR lanes a column
+local LS = RW > 1 and "NJ_LPR" or "32"
 local U = P.unroll
 local NT = ceil_div(EC, TC)
 -- the tile's x (x + the residual, as a float, with one) kept in dynamic shared memory by the statistics
@@ -42,7 +52,7 @@ if STAGE and P.split > 1 then error("fwd_column: a staged tile needs a whole wal
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 -- the walk indices a block covers: the whole reduction, or its piece
-local LO = SPLIT > 1 and "(" .. IT .. ")lo + ty" or "ty"
+local LO = SPLIT > 1 and "(" .. IT .. ")lo + " .. TY or TY
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 local NTASK = P.kept_inner // EC * NT -- tiles per batch row
 -- gamma/beta vary down the walk only (LayerNorm over the C of NCHW: features among the reduced axes,
@@ -100,7 +110,12 @@ end
 #define NJ_N {{ P.reduce_size }}LL
 #define NJ_EC {{ EC }}LL
 #define NJ_NT {{ NT }}LL
-#define NJ_BY {{ BY }}
+#define NJ_NW {{ BY }} /* warps */
+#define NJ_BY {{ BY * RW }} /* the walk's stride: warps x sub-rows */
+{% if RW > 1 then %}
+#define NJ_RW {{ RW }}
+#define NJ_LPR {{ LPR }}
+{% end %}
 #define NJ_CPL {{ CPL }}
 #define NJ_TC {{ TC }}
 {% if SPLIT > 1 then %}
@@ -111,8 +126,10 @@ end
 {# A walk down the lane's columns over [LO, HI) with step NJ_BY, n walk steps a group: the group's
    offsets and loads first (v[q][c]: x, plus the residual), then use(q) on each in walk order. #}
 {# stage: nil, "fill" (the loads also go to the staged tile, after the group's loads are issued) or
-   "read" (the values come from the staged tile) #}
-{% local function walk_group(n, ind, offs, use, stage) %}
+   "read" (the values come from the staged tile). guard: the walk's end where the group's steps past it
+   are skipped (sub-row plans: one loop, no one-step tail loop whose CPL-wide body, activations
+   included, cost ~25 ms of NVRTC a kernel) #}
+{% local function walk_group(n, ind, offs, use, stage, guard) %}
 {{ ind }}float v[{{ n }}][NJ_CPL];
 {% for _, e in ipairs(offs) do %}
 {{ ind }}nj_i64 e{{ e }}[{{ n }}];
@@ -120,13 +137,18 @@ end
 #pragma unroll
 {{ ind }}for (int q = 0; q < {{ n }}; q++) {
 {{ ind }}    const {{ IT }} iq = i + ({{ IT }})q * NJ_BY;
+{% if guard then %}
+#pragma unroll
+{{ ind }}    for (int c = 0; c < NJ_CPL; c++) v[q][c] = 0.0f;
+{{ ind }}    if (iq >= {{ guard }}) continue;
+{% end %}
 {{ ind }}    {{ split_index("iq", red, "r", IT) }}
 {% for _, e in ipairs(offs) do %}
 {{ ind }}    e{{ e }}[q] = {{ e == "p" and (PTAB and "iq" or offset("param", red, "r")) or offset(e, red, "r") }};
 {% end %}
 {% if stage == "read" then %}
 #pragma unroll
-{{ ind }}    for (int c = 0; c < NJ_CPL; c++) v[q][c] = nj_to_f32(nj_stage[iq * NJ_TC + tx * NJ_CPL + c]);
+{{ ind }}    for (int c = 0; c < NJ_CPL; c++) v[q][c] = nj_to_f32(nj_stage[iq * NJ_TC + {{ LX }} * NJ_CPL + c]);
 {% else %}
 {{ ind }}    {{ load_cols("X", "x", "ox + " .. offset("x", red, "r"), "v[q]") }}
 {% if F.residual then %}
@@ -139,10 +161,13 @@ end
 {{ ind }}}
 #pragma unroll
 {{ ind }}for (int q = 0; q < {{ n }}; q++) {
+{% if guard then %}
+{{ ind }}    if (i + ({{ IT }})q * NJ_BY >= {{ guard }}) break;
+{% end %}
 {% if stage == "fill" then %}
 #pragma unroll
 {{ ind }}    for (int c = 0; c < NJ_CPL; c++)
-{{ ind }}        nj_stage[(i + ({{ IT }})q * NJ_BY) * NJ_TC + tx * NJ_CPL + c] = nj_from_f32<nj_tstage>(v[q][c]);
+{{ ind }}        nj_stage[(i + ({{ IT }})q * NJ_BY) * NJ_TC + {{ LX }} * NJ_CPL + c] = nj_from_f32<nj_tstage>(v[q][c]);
 {% end %}
 {% use(ind .. "    ") %}
 {{ ind }}}
@@ -151,6 +176,13 @@ end
             {{ IT }} i = {{ LO }};
 {# a walk over the staged tile reads shared memory: no loads to keep in flight, so no unrolled groups
    (their code cost NVRTC 10-45 ms a kernel) #}
+{% if U > 1 and stage ~= "read" and RW > 1 then %}
+#pragma unroll 1
+            for (; i < {{ HI }}; i += {{ U }}u * NJ_BY) {
+{% walk_group(U, "                ", offs, use, stage, HI) %}
+            }
+{% do return end %}
+{% end %}
 {% if U > 1 and stage ~= "read" then %}
 #pragma unroll 1
             for (; i + ({{ U - 1 }}u * NJ_BY) < {{ HI }}; i += {{ U }}u * NJ_BY) {
@@ -237,6 +269,9 @@ NJ_KERNEL({{ name }}, {{ B }})
     NJ_DYN_SHARED(nj_tstage, nj_stage); /* the tile's values, [walk index][column] (STAGE above) */
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+{% if RW > 1 then %}
+    const int lx = tx % NJ_LPR, sr = tx / NJ_LPR; /* lane of the sub-row, sub-row of the warp */
+{% end %}
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
 {% fwd_pointers() %}
 {% if PTAB and mode ~= "part" then %}
@@ -250,7 +285,7 @@ NJ_KERNEL({{ name }}, {{ B }})
     {{ block_item("task", "ntask") }}
 {% end %}
         const nj_i64 o = task / NJ_NT;
-        const nj_i64 kb = (task % NJ_NT) * NJ_TC + tx * NJ_CPL; /* the lane's first column */
+        const nj_i64 kb = (task % NJ_NT) * NJ_TC + {{ LX }} * NJ_CPL; /* the lane's first column */
         const nj_i64 k{{ cax }} = kb;
         const bool col_ok = kb < NJ_EC; /* all of the lane's columns, or none (NJ_CPL divides NJ_EC) */
         {{ split_index("o", outer, "k") }}
@@ -261,9 +296,9 @@ NJ_KERNEL({{ name }}, {{ B }})
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) shc[c] = {{ shift_of("fc[c]") }};
 {% if mode ~= "norm" then %}
-        if (ty == 0) { /* for warp 0's rolled merge below (its own writes: no barrier) */
+        if (ty == 0{{ RW > 1 and " && sr == 0" or "" }}) { /* for warp 0's rolled merge below (its own writes: no barrier) */
 #pragma unroll
-            for (int c = 0; c < NJ_CPL; c++) nj_first[c * 32 + tx] = fc[c];
+            for (int c = 0; c < NJ_CPL; c++) nj_first[c * {{ LS }} + tx] = fc[c];
         }
 {% end %}
         float mdc[NJ_CPL], rstdc[NJ_CPL];
@@ -276,8 +311,8 @@ NJ_KERNEL({{ name }}, {{ B }})
         float stm[NJ_CPL], stv[NJ_CPL];
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c += {{ MV }}) {
-            nj_load_vec<{{ MV }}>(ST, tx * NJ_CPL + c, &stm[c]);
-            nj_load_vec<{{ MV }}>(ST + NJ_TC, tx * NJ_CPL + c, &stv[c]);
+            nj_load_vec<{{ MV }}>(ST, {{ LX }} * NJ_CPL + c, &stm[c]);
+            nj_load_vec<{{ MV }}>(ST + NJ_TC, {{ LX }} * NJ_CPL + c, &stv[c]);
         }
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) {
@@ -287,7 +322,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% fwd_finish("stm[c]", "stv[c]") %}
             mdc[c] = md;
             rstdc[c] = rstd;
-{% fwd_save_stats("col_ok && piece == 0 && ty == 0", kept) %}
+{% fwd_save_stats("col_ok && piece == 0 && ty == 0" .. (RW > 1 and " && sr == 0" or ""), kept) %}
         }
 {% else %}
 {% if F.center then %}
@@ -305,9 +340,9 @@ NJ_KERNEL({{ name }}, {{ B }})
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) nj_part[(ty * NJ_CPL + c) * 32 + tx] = {{ F.center and "wc[c]" or "sc[c]" }};
         __syncthreads();
-        /* warp 0 merges a column at a time (a rolled loop: the column's first element comes from shared
-           memory, where an unrolled one would cost NVRTC time for nothing) */
-        if (ty == 0) {
+        /* warp 0 (its first sub-row) merges a column at a time (a rolled loop: the column's first element
+           comes from shared memory, where an unrolled one would cost NVRTC time for nothing) */
+        if (ty == 0{{ RW > 1 and " && tx < NJ_LPR" or "" }}) {
 #pragma unroll 1
             for (int c = 0; c < NJ_CPL; c++) {
 {% if F.center then %}
@@ -315,18 +350,43 @@ NJ_KERNEL({{ name }}, {{ B }})
                    cheaper to compile than NJ_BY - 1 unrolled pairwise merges */
                 float n = 0.0f, sum = 0.0f, m2 = 0.0f;
 #pragma unroll 1
-                for (int k = 0; k < NJ_BY; k++) {
+                for (int k = 0; k < NJ_NW; k++) {
+{% if RW > 1 then %}
+#pragma unroll
+                    for (int r = 0; r < NJ_RW; r++) {
+                        const nj_welford p = nj_part[(k * NJ_CPL + c) * 32 + r * NJ_LPR + tx];
+                        n += p.n;
+                        sum += p.n * p.mean;
+                    }
+{% else %}
                     const nj_welford p = nj_part[(k * NJ_CPL + c) * 32 + tx];
                     n += p.n;
                     sum += p.n * p.mean;
+{% end %}
                 }
                 const float mean_s = nj_welford_from_sums(n, sum).mean;
 #pragma unroll 1
-                for (int k = 0; k < NJ_BY; k++) m2 += nj_welford_dev(nj_part[(k * NJ_CPL + c) * 32 + tx], mean_s);
+                for (int k = 0; k < NJ_NW; k++) {
+{% if RW > 1 then %}
+#pragma unroll
+                    for (int r = 0; r < NJ_RW; r++) m2 += nj_welford_dev(nj_part[(k * NJ_CPL + c) * 32 + r * NJ_LPR + tx], mean_s);
+{% else %}
+                    m2 += nj_welford_dev(nj_part[(k * NJ_CPL + c) * 32 + tx], mean_s);
+{% end %}
+                }
+{% else %}
+{% if RW > 1 then %}
+                float s = 0.0f;
+#pragma unroll 1
+                for (int k = 0; k < NJ_NW; k++) {
+#pragma unroll
+                    for (int r = 0; r < NJ_RW; r++) s += nj_part[(k * NJ_CPL + c) * 32 + r * NJ_LPR + tx];
+                }
 {% else %}
                 float s = nj_part[c * 32 + tx]; /* warp 0's own */
 #pragma unroll 1
-                for (int k = 1; k < NJ_BY; k++) s += nj_part[(k * NJ_CPL + c) * 32 + tx];
+                for (int k = 1; k < NJ_NW; k++) s += nj_part[(k * NJ_CPL + c) * 32 + tx];
+{% end %}
 {% end %}
 {% if mode == "part" then %}
                 float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * {{ 2 * TC }};
@@ -345,28 +405,49 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
                 const nj_i64 k{{ cax }} = kb + c;
                 (void)k{{ cax }};
-                const nj_shift sh = {{ shift_of("nj_first[c * 32 + tx]") }};
+                const nj_shift sh = {{ shift_of("nj_first[c * " .. LS .. " + tx]") }};
 {% fwd_finish("mean_s", "var_s") %}
-                nj_stat[c * 32 + tx] = md;
-                nj_stat[NJ_TC + c * 32 + tx] = rstd;
+                nj_stat[c * {{ LS }} + tx] = md;
+                nj_stat[NJ_TC + c * {{ LS }} + tx] = rstd;
 {% fwd_save_stats("col_ok", kept) %}
             }
         }
         __syncthreads();
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) {
-            mdc[c] = nj_stat[c * 32 + tx];
-            rstdc[c] = nj_stat[NJ_TC + c * 32 + tx];
+            mdc[c] = nj_stat[c * {{ LS }} + {{ LX }}];
+            rstdc[c] = nj_stat[NJ_TC + c * {{ LS }} + {{ LX }}];
         }
 {% end %}
 {% if PREG then %}
         /* the lane's columns' gamma and beta (PREG above) */
         float gcol[NJ_CPL], bcol[NJ_CPL];
 #pragma unroll
-        for (int c = 0; c < NJ_CPL; c++) {
-            gcol[c] = {{ F.scale and ("col_ok ? nj_load_f32(GAMMA, op" .. colx("param") .. ") : 0.0f") or "0.0f" }};
-            bcol[c] = {{ F.bias and ("col_ok ? nj_load_f32(BETA, op" .. colx("param") .. ") : 0.0f") or "0.0f" }};
+        for (int c = 0; c < NJ_CPL; c++) gcol[c] = bcol[c] = 0.0f;
+{% if VW > 1 and P.axes[cax].stride.param == 1 then %}
+        /* one vector each, as x (the plan checks their alignment: a scalar a column, CPL apart, read
+           a quarter of each sector with 4 columns a lane) */
+        if (col_ok) {
+{% if F.scale then %}
+            {{ load_cols("GAMMA", "param", "op", "gcol") }}
+{% end %}
+{% if F.bias then %}
+            {{ load_cols("BETA", "param", "op", "bcol") }}
+{% end %}
         }
+{% else %}
+        if (col_ok) {
+#pragma unroll
+            for (int c = 0; c < NJ_CPL; c++) {
+{% if F.scale then %}
+                gcol[c] = nj_load_f32(GAMMA, op{{ colx("param") }});
+{% end %}
+{% if F.bias then %}
+                bcol[c] = nj_load_f32(BETA, op{{ colx("param") }});
+{% end %}
+            }
+        }
+{% end %}
         (void)gcol;
         (void)bcol;
 {% end %}

@@ -492,7 +492,7 @@ static void test_forward_variants(void **state)
                its walks rolled */
             snprintf(want, sizeof want, "nj_load_vec<%d>(X", pp.vec);
             assert_non_null(strstr(src, want));
-            assert_int_equal(pp.tile, 32 * pp.vec);
+            assert_int_equal(pp.tile, 32 / pp.rows_per_block * pp.vec); /* sub-rows of 32 / rows_per_block lanes */
             assert_true(pp.align_opds & (1u << NJ_OPD_X));
             nj_plan_params up;
             assert_int_equal(nj_plan_variant(&fwd[i].c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev, &up), NJ_OK);

@@ -366,6 +366,13 @@ static void test_instancenorm(void **state)
     /* 8 f16 columns a lane, each shifted by its first element (one vector load), warp 0's merge by the
        same (shared memory): saved means at an offset show a column merged with another's shift */
     check_line(m, "layernorm f16 nchw 2x96x32x32 axes=1 flags=scale,bias,stats", 1e2, 103);
+    /* sub-rows of a warp (P.rows_per_block): 32 f32 channels 4 a lane, 8 lanes a row, whole walks with
+       saved statistics and an activation; RMS walks (the merge's sum of squares) whole and split; a
+       staged tile of x + residual over 8 sub-rows of 4 lanes */
+    check_line(m, "instancenorm f32 ndhwc 2x12x10x10x32 flags=scale,bias,stats act=silu", 1e2, 104);
+    check_line(m, "rmsnorm f32 2x3000x32 axes=1 flags=scale,stats", 0.0, 105);
+    check_line(m, "rmsnorm f32 2x5000x32 axes=1 flags=scale,stats", 0.0, 106);
+    check_line(m, "instancenorm f16 nhwc 2x16x8x32 flags=scale,bias,residual,resout,stats", 1e2, 107);
     assert_int_equal(m->failed - before, 0);
 }
 

@@ -323,12 +323,15 @@ static void test_column_general(void **state)
     nj_plan_params pp = plan_fwd_any(&c);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
     assert_string_equal(pp.template_name, "fwd_column.cu");
-    /* 80 columns of f16: 1-element accesses keep 80 of 96 lanes busy (3 tiles of 32); 2, 4 or 8 elements
-     * would keep 80 of 128 or 256. Loads 8 deep down the walk (the most col_unroll takes: 16 bytes) */
-    assert_int_equal(pp.vec, 1);
+    /* 80 columns of f16: tiles of 32 keep 80 of 96 columns busy (3 tiles); of 64, 128 or 256, 80 of 128 or
+     * 256. Each tile read 8 columns a lane (16 bytes), 4 lanes a row, 8 walk rows a warp (col_fwd_rows;
+     * a row a warp would read 1 column a lane), loads 2 deep down the walk (32 bytes a thread); gamma
+     * and beta as vectors too, so all three are checked for alignment */
+    assert_int_equal(pp.vec, 8);
+    assert_int_equal(pp.rows_per_block, 8);
     assert_int_equal(pp.tile, 32);
-    assert_int_equal(pp.unroll, 8);
-    assert_int_equal(pp.align_opds, 0);
+    assert_int_equal(pp.unroll, 2);
+    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y | 1u << NJ_OPD_PARAM);
     assert_int_equal(pp.block, 256);
     /* a walk of 100352 rows: 3 tiles of 32 columns would be 3 blocks; 256 pieces of 392 rows instead
      * (8 blocks an SM wanted; at most 256 pieces), partials, then statistics per tile, then the pieces */
@@ -355,19 +358,22 @@ static void test_column_general(void **state)
     assert_int_equal(la[NJ_MERGE_N], 100352);
     assert_int_equal(la[NJ_MERGE_PLEN], 392);
     assert_int_equal(la[NJ_MERGE_CMUL], 1);
-    /* 128 columns over a split walk: the pieces stop at 256, so the width is the one with the most bytes
-     * in flight (col_split_flight): 2 columns a lane, 2 tiles x 256 pieces of 256 threads with 8 loads
-     * of 4 bytes, ties 1 column (4 tiles, 8 loads of 2 bytes) and beats 4 (1 tile) */
+    /* 128 columns over a split walk: the pieces stop at 256, so the tile is the one with the most bytes
+     * in flight (col_split_flight): 64 columns, 2 tiles x 256 pieces of 256 threads with 32 bytes of
+     * loads each, ties 32 (4 tiles) and beats 128 (1 tile); read 8 columns a lane, 8 lanes a row, 4
+     * walk rows a warp, loads 2 deep */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_RELU, 1);
     tc_axis(&c, 32, true, false);
     tc_axis(&c, 3136, true, false);
     tc_axis(&c, 128, false, true);
     tc_finish(&c);
     pp = plan_fwd_any(&c);
-    assert_int_equal(pp.vec, 2);
+    assert_int_equal(pp.vec, 8);
+    assert_int_equal(pp.rows_per_block, 4);
     assert_int_equal(pp.tile, 64);
-    assert_int_equal(pp.unroll, 8);
-    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
+    assert_int_equal(pp.unroll, 2);
+    /* gamma and beta, constant down the walk, read as vectors of the lane's columns too */
+    assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y | 1u << NJ_OPD_PARAM);
     assert_int_equal(pp.split, 256);
     assert_int_equal(pp.launch[0].row_mult, 2 * 256);
     assert_int_equal(pp.workspace_per_row, 2 * 257 * 128 * 4);
@@ -414,18 +420,25 @@ static void test_column_general(void **state)
     assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
     assert_int_equal(un.vec, 1);
     assert_int_equal(un.tile, 64);
-    /* a walk too short to split: the widest width keeping 90% of the lanes busy, 4 (8 would idle half),
-     * loads 4 deep (32 bytes of x a thread) */
+    /* a walk too short to split: the widest width keeping 90% of the lanes busy a row a warp, 4 (8 would
+     * idle half), whose tile holds every column: so 8 elements a lane, 16 lanes a row, two walk rows a
+     * warp (col_fwd_rows), loads 2 deep (32 bytes of x a thread) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE, 1);
     tc_axis(&c, 4095, true, false);
     tc_axis(&c, 128, false, true);
     tc_finish(&c);
     pp = plan_fwd(&c);
     assert_int_equal(pp.split, 1);
-    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.vec, 8);
+    assert_int_equal(pp.rows_per_block, 2);
     assert_int_equal(pp.tile, 128);
-    assert_int_equal(pp.unroll, 4);
+    assert_int_equal(pp.unroll, 2);
     assert_int_equal(pp.launch[0].row_mult, 1);
+    /* the backward keeps a row a warp */
+    nj_plan_params bq;
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bq), NJ_OK);
+    assert_int_equal(bq.rows_per_block, 1);
+    assert_int_equal(bq.tile, 32 * bq.vec);
     /* a padded column stride (x rows of 130 elements) allows 2-element accesses only */
     c.axes[1].stride[NJ_OPD_X] = 130, c.axes[0].stride[NJ_OPD_X] = 4095 * 130;
     pp = plan_fwd(&c);
@@ -876,10 +889,18 @@ static void test_presets(void **state)
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_COLUMN);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
-    /* 64 float channels: 2-element accesses make one tile a batch row, every lane busy (4 or 8 elements
-     * would make one too, with lanes idle) */
-    assert_int_equal(pp.vec, 2);
+    /* 64 float channels: one tile a batch row, every lane busy, 16-byte accesses: 4 elements a lane,
+     * 16 lanes a row, two walk rows a warp (2 elements a lane and a row a warp without sub-rows) */
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.rows_per_block, 2);
+    assert_int_equal(pp.tile, 64);
     assert_int_equal(pp.launch[0].row_mult, 1);
+    setenv("NORMJIT_PLAN_NO_COL_ROWS", "1", 1);
+    pp = plan_desc(&p, &c);
+    unsetenv("NORMJIT_PLAN_NO_COL_ROWS");
+    assert_int_equal(pp.vec, 2);
+    assert_int_equal(pp.rows_per_block, 1);
+    assert_int_equal(pp.tile, 64);
     assert_int_equal(nj_preset_instancenorm(&p, NJ_F32, 4, bn, 0, aff), NJ_OK);
     pp = plan_desc(&p, &c);
     assert_int_equal(c.kind, NJ_KIND_ROW);
