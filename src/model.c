@@ -464,7 +464,8 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             double n = m->t.lanes[NJ_TRACE_LD] / ((double)m->threads / m->rows_per_block * m->rows);
             m->ilp = n < 1 ? 1 : n > 8 ? 8 : n;
             /* an image's copy issues its loads in groups of the plan's unroll, each stored before the next */
-            if ((m->family == NJ_FAMILY_IMAGE || m->family == NJ_FAMILY_TILE) && m->unroll > 0 && m->ilp > m->unroll)
+            if ((m->family == NJ_FAMILY_IMAGE || m->family == NJ_FAMILY_TILE || m->family == NJ_FAMILY_CLUSTER) && m->unroll > 0 &&
+                m->ilp > m->unroll)
                 m->ilp = m->unroll;
         }
         /* the first launch of the pass waits for the stream; the later ones launch dependent (launch.c) */

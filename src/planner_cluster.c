@@ -94,7 +94,13 @@ static void cluster_shape(const nj_canon *c, const nj_device_props *dev, uint32_
     pp->vec = cluster_vec(c, opds);
     pp->rows_per_block = 1;
     pp->split = k;
-    pp->unroll = 4; /* vector loads a thread issues before their stores: 64 KB in flight an SM (f32) */
+    /* loads a thread issues before their stores: 64 bytes of x a thread (64 KB an SM), 4 vectors of 16
+     * bytes; rows that take no vectors (odd lengths: LayerNorm f32 4 x 400001) 16 elements, not 4 (16 KB
+     * an SM: latency-bound). The backward copies x and dy: at most 8 each (16 took bf16 rows to the
+     * 64 registers of a 1024-thread block at sm_80) */
+    bool bwd = pp->pass == NJ_PASS_BACKWARD;
+    int64_t vb = (int64_t)pp->vec * cl_es(c, NJ_OPD_X), u = (bwd ? 32 : 64) / (vb > 0 ? vb : 4), most = bwd ? 8 : 16;
+    pp->unroll = (int32_t)(u < 4 ? 4 : u > most ? most : u);
     pp->stage = 1;
     if (pp->vec > 1) pp->align_opds = opds;
     nj_plan_add_launch(pp, kernel, pp->block, grid_x ? 1 : c->kept_inner * k, 1, grid_x);

@@ -1159,8 +1159,13 @@ static void test_cluster_plan(void **state)
         assert_int_equal(pp.stage, 1);
         assert_int_equal(pp.launch[0].shmem, want[i].shmem);
         assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block - 4096);
+        /* the copy's loads in flight: 64 bytes of x a thread, 4 to 16 loads (odd rows: 16 elements) */
+        int64_t xb = (int64_t)pp.vec * (strstr(want[i].line, "f32") ? 4 : 2);
+        assert_int_equal(pp.unroll, xb >= 16 ? 4 : 64 / xb > 16 ? 16 : 64 / xb);
         nj_plan_params bp = plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90);
         assert_int_equal(bp.family == NJ_FAMILY_CLUSTER, want[i].bwd > 0);
+        /* the backward copies x and dy: 32 bytes each, 4 to 8 loads */
+        if (bp.family == NJ_FAMILY_CLUSTER) assert_int_equal(bp.unroll, xb >= 8 ? 4 : 32 / xb > 8 ? 8 : 32 / xb);
         if (want[i].bwd == 1 || want[i].bwd == 2) { /* the row's (the piece's) dgamma/dbeta pair */
             assert_int_equal(bp.pgrad, want[i].bwd == 1 ? NJ_PGRAD_SETS : NJ_PGRAD_PIECES);
             assert_int_equal(bp.nlaunch, 2);
