@@ -122,6 +122,22 @@ static void tr_wrote_close(nj_trace *t)
     t->nwrote = t->nwrote_sorted = u;
 }
 
+/* Room for one more element in the growable array *p of *cap elements of elem bytes holding n (doubled,
+ * from `first`); false, the trace failed, out of memory. */
+static bool tr_room(nj_trace *t, void **p, size_t *cap, size_t n, size_t elem, size_t first)
+{
+    if (n < *cap) return true;
+    size_t c = *cap ? 2 * *cap : first;
+    void *q = realloc(*p, c * elem);
+    if (!q) {
+        tr_fail(t);
+        return false;
+    }
+    *p = q;
+    *cap = c;
+    return true;
+}
+
 static void tr_launch(void *u, const nj_emu_launch *l)
 {
     nj_trace *t = u;
@@ -260,16 +276,7 @@ static void tr_access(void *u, uint32_t thread, const void *p, unsigned bytes, i
     int32_t i = 0;
     while (i < t->nbuf && !(a >= t->buf[i].lo && a < t->buf[i].hi)) i++;
     if (i == t->nbuf || !t->l || !t->occ) return;
-    if (t->ne == t->ecap) {
-        size_t cap = t->ecap ? 2 * t->ecap : 1u << 16;
-        tr_entry *e = realloc(t->e, cap * sizeof *e);
-        if (!e) {
-            tr_fail(t);
-            return;
-        }
-        t->e = e;
-        t->ecap = cap;
-    }
+    if (!tr_room(t, (void **)&t->e, &t->ecap, t->ne, sizeof *t->e, 1u << 16)) return;
     int32_t s = tr_site(t, site);
     tr_occ *o = &t->occ[(size_t)thread * TR_MAX_SITES + (size_t)s];
     if (o->epoch != t->epoch) o->epoch = t->epoch, o->count = 0;
@@ -324,12 +331,27 @@ static bool tr_sec_grow(nj_trace *t)
     return true;
 }
 
+/* Where sector s is in the table, or the empty slot it would take. */
+static size_t tr_slot(const nj_trace *t, uint64_t s)
+{
+    size_t j = tr_hash(s + 1) & (t->seccap - 1);
+    while (t->sec[j].sector && t->sec[j].sector != s + 1) j = (j + 1) & (t->seccap - 1);
+    return j;
+}
+
+/* Sector s's entry, NULL when it is not in the table (never inserts, never grows it). */
+static const tr_sector *tr_sec_find(const nj_trace *t, uint64_t s)
+{
+    if (!t->seccap) return NULL;
+    const tr_sector *x = &t->sec[tr_slot(t, s)];
+    return x->sector ? x : NULL;
+}
+
 /* The slot of sector s; *fresh when it was not there (then inserted). NULL out of memory. */
 static tr_sector *tr_sec(nj_trace *t, uint64_t s, bool *fresh)
 {
     if (2 * (t->nsec + 1) > t->seccap && !tr_sec_grow(t)) return NULL;
-    size_t j = tr_hash(s + 1) & (t->seccap - 1);
-    while (t->sec[j].sector && t->sec[j].sector != s + 1) j = (j + 1) & (t->seccap - 1);
+    size_t j = tr_slot(t, s);
     *fresh = !t->sec[j].sector;
     if (*fresh) {
         t->sec[j].sector = s + 1;
@@ -371,17 +393,8 @@ static int32_t tr_scratch(const nj_trace *t, uint64_t sector)
 
 static void tr_wrote_add(nj_trace *t, uint64_t sector)
 {
-    if (t->nwrote == t->wrotecap) {
-        size_t cap = t->wrotecap ? 2 * t->wrotecap : 1u << 12;
-        uint64_t *w = realloc(t->wrote, cap * sizeof *w);
-        if (!w) {
-            tr_fail(t);
-            return;
-        }
-        t->wrote = w;
-        t->wrotecap = cap;
-    }
-    t->wrote[t->nwrote++] = sector;
+    if (tr_room(t, (void **)&t->wrote, &t->wrotecap, t->nwrote, sizeof *t->wrote, 1u << 12))
+        t->wrote[t->nwrote++] = sector;
 }
 
 /* A first load of a scratch sector (the workspace, the statistics) in a launch after the first reads what
@@ -400,17 +413,13 @@ static double tr_carried(nj_trace *t, const nj_trace_launch *r, uint64_t sector)
         if (t->wrote[mid] < sector) lo = mid + 1;
         else hi = mid;
     }
-    uint64_t best = 0;
-    bool found = false;
-    for (size_t i = lo > 0 ? lo - 1 : 0; i <= lo && i < t->nwrote_sorted; i++) {
-        uint64_t w = t->wrote[i], dist = w > sector ? w - sector : sector - w;
-        if (tr_scratch(t, w) != b) continue;
-        if (!found || dist < (best > sector ? best - sector : sector - best)) best = w, found = true;
-    }
-    if (!found) return -1;
-    bool fresh;
-    const tr_sector *y = tr_sec(t, best, &fresh);
-    if (!y || fresh) return -1; /* stored sectors are in the table: not reached */
+    /* the neighbours below and above it, of the same buffer; the nearer */
+    bool below = lo > 0 && tr_scratch(t, t->wrote[lo - 1]) == b;
+    bool above = lo < t->nwrote_sorted && tr_scratch(t, t->wrote[lo]) == b;
+    if (!below && !above) return -1;
+    uint64_t best = !above || (below && sector - t->wrote[lo - 1] <= t->wrote[lo] - sector) ? t->wrote[lo - 1] : t->wrote[lo];
+    const tr_sector *y = tr_sec_find(t, best);
+    if (!y) return -1; /* stored sectors are in the table: not reached */
     /* the trace runs a launch's clusters one after another, as waves do; but where they were all resident
      * at once (the backward's slots) they went side by side: a store a block made at its end happened
      * at the launch's end, not at the traced block's place in the grid */
@@ -437,12 +446,6 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
         bool carried = false;
         if (fresh) {
             double cm = store || t->nlaunch < 2 ? -1 : tr_carried(t, r, s[i]);
-            x = tr_sec(t, s[i], &fresh); /* tr_carried may have grown the table */
-            fresh = true;
-            if (!x) {
-                tr_fail(t);
-                return;
-            }
             carried = cm >= 0;
             if (carried) miss = cm;
             t->global_bytes += 32;
