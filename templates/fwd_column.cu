@@ -36,11 +36,6 @@ local CPL = TC // LPR
 local VW = P.vec
 if LPR * RW ~= 32 or TC % LPR ~= 0 or (VW ~= CPL and VW ~= 1) or EC % CPL ~= 0 then
   error("fwd_column: tile " .. TC .. ", vec " .. VW .. ", " .. RW .. " rows a warp") end
--- the lane's place in its sub-row, and the sub-row's first walk index
-local LX = RW > 1 and "lx" or "tx"
-local TY = RW > 1 and "(ty * NJ_RW + sr)" or "ty"
--- a [column][lane] table of the tile's columns (nj_stat, nj_first): LPR lanes a column
-local LS = RW > 1 and "NJ_LPR" or "32"
 local U = P.unroll
 local NT = ceil_div(EC, TC)
 -- the tile's x (x + the residual, as a float, with one) kept in dynamic shared memory by the statistics
@@ -52,7 +47,8 @@ if STAGE and P.split > 1 then error("fwd_column: a staged tile needs a whole wal
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 -- the walk indices a block covers: the whole reduction, or its piece
-local LO = SPLIT > 1 and "(" .. IT .. ")lo + " .. TY or TY
+-- the sub-row's first walk index (ty itself with one sub-row: sr is 0)
+local LO = (SPLIT > 1 and "(" .. IT .. ")lo + " or "") .. "(ty * NJ_RW + sr)"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 local NTASK = P.kept_inner // EC * NT -- tiles per batch row
 -- gamma/beta vary down the walk only (LayerNorm over the C of NCHW: features among the reduced axes,
@@ -112,10 +108,8 @@ end
 #define NJ_NT {{ NT }}LL
 #define NJ_NW {{ BY }} /* warps */
 #define NJ_BY {{ BY * RW }} /* the walk's stride: warps x sub-rows */
-{% if RW > 1 then %}
-#define NJ_RW {{ RW }}
-#define NJ_LPR {{ LPR }}
-{% end %}
+#define NJ_RW {{ RW }} /* sub-rows a warp */
+#define NJ_LPR {{ LPR }} /* lanes a sub-row */
 #define NJ_CPL {{ CPL }}
 #define NJ_TC {{ TC }}
 {% if SPLIT > 1 then %}
@@ -148,7 +142,7 @@ end
 {% end %}
 {% if stage == "read" then %}
 #pragma unroll
-{{ ind }}    for (int c = 0; c < NJ_CPL; c++) v[q][c] = nj_to_f32(nj_stage[iq * NJ_TC + {{ LX }} * NJ_CPL + c]);
+{{ ind }}    for (int c = 0; c < NJ_CPL; c++) v[q][c] = nj_to_f32(nj_stage[iq * NJ_TC + lx * NJ_CPL + c]);
 {% else %}
 {{ ind }}    {{ load_cols("X", "x", "ox + " .. offset("x", red, "r"), "v[q]") }}
 {% if F.residual then %}
@@ -167,7 +161,7 @@ end
 {% if stage == "fill" then %}
 #pragma unroll
 {{ ind }}    for (int c = 0; c < NJ_CPL; c++)
-{{ ind }}        nj_stage[(i + ({{ IT }})q * NJ_BY) * NJ_TC + {{ LX }} * NJ_CPL + c] = nj_from_f32<nj_tstage>(v[q][c]);
+{{ ind }}        nj_stage[(i + ({{ IT }})q * NJ_BY) * NJ_TC + lx * NJ_CPL + c] = nj_from_f32<nj_tstage>(v[q][c]);
 {% end %}
 {% use(ind .. "    ") %}
 {{ ind }}}
@@ -269,9 +263,7 @@ NJ_KERNEL({{ name }}, {{ B }})
     NJ_DYN_SHARED(nj_tstage, nj_stage); /* the tile's values, [walk index][column] (STAGE above) */
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-{% if RW > 1 then %}
     const int lx = tx % NJ_LPR, sr = tx / NJ_LPR; /* lane of the sub-row, sub-row of the warp */
-{% end %}
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
 {% fwd_pointers() %}
 {% if PTAB and mode ~= "part" then %}
@@ -285,7 +277,7 @@ NJ_KERNEL({{ name }}, {{ B }})
     {{ block_item("task", "ntask") }}
 {% end %}
         const nj_i64 o = task / NJ_NT;
-        const nj_i64 kb = (task % NJ_NT) * NJ_TC + {{ LX }} * NJ_CPL; /* the lane's first column */
+        const nj_i64 kb = (task % NJ_NT) * NJ_TC + lx * NJ_CPL; /* the lane's first column */
         const nj_i64 k{{ cax }} = kb;
         const bool col_ok = kb < NJ_EC; /* all of the lane's columns, or none (NJ_CPL divides NJ_EC) */
         {{ split_index("o", outer, "k") }}
@@ -296,9 +288,9 @@ NJ_KERNEL({{ name }}, {{ B }})
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) shc[c] = {{ shift_of("fc[c]") }};
 {% if mode ~= "norm" then %}
-        if (ty == 0{{ RW > 1 and " && sr == 0" or "" }}) { /* for warp 0's rolled merge below (its own writes: no barrier) */
+        if (ty == 0 && sr == 0) { /* for warp 0's rolled merge below (its own writes: no barrier) */
 #pragma unroll
-            for (int c = 0; c < NJ_CPL; c++) nj_first[c * {{ LS }} + tx] = fc[c];
+            for (int c = 0; c < NJ_CPL; c++) nj_first[c * NJ_LPR + tx] = fc[c];
         }
 {% end %}
         float mdc[NJ_CPL], rstdc[NJ_CPL];
@@ -311,8 +303,8 @@ NJ_KERNEL({{ name }}, {{ B }})
         float stm[NJ_CPL], stv[NJ_CPL];
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c += {{ MV }}) {
-            nj_load_vec<{{ MV }}>(ST, {{ LX }} * NJ_CPL + c, &stm[c]);
-            nj_load_vec<{{ MV }}>(ST + NJ_TC, {{ LX }} * NJ_CPL + c, &stv[c]);
+            nj_load_vec<{{ MV }}>(ST, lx * NJ_CPL + c, &stm[c]);
+            nj_load_vec<{{ MV }}>(ST + NJ_TC, lx * NJ_CPL + c, &stv[c]);
         }
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) {
@@ -322,7 +314,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% fwd_finish("stm[c]", "stv[c]") %}
             mdc[c] = md;
             rstdc[c] = rstd;
-{% fwd_save_stats("col_ok && piece == 0 && ty == 0" .. (RW > 1 and " && sr == 0" or ""), kept) %}
+{% fwd_save_stats("col_ok && piece == 0 && ty == 0 && sr == 0", kept) %}
         }
 {% else %}
 {% if F.center then %}
@@ -342,7 +334,7 @@ NJ_KERNEL({{ name }}, {{ B }})
         __syncthreads();
         /* warp 0 (its first sub-row) merges a column at a time (a rolled loop: the column's first element
            comes from shared memory, where an unrolled one would cost NVRTC time for nothing) */
-        if (ty == 0{{ RW > 1 and " && tx < NJ_LPR" or "" }}) {
+        if (ty == 0 && sr == 0) {
 #pragma unroll 1
             for (int c = 0; c < NJ_CPL; c++) {
 {% if F.center then %}
@@ -351,42 +343,26 @@ NJ_KERNEL({{ name }}, {{ B }})
                 float n = 0.0f, sum = 0.0f, m2 = 0.0f;
 #pragma unroll 1
                 for (int k = 0; k < NJ_NW; k++) {
-{% if RW > 1 then %}
 #pragma unroll
                     for (int r = 0; r < NJ_RW; r++) {
                         const nj_welford p = nj_part[(k * NJ_CPL + c) * 32 + r * NJ_LPR + tx];
                         n += p.n;
                         sum += p.n * p.mean;
                     }
-{% else %}
-                    const nj_welford p = nj_part[(k * NJ_CPL + c) * 32 + tx];
-                    n += p.n;
-                    sum += p.n * p.mean;
-{% end %}
                 }
                 const float mean_s = nj_welford_from_sums(n, sum).mean;
 #pragma unroll 1
                 for (int k = 0; k < NJ_NW; k++) {
-{% if RW > 1 then %}
 #pragma unroll
                     for (int r = 0; r < NJ_RW; r++) m2 += nj_welford_dev(nj_part[(k * NJ_CPL + c) * 32 + r * NJ_LPR + tx], mean_s);
-{% else %}
-                    m2 += nj_welford_dev(nj_part[(k * NJ_CPL + c) * 32 + tx], mean_s);
-{% end %}
                 }
 {% else %}
-{% if RW > 1 then %}
                 float s = 0.0f;
 #pragma unroll 1
                 for (int k = 0; k < NJ_NW; k++) {
 #pragma unroll
                     for (int r = 0; r < NJ_RW; r++) s += nj_part[(k * NJ_CPL + c) * 32 + r * NJ_LPR + tx];
                 }
-{% else %}
-                float s = nj_part[c * 32 + tx]; /* warp 0's own */
-#pragma unroll 1
-                for (int k = 1; k < NJ_NW; k++) s += nj_part[(k * NJ_CPL + c) * 32 + tx];
-{% end %}
 {% end %}
 {% if mode == "part" then %}
                 float *WS = (float *)A.workspace{{ ws_plus("parts") }} + wi * {{ 2 * TC }};
@@ -405,18 +381,18 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
                 const nj_i64 k{{ cax }} = kb + c;
                 (void)k{{ cax }};
-                const nj_shift sh = {{ shift_of("nj_first[c * " .. LS .. " + tx]") }};
+                const nj_shift sh = {{ shift_of("nj_first[c * NJ_LPR + tx]") }};
 {% fwd_finish("mean_s", "var_s") %}
-                nj_stat[c * {{ LS }} + tx] = md;
-                nj_stat[NJ_TC + c * {{ LS }} + tx] = rstd;
+                nj_stat[c * NJ_LPR + tx] = md;
+                nj_stat[NJ_TC + c * NJ_LPR + tx] = rstd;
 {% fwd_save_stats("col_ok", kept) %}
             }
         }
         __syncthreads();
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) {
-            mdc[c] = nj_stat[c * {{ LS }} + {{ LX }}];
-            rstdc[c] = nj_stat[NJ_TC + c * {{ LS }} + {{ LX }}];
+            mdc[c] = nj_stat[c * NJ_LPR + lx];
+            rstdc[c] = nj_stat[NJ_TC + c * NJ_LPR + lx];
         }
 {% end %}
 {% if PREG then %}
