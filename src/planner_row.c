@@ -136,13 +136,17 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
  * reads for 67 MB of DRAM traffic, the model's bound) and waited for each row's loads after the last
  * row's reduction. A persistent block loads its share of gamma/beta once and fetches the next row's x
  * while it reduces this one (as the row backward does: on the H200 that took its LayerNorm bf16 32768 x
- * 4096 from 2.18 to 3.11 TB/s). A thread's share is one vector (8 elements of 16-bit x): with two
- * (bf16 rows of 1100, vec 4; f32 rows) ptxas, held to the registers below, gave the reduction's call
- * a 16-byte stack frame (sm_90). Where NJ_PERSIST_REGS registers a thread are enough for the row, the
- * fetched words and gamma/beta, __launch_bounds__(block, persist) holds the kernel to them, so the grid
- * the plan counts on is resident. Where that leaves one block an SM (1024 threads), and with the fused residual add,
- * which already runs near copy speed (89.8% of copy, H200, 2026-12-04), it stays a block a row. */
+ * 4096 from 2.18 to 3.11 TB/s). A share of one vector (8 elements of 16-bit x) gets NJ_PERSIST_REGS
+ * registers a thread; one of several vectors (f32 rows, 16-bit rows of 8192) the budget of the most
+ * blocks an SM that leave NJ_PERSIST_WIDE_SLACK over the estimate. Where the row, the fetched words and
+ * gamma/beta fit, __launch_bounds__(block, persist) holds the kernel to that budget, so the grid the
+ * plan counts on is resident (ptxas, NVRTC 13 sm_90 and sm_80: f32 rows of 2048-4096 63 registers,
+ * 16-bit rows of 8192 56-64, no spills). Where that leaves one block an SM, and with the fused residual
+ * add, which already runs near copy speed (89.8% of copy, H200, 2026-12-04), it stays a block a row. */
 #define NJ_PERSIST_REGS 40
+/* registers over the estimate a share of several vectors needs: held to 40 for two vectors (bf16 rows of
+ * 1100, vec 4; f32 rows), ptxas gave the reduction's call a 16-byte stack frame */
+#define NJ_PERSIST_WIDE_SLACK 8
 /* staged gamma/beta: at most this many bytes a block (without an opt-in, a block's static and dynamic
  * shared memory together stay within 48 KiB: 4 KiB left for the kernel's own arrays, up to 2 KiB of
  * column sums in warp-row backwards), and a block's share of an SM's shared memory */
@@ -161,7 +165,7 @@ static int32_t plan_fwd_nparam(const nj_canon *c)
 static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp, bool staged)
 {
     if (plan_persist_off()) return 0;
-    if (pp->rows_per_block != 1 || pp->regs_cache != pp->vec || pp->block > 1024 ||
+    if (pp->rows_per_block != 1 || pp->regs_cache <= 0 || pp->regs_cache % pp->vec != 0 || pp->block > 1024 ||
         (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) || c->kind != NJ_KIND_ROW)
         return 0;
     const nj_canon_axis *in = &c->axes[c->rank - 1];
@@ -181,9 +185,17 @@ static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp, boo
     int32_t pb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]);
     int32_t nparam = plan_fwd_nparam(c);
     int32_t regs = share + share * xb / 4 + (staged ? 0 : nparam * share * pb / 4) + 16;
-    if (regs > NJ_PERSIST_REGS) return 0;
-    int32_t by_threads = 2048 / pp->block, by_regs = 65536 / (NJ_PERSIST_REGS * pp->block);
-    int32_t n = by_threads < by_regs ? by_threads : by_regs;
+    int32_t by_threads = 2048 / pp->block, n;
+    if (share == pp->vec) {
+        if (regs > NJ_PERSIST_REGS) return 0;
+        int32_t by_regs = 65536 / (NJ_PERSIST_REGS * pp->block);
+        n = by_threads < by_regs ? by_threads : by_regs;
+    } else { /* two vectors a thread of 4 or more elements (narrower or more, the chunks' index arithmetic
+                spilled: f32 rows of 4097, eight 1-element chunks a thread, 8 bytes at sm_80): the most
+                blocks whose register budget leaves the slack */
+        if (pp->vec < 4 || share > 2 * pp->vec) return 0;
+        for (n = by_threads; n >= 2 && 65536 / (pp->block * n) < regs + NJ_PERSIST_WIDE_SLACK; n--) {}
+    }
     /* one block an SM (1024 threads) would wait on its own barriers with only the next row in flight */
     return n < 2 ? 0 : n > 32 ? 32 : n;
 }
@@ -266,6 +278,22 @@ static uint32_t plan_fwd_row_xstage(const nj_canon *c, const nj_device_props *de
     return (uint32_t)bytes;
 }
 
+/* A row of one vector a thread that takes 1024 threads (16-bit rows of 8192) cannot persist: one block
+ * an SM would wait on its own barriers with only its next row in flight, so each block re-read gamma and
+ * beta from L2 for every row (LayerNorm f16 rows of 8192: L2-bound in the model, 70.9% of copy; 52.5%
+ * measured on the H200 on 2026-12-04). Half the threads with two vectors each persist two blocks an SM
+ * where the registers allow. NORMJIT_PLAN_NO_PERSIST_WIDE=1 keeps the block a row. */
+static void plan_fwd_row_wide(const nj_canon *c, nj_plan_params *pp)
+{
+    if (nj_plan_switched_off("PERSIST_WIDE") || pp->block != 1024 || pp->rows_per_block != 1 ||
+        pp->regs_cache != pp->vec || plan_fwd_persist(c, pp, false) != 0)
+        return;
+    nj_plan_params q = *pp;
+    q.block = 512;
+    q.regs_cache = (int32_t)(nj_ceil_div64(c->reduce_size / pp->vec, q.block) * pp->vec);
+    if (plan_fwd_persist(c, &q, false) >= 2) *pp = q;
+}
+
 nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
@@ -281,6 +309,7 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
         return NJ_OK;
     }
     if (!staged) staged = plan_fwd_row_xstage(c, dev, pp);
+    if (!staged) plan_fwd_row_wide(c, pp);
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);
     if (!staged) pp->persist = plan_fwd_persist(c, pp, false);

@@ -280,6 +280,16 @@ static void build_cases(void)
     tc_begin(c, NJ_F16, NJ_F16, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_ERF, 64);
     tc_axis(c, 2048, true, true);
     tc_finish(c);
+    /* two vectors a thread: 16-bit rows of 8192 at 512 threads (a 64-register budget), f32 rows */
+    c = add_case("row_persist_wide_f16_8192_gelu_erf_stats");
+    tc_begin(c, NJ_F16, NJ_F16, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_ERF, 64);
+    tc_axis(c, 8192, true, true);
+    tc_finish(c);
+    tc_row(add_case("row_persist_f32_4096_stats"), NJ_F32, 4096, ln | NJ_FLAG_SAVE_STATS);
+    c = add_case("row_persist_f32_2048_gelu_tanh");
+    tc_begin(c, NJ_F32, NJ_F32, ln, NJ_ACT_GELU_TANH, 64);
+    tc_axis(c, 2048, true, true);
+    tc_finish(c);
     tc_row(add_case("row_stream_f32"), NJ_F32, 1 << 20, ln | NJ_FLAG_SAVE_STATS);
     /* streamed rows kept in shared memory (P.stage 2): 1024 threads */
     tc_row(add_case("row_stream_staged_f32_20000"), NJ_F32, 20000, ln | NJ_FLAG_SAVE_STATS);

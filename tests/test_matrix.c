@@ -200,6 +200,14 @@ static void test_row_persist(void **state)
     check_regime(m, "layernorm bf16 2x65536 flags=scale,bias act=gelu_erf", &fwd, 62);
     /* the backward's slots fetch the next row in 640-thread blocks too (132 of them here) */
     check_line(m, "layernorm f16 300x5120 flags=scale,bias", 1e3, 55); /* 1e5 overflowed f16 x */
+    /* several vectors a thread (plan_fwd_row_wide and f32 rows): 16-bit rows of 8192 at 512 threads, 264
+     * blocks (300 rows: 150 blocks of two rows each); 8000, whose second vector is past the row for 24
+     * threads; f32 rows of 4096 (two blocks an SM), of 2048 with GELU (four), of 3000 (a partial vector) */
+    check_line(m, "layernorm f16 300x8192 flags=scale,bias", 1e3, 108);
+    check_line(m, "rmsnorm bf16 600x8000 flags=scale,stats", 1e2, 109);
+    check_line(m, "layernorm f32 300x4096 flags=scale,bias,stats", 1e5, 110);
+    check_line(m, "layernorm f32 900x2048 flags=scale,bias act=gelu_tanh", 0.0, 111);
+    check_line(m, "rmsnorm f32 500x3000 flags=scale", 1e3, 112);
     assert_int_equal(m->failed - before, 0);
 }
 

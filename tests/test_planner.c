@@ -607,9 +607,9 @@ static void test_launch_grid(void **state)
     assert_int_equal(g[1], 3);
 }
 
-/* Persistent row forwards (P.persist): 16-bit rows of 2048 and 4096 with gamma/beta, a block a row
- * before, become SMs x n blocks that walk the rows; f32 gamma/beta (more registers than 40), the fused
- * residual add, 1024-thread blocks, warp rows and the unaligned variant stay a block a row. */
+/* Persistent row forwards (P.persist): 16-bit rows of 2048-8192 and f32 rows of 4096 with gamma/beta, a
+ * block a row before, become SMs x n blocks that walk the rows; rows too long for the registers, the
+ * fused residual add, warp rows and the unaligned variant stay a block a row. */
 /* A row problem whose gamma/beta have x's dtype (tc_row's are f32). */
 static void row_same_params(nj_canon *c, nj_dtype dt, int64_t n, uint32_t flags)
 {
@@ -656,10 +656,31 @@ static void test_row_persist(void **state)
     assert_int_equal(pp.persist, 6);
     row_same_params(&c, NJ_BF16, 5120, ln); /* 640 threads, two an SM */
     assert_int_equal(plan_fwd(&c).persist, 2);
-    row_same_params(&c, NJ_BF16, 8192, ln); /* 1024 threads: one an SM */
-    assert_int_equal(plan_fwd(&c).persist, 0);
-    row_same_params(&c, NJ_F32, 4096, ln); /* f32 x and gamma/beta: 48 registers estimated */
-    assert_int_equal(plan_fwd(&c).persist, 0);
+    /* rows of 8192: one vector a thread would take 1024 threads, one block an SM; two vectors a thread
+     * of 512 threads persist two an SM (56 registers estimated, a 64-register budget) */
+    row_same_params(&c, NJ_BF16, 8192, ln);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.regs_cache, 16);
+    assert_int_equal(pp.persist, 2);
+    assert_int_equal(pp.launch[0].grid_x_cap, 132 * 2);
+    assert_int_equal(nj_plan_check(&c, &pp, &dev90), NJ_OK);
+    setenv("NORMJIT_PLAN_NO_PERSIST_WIDE", "1", 1);
+    pp = plan_fwd(&c);
+    unsetenv("NORMJIT_PLAN_NO_PERSIST_WIDE");
+    assert_int_equal(pp.block, 1024);
+    assert_int_equal(pp.regs_cache, 8);
+    assert_int_equal(pp.persist, 0);
+    /* f32 x and gamma/beta of 4096: two vectors a thread of 512 (48 registers estimated): two an SM */
+    row_same_params(&c, NJ_F32, 4096, ln);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.persist, 2);
+    /* f32 rows of 10000: three vectors a thread of 1024, or five of 512: too many registers either way */
+    row_same_params(&c, NJ_F32, 10000, ln);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.block, 1024);
+    assert_int_equal(pp.persist, 0);
     /* bf16 x, f32 gamma/beta (44 registers held): staged in shared memory instead, x in 16-byte vectors
      * (8 elements; held, gamma/beta would have limited x to 4) */
     tc_row(&c, NJ_BF16, 4096, ln);
