@@ -232,14 +232,18 @@ static void plan_fwd_row_shape(const nj_canon *c, const nj_device_props *dev, in
     }
 }
 
-/* A persistent plan whose gamma/beta are f32 beside 16-bit x (mixed precision): they would hold 16
- * registers a thread and limit x to 8-byte vectors (LayerNorm bf16 rows of 4096 with f32 gamma/beta,
- * a block a row: 49.7% of copy in the model, L2-bound on 134 MB of gamma/beta reads). Instead each block
- * copies them once into dynamic shared memory (P.stage = 1, as floats) and x takes 16-byte vectors.
+/* A persistent plan of 16-bit x with gamma/beta: each block copies them once into dynamic shared memory
+ * (P.stage = 1, as floats) rather than holding their words. f32 gamma/beta (mixed precision) would hold
+ * 16 registers a thread and limit x to 8-byte vectors (LayerNorm bf16 rows of 4096 with f32 gamma/beta,
+ * a block a row: 49.7% of copy in the model, L2-bound on 134 MB of gamma/beta reads); 16-bit ones held
+ * 8, and at the 40 registers the plan's blocks an SM allow ptxas spilled 24-32 bytes a thread (NVRTC
+ * 13, sm_80 and sm_90: LayerNorm bf16 rows of 1536-4096, the LLM manifest's 2048 and 4096 among them;
+ * staged, none). NORMJIT_PLAN_NO_STAGE16=1 holds 16-bit gamma/beta as words again.
  * Returns the staged bytes, with pp's shape, persist, stage and alignment set, or 0 (pp untouched). */
 static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    if (plan_fwd_nparam(c) == 0 || nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]) != 4 ||
+    int64_t pb = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]);
+    if (plan_fwd_nparam(c) == 0 || (pb != 4 && (pb != 2 || nj_plan_switched_off("STAGE16"))) ||
         nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) != 2 || nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_Y]) != 2)
         return 0;
     nj_plan_params q = *pp;
@@ -281,15 +285,19 @@ static uint32_t plan_fwd_row_xstage(const nj_canon *c, const nj_device_props *de
 /* A row of one vector a thread that takes 1024 threads (16-bit rows of 8192) cannot persist: one block
  * an SM would wait on its own barriers with only its next row in flight, so each block re-read gamma and
  * beta from L2 for every row (LayerNorm f16 rows of 8192: L2-bound in the model, 70.9% of copy; 52.5%
- * measured on the H200 on 2026-12-04). Half the threads with two vectors each persist two blocks an SM
- * where the registers allow. NORMJIT_PLAN_NO_PERSIST_WIDE=1 keeps the block a row. */
+ * measured on the H200 on 2026-12-04). From NJ_PERSIST_WIDE_FROM threads (rows of 6144 and up, whose
+ * gamma/beta outgrow the staging of plan_fwd_row_staged) the one-vector persistent plan, held to 40
+ * registers, spilled 32 bytes (6144) or did not fit two blocks (6656-7680). Half the threads with two
+ * vectors each persist two blocks an SM where the registers allow. NORMJIT_PLAN_NO_PERSIST_WIDE=1 keeps
+ * the one-vector plan. */
+#define NJ_PERSIST_WIDE_FROM 768
 static void plan_fwd_row_wide(const nj_canon *c, nj_plan_params *pp)
 {
-    if (nj_plan_switched_off("PERSIST_WIDE") || pp->block != 1024 || pp->rows_per_block != 1 ||
-        pp->regs_cache != pp->vec || plan_fwd_persist(c, pp, false) != 0)
+    if (nj_plan_switched_off("PERSIST_WIDE") || pp->block < NJ_PERSIST_WIDE_FROM || pp->rows_per_block != 1 ||
+        pp->regs_cache != pp->vec)
         return;
     nj_plan_params q = *pp;
-    q.block = 512;
+    q.block = plan_round32(pp->block / 2);
     q.regs_cache = (int32_t)(nj_ceil_div64(c->reduce_size / pp->vec, q.block) * pp->vec);
     if (plan_fwd_persist(c, &q, false) >= 2) *pp = q;
 }

@@ -285,6 +285,10 @@ static void build_cases(void)
     tc_begin(c, NJ_F16, NJ_F16, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_ERF, 64);
     tc_axis(c, 8192, true, true);
     tc_finish(c);
+    c = add_case("row_persist_wide_bf16_6144_384"); /* 384 threads of two vectors, 85 registers */
+    tc_begin(c, NJ_BF16, NJ_BF16, ln, NJ_ACT_NONE, 64);
+    tc_axis(c, 6144, true, true);
+    tc_finish(c);
     tc_row(add_case("row_persist_f32_4096_stats"), NJ_F32, 4096, ln | NJ_FLAG_SAVE_STATS);
     c = add_case("row_persist_f32_2048_gelu_tanh");
     tc_begin(c, NJ_F32, NJ_F32, ln, NJ_ACT_GELU_TANH, 64);

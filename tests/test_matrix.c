@@ -208,6 +208,12 @@ static void test_row_persist(void **state)
     check_line(m, "layernorm f32 300x4096 flags=scale,bias,stats", 1e5, 110);
     check_line(m, "layernorm f32 900x2048 flags=scale,bias act=gelu_tanh", 0.0, 111);
     check_line(m, "rmsnorm f32 500x3000 flags=scale", 1e3, 112);
+    /* 16-bit rows of 6144-7680: two vectors a thread of 384-480 threads; 16-bit gamma/beta held as
+     * words rather than staged (NORMJIT_PLAN_NO_STAGE16) */
+    check_line(m, "layernorm bf16 300x7000 flags=scale,bias act=silu", 1e2, 113);
+    setenv("NORMJIT_PLAN_NO_STAGE16", "1", 1);
+    check_line(m, "layernorm f16 700x2560 flags=scale,bias,stats", 1e3, 114);
+    unsetenv("NORMJIT_PLAN_NO_STAGE16");
     assert_int_equal(m->failed - before, 0);
 }
 

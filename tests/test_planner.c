@@ -627,6 +627,8 @@ static void test_row_persist(void **state)
     nj_plan_params pp = plan_fwd(&c);
     assert_int_equal(pp.block, 512);
     assert_int_equal(pp.persist, 3); /* 40 registers: 65536 / (40 x 512) */
+    assert_int_equal(pp.stage, 1);   /* 16-bit gamma/beta staged as floats: held, ptxas spilled */
+    assert_int_equal(pp.launch[0].shmem, 2 * 4096 * 4);
     assert_int_equal(pp.launch[0].grid_x_cap, 132 * 3);
     assert_int_equal(pp.grid_loop, 0);
     uint32_t g[3];
@@ -650,10 +652,25 @@ static void test_row_persist(void **state)
     assert_int_equal(un.launch[0].grid_x_cap, 0);
     assert_int_equal(un.launch[0].even, 0);
     assert_int_equal(nj_plan_check(&c, &un, &dev90), NJ_OK);
+    setenv("NORMJIT_PLAN_NO_STAGE16", "1", 1);
+    pp = plan_fwd(&c);
+    unsetenv("NORMJIT_PLAN_NO_STAGE16");
+    assert_int_equal(pp.persist, 3);
+    assert_int_equal(pp.stage, 0);
+    assert_int_equal(pp.launch[0].shmem, 0);
     row_same_params(&c, NJ_F16, 2048, NJ_FLAG_SCALE);
     pp = plan_fwd(&c);
     assert_int_equal(pp.block, 256);
     assert_int_equal(pp.persist, 6);
+    assert_int_equal(pp.launch[0].shmem, 2048 * 4);
+    /* LayerNorm rows of 6144: 48 KiB staged is too much; one vector held at 768 threads spilled, so
+     * two vectors of 384 threads, two blocks an SM */
+    row_same_params(&c, NJ_F16, 6144, ln);
+    pp = plan_fwd(&c);
+    assert_int_equal(pp.block, 384);
+    assert_int_equal(pp.regs_cache, 16);
+    assert_int_equal(pp.persist, 2);
+    assert_int_equal(pp.stage, 0);
     row_same_params(&c, NJ_BF16, 5120, ln); /* 640 threads, two an SM */
     assert_int_equal(plan_fwd(&c).persist, 2);
     /* rows of 8192: one vector a thread would take 1024 threads, one block an SM; two vectors a thread
