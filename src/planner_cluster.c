@@ -23,12 +23,16 @@
  * cluster (or a block) each, walking rows c, c + slots, ...: each block keeps its piece of x and its
  * piece's dgamma/dbeta partials in shared memory, and the library's column sum adds the slots' partial
  * rows (P.pgrad "slots"). The row family read x and dy twice (nv_norms' 1000 x 100000: 1.76x the ideal
- * bytes, 54.4% of copy; slots of 8-block clusters: 1.02x, 78.2%, L2-bound by gamma read twice a row). */
+ * bytes, 54.4% of copy; slots of 8-block clusters: 1.02x, 78.2%, L2-bound by gamma read twice a row).
+ * The forward of such rows takes slots too where a block's piece of gamma and beta fits beside its
+ * piece of x (copied once, as floats): a cluster a row re-read them from L2 every row (1000 x 100000:
+ * 79.8% of copy, L2-bound; slots of 8: 97.8%). Slot grids count on GPCs of 16 SMs (cluster_slots). */
 #include "planner_impl.h"
 
 
 #define NJ_CLUSTER_MAX 8        /* blocks a cluster: CUDA's portable maximum */
 #define NJ_CLUSTER_BLOCK 1024
+#define NJ_CLUSTER_GPC_SMS 16   /* SMs a GPC counted on (cluster_slots) */
 #define NJ_CLUSTER_RESERVE 4096 /* of an SM's shared memory for the kernel's static arrays */
 /* x and dy bytes a row from which the backward stages x: below, the walks' second reads of x and dy
  * hit L2 (InstanceNorm f32 over 64 x 64 pixels: 32 KB a row, 1.00x the ideal bytes); at 128 x 128
@@ -184,9 +188,51 @@ bool nj_cluster_applies(const nj_canon *c, nj_pass pass, const nj_device_props *
     return cluster_size(c, dev, 2) > 0;
 }
 
+/* Slots (clusters of k blocks, one an SM) that can all be resident: a cluster's blocks share a GPC, and
+ * H100/H200 GPCs hold 16-18 of their 132 SMs, so count 16 a GPC (k = 8: 16 clusters, 128 SMs; k = 4:
+ * 32, not 33). A slot that is not resident starts when another ends: a second round for its rows. */
+static int32_t cluster_slots(const nj_device_props *dev, int32_t k)
+{
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    if (k <= 1) return sms;
+    int32_t n = sms / NJ_CLUSTER_GPC_SMS * (NJ_CLUSTER_GPC_SMS / k);
+    return n > 0 ? n : 1;
+}
+
+/* Blocks a row of the forward's slots (fwd_cluster.cu: a fixed grid of clusters walking the rows, each
+ * block's piece of gamma and beta copied once as floats beside its staged x), or 0: gamma/beta along
+ * the row, contiguous, one for all rows, and x's piece with them fitting an SM's shared memory
+ * (nv_norms' LayerNorm f32 1000 x 100000: 8 blocks a row, 150 KB a block). A cluster a row read every
+ * row's gamma and beta from L2 again (800 MB for 400 MB of x: L2-bound, 79.8% of copy in the model).
+ * NORMJIT_PLAN_NO_CLUSTER_FWD_SLOTS=1: a cluster a row. */
+static int32_t cluster_fwd_slot_size(const nj_canon *c, const nj_device_props *dev)
+{
+    int64_t np = !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
+    if (np == 0 || c->param_size != c->reduce_size || !cluster_contiguous(c, NJ_OPD_PARAM) ||
+        nj_plan_switched_off("CLUSTER_FWD_SLOTS"))
+        return 0;
+    for (int a = 0; a < c->rank; a++)
+        if (!c->axes[a].reduce && c->axes[a].stride[NJ_OPD_PARAM] != 0) return 0;
+    int64_t cap = (int64_t)dev->max_shared_per_block - NJ_CLUSTER_RESERVE, per = cl_es(c, NJ_OPD_X) + 4 * np;
+    int64_t line = 128 / cl_es(c, NJ_OPD_X);
+    for (int32_t k = 2; k <= NJ_CLUSTER_MAX; k *= 2)
+        if (cap > 0 && nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), line) * line * per + 32 <= cap) return k;
+    return 0;
+}
+
 nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cluster_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a cluster row problem");
+    int32_t ks = cluster_fwd_slot_size(c, dev);
+    if (ks > 0) {
+        int32_t slots = cluster_slots(dev, ks);
+        cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", ks, slots * ks, pp);
+        int64_t line = 128 / cl_es(c, NJ_OPD_X); /* pieces of whole lines (fwd_cluster.cu) */
+        int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, ks), line) * line;
+        int64_t np = !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
+        pp->launch[0].shmem = (uint32_t)((piece * cl_es(c, NJ_OPD_X) + 15) / 16 * 16 + piece * 4 * np);
+        return NJ_OK;
+    }
     cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", cluster_size(c, dev, 2), 0, pp);
     /* gamma/beta along the row, like x: loaded as vectors too */
     if (pp->vec > 1 && (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 &&
@@ -201,7 +247,7 @@ nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
     int32_t k = cluster_bwd_size(c, dev);
     if (cluster_param_elems(c)) {
         /* a fixed grid of slots, a cluster each, one an SM's block: its rows c, c + slots, ... */
-        int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132, slots = sms / k > 0 ? sms / k : 1;
+        int32_t slots = cluster_slots(dev, k);
         cluster_shape(c, dev, NJ_CLUSTER_BWD_OPDS, "nj_bwd_cluster", k, slots * k, pp);
         if (pp->vec > 1) pp->align_opds |= 1u << NJ_OPD_PARAM;
         int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;

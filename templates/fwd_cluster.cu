@@ -11,7 +11,12 @@
       block gets the same md and rstd; rank 0 writes the saved statistics; a second cluster barrier
       (no block may exit while another reads its shared memory);
    4. normalize the staged piece, y stored a vector at a time.
-   x is read from DRAM once: the row family's split read it twice. #}
+   x is read from DRAM once: the row family's split read it twice.
+   Slots (a fixed grid, P.role.main.grid_x: LayerNorm's gamma/beta along long rows): G clusters walk the
+   rows c, c + G, ...; each block copies its piece of gamma and beta once, as floats, after the staged x,
+   and reads them there every row (a cluster a row re-read them from L2 every row: nv_norms' LayerNorm
+   f32 1000 x 100000 read 800 MB of gamma/beta for 400 MB of x). No barrier between a row's normalize
+   and the next row's copy: a thread copies the vectors it normalized (the same e0). #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -24,7 +29,11 @@ if row_offset("x", "j") ~= "j" or row_offset("y", "j") ~= "j" then error("fwd_cl
 local N, K, B, VW, U = P.reduce_size, P.split, P.block, P.vec, P.unroll
 if N % VW ~= 0 or K < 2 then error("fwd_cluster: rows of " .. N .. ", vec " .. VW .. ", " .. K .. " blocks") end
 local NW = B // 32
-local PC = ((N + K - 1) // K + VW - 1) // VW * VW
+local SLOTS = P.role.main.grid_x > 0
+-- pieces of whole vectors; the slots' of whole 128-byte lines (a piece's stores then start a sector:
+-- 8 f32 pieces of 12500 stored 17 sectors a warp request; the planner's shmem counts the same)
+local PA = SLOTS and 128 // (P.dtype.x == "f32" and 4 or 2) or VW
+local PC = ((N + K - 1) // K + PA - 1) // PA * PA
 local kept = kept_axes()
 local has_param = F.scale or F.bias
 -- gamma/beta along the row: constant (PROW), contiguous like x (PVEC, vector loads), constant over each
@@ -37,12 +46,25 @@ local PCHUNK = has_param and not PROW and not PVEC and inner.stride.param == 0 a
 -- ... and a piece within one chunk (its length divides the chunk's: GroupNorm NCHW's pieces of half a
 -- channel): gamma/beta once a block, not a scalar load of each a vector (68% of the load requests)
 local PPIECE = PCHUNK and inner.extent % PC == 0
+local G = SLOTS and P.role.main.grid_x // K or 0
+if SLOTS then
+  if not has_param or PROW or row_offset("param", "j") ~= "j" or G * K ~= P.role.main.grid_x then
+    error("fwd_cluster: slots need gamma/beta along the row, a grid of whole clusters")
+  end
+  for _, a in ipairs(kept) do
+    if P.axes[a].stride.param ~= 0 then error("fwd_cluster: slots need one gamma/beta for all rows") end
+  end
+  PVEC, PCHUNK, PPIECE = false, false, false
+end
 %}
 {% fwd_typedefs() %}
 
 #define NJ_N {{ N }}LL
 #define NJ_PC {{ PC }}u
 #define NJ_VW {{ VW }}
+{% if SLOTS then %}
+#define NJ_STAGE_BYTES ((NJ_PC * (unsigned)sizeof(nj_tx) + 15u) / 16u * 16u)
+{% end %}
 
 NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 {
@@ -53,12 +75,35 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
     NJ_SHARED(float, nj_stat, 2); /* the row's md and rstd, from thread 0 */
     const unsigned t = threadIdx.x;
 {% fwd_pointers() %}
+{% if SLOTS then %}
+    const unsigned rank = nj_cluster_rank();
+    const nj_i64 slot = (nj_i64)blockIdx.x / {{ K }};
+    /* the piece's gamma, then beta, as floats after the staged x (read after the first copy's barrier) */
+    float *const nj_pg = (float *)((unsigned char *)nj_stage + NJ_STAGE_BYTES);
+    {
+        {{ piece_range() }}
+        for (unsigned e = t; e < np; e += {{ B }}u) {
+{% if F.scale then %}
+            nj_pg[e] = nj_load_f32(GAMMA, lo + e);
+{% end %}
+{% if F.bias then %}
+            nj_pg[{{ F.scale and "NJ_PC + " or "" }}e] = nj_load_f32(BETA, lo + e);
+{% end %}
+        }
+    }
+#pragma unroll 1
+    for (nj_i64 row = slot; row < A.rows * {{ P.kept_inner }}LL; row += {{ G }}) {
+{% else %}
     {{ block_item("w", "A.rows * " .. P.kept_inner .. "LL * " .. K) }}
         const nj_i64 row = w / {{ K }};
         const unsigned rank = nj_cluster_rank(); /* w % K: a cluster is K consecutive blocks */
+{% end %}
         {{ split_index("row", kept, "k") }}
 {% fwd_offsets(kept, "k") %}
         {{ piece_range() }}
+{% if SLOTS then %}
+        (void)op; /* 0: one gamma/beta for all rows */
+{% end %}
         /* 1. copy */
 {% stage_piece("X", "ox", "nj_stage") %}
 {% fwd_shift() %}
@@ -151,6 +196,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 {%
 local g, b
 if PROW then g, b = F.scale and "g_row", F.bias and "b_row"
+elseif SLOTS then g, b = F.scale and "nj_pg[e + q]", F.bias and (F.scale and "nj_pg[NJ_PC + e + q]" or "nj_pg[e + q]")
 elseif PVEC then g, b = F.scale and "gv[q]", F.bias and "bv[q]"
 elseif PCHUNK then g, b = F.scale and "gq", F.bias and "bq"
 elseif has_param then

@@ -246,6 +246,13 @@ static void test_cluster(void **state)
     check_regime(m, "layernorm f32 3x100000 flags=scale,bias,stats act=gelu_tanh", &fwd, 88);
     fwd.offset = 0.0;
     check_regime(m, "rmsnorm f16 2x102401 flags=scale", &fwd, 89);
+    /* slots (gamma/beta along the row, staged once a block): more rows than slots (16 clusters of 8,
+       32 of 4), beta alone, an odd row element by element */
+    fwd.offset = 1e3;
+    check_regime(m, "layernorm f32 40x100000 flags=scale,bias", &fwd, 115);
+    check_regime(m, "layernorm f32 50x100000 flags=bias act=silu", &fwd, 116);
+    fwd.offset = 0.0;
+    check_regime(m, "rmsnorm f32 100x70001 flags=scale,stats", &fwd, 117);
     /* channels-last GroupNorm: a cluster an image, a tile a block staged (8, 4 and 8 tiles) */
     fwd.offset = 1e3;
     check_regime(m, "groupnorm f32 nhwc 2x64x64x64 groups=8 flags=scale,bias,stats", &fwd, 77);

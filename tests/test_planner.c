@@ -1162,7 +1162,8 @@ static void test_reverse(void **state)
 /* The cluster family (planner_cluster.c), forwards on sm_90: rows the row family would split (2^18
  * elements and more) or stream twice (x past the 200 KB it keeps in shared memory) whose x fits 8
  * blocks' shared memory (227 KB each, 4 KB kept for the kernel's arrays) take the fewest blocks that
- * hold it, a cluster a row; not on sm_80, not with the residual,
+ * hold it, a cluster a row (with gamma/beta along the row where they fit too: slots, test_cluster_fwd_slots);
+ * not on sm_80, not with the residual,
  * not past 8 blocks; the backward where gamma is constant over each row (x staged alone);
  * NORMJIT_PLAN_NO_CLUSTER=1 splits them as before. The grid keeps
  * a cluster's blocks on one grid row however narrow the grid. */
@@ -1181,10 +1182,10 @@ static void test_cluster_plan(void **state)
         {"groupnorm f32 nchw 16x128x256x256 groups=32 flags=scale,bias", 8, 4, 131072, 2, 1},
         {"layernorm f16 2x262144 flags=scale,bias", 4, 8, 131072, 0, 1},
         {"layernorm f32 4x400001 flags=scale,bias", 8, 1, 200004, 0, 1},
-        {"rmsnorm bf16 2x300000 flags=scale", 4, 8, 150000, 3, 1},
+        {"rmsnorm bf16 2x300000 flags=scale", 8, 8, 75008 + 150016, 3, 1}, /* slots: gamma staged too */
         {"layernorm f32 2x200000 flags=scale,bias", 4, 4, 200000, 0, 0},  /* 800 KB, under 2^18 */
-        {"layernorm f32 1000x100000 flags=scale,bias", 2, 4, 200000, 3, 0}, /* nv_norms: 400 KB rows */
-        {"rmsnorm f16 3x102401 flags=scale", 2, 1, 102402, 3, 0},           /* just past 200 KB */
+        {"layernorm f32 1000x100000 flags=scale,bias", 8, 4, 50048 + 100096, 3, 0}, /* nv_norms: 400 KB rows */
+        {"rmsnorm f16 3x102401 flags=scale", 4, 1, 51328 + 102656, 3, 0},   /* just past 200 KB */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         nj_plan_params pp = plan_line(want[i].line, NJ_PASS_FORWARD, &dev90);
@@ -1335,15 +1336,53 @@ static void test_cluster_bwd_slots(void **state)
             int32_t k = a ? want[i].k90 : want[i].k80;
             nj_plan_params pp = cluster_bwd_on(want[i].line, a, k);
             if (!k) continue;
+            /* all resident: clusters on GPCs counted 16 SMs each (8 of the 132 SMs), a block on any SM */
+            int32_t slots = k == 1 ? 132 : 8 * (16 / k);
             assert_int_equal(pp.pgrad, NJ_PGRAD_SLOTS);
-            assert_int_equal(pp.pgrad_parts, 132 / k);
+            assert_int_equal(pp.pgrad_parts, slots);
             assert_int_equal(pp.nlaunch, 2);
-            assert_int_equal(pp.launch[0].grid_x, 132 / k * k);
+            assert_int_equal(pp.launch[0].grid_x, slots * k);
             assert_int_equal(pp.launch[0].shmem, want[i].shmem90);
             assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block - 4096);
             assert_string_equal(pp.launch[1].kernel, "nj_lib_colsum");
         }
         if (want[i].k90) cluster_bwd_off(want[i].line, "CLUSTER_SLOTS");
+    }
+}
+
+/* The cluster forward's slots: gamma/beta along the row (one for all rows) whose pieces fit an SM's shared
+ * memory beside x's, as floats: a fixed grid of resident clusters walking the rows, each block's piece
+ * (whole 128-byte lines of x) of gamma/beta staged once; otherwise (16-bit rows of 300000: 375 KB a block of 8) a cluster a row, and
+ * under NORMJIT_PLAN_NO_CLUSTER_FWD_SLOTS=1. */
+static void test_cluster_fwd_slots(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *line;
+        int32_t k, grid; /* blocks a row, the fixed grid (0: a cluster a row) */
+        uint32_t shmem;
+    } want[] = {
+        {"layernorm f32 1000x100000 flags=scale,bias", 8, 128, 50048 + 100096}, /* 12512 a block */
+        {"layernorm f32 45x100000 flags=scale", 4, 128, 100096 + 100096},      /* 32 clusters, not 33 */
+        {"rmsnorm f32 100x70001 flags=scale,stats", 4, 128, 70016 + 70016},     /* odd: vectors of 1 */
+        {"layernorm bf16 37x300000 flags=scale,bias", 4, 0, 150000},           /* x alone, a cluster a row */
+        {"instancenorm f32 ncdhw 1x2x64x64x64 flags=scale,bias", 8, 0, 131072}, /* gamma by row */
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        nj_canon c;
+        nj_plan_params pp = plan_line_v(want[i].line, NJ_PASS_FORWARD, &dev90, &c);
+        assert_int_equal(pp.family, NJ_FAMILY_CLUSTER);
+        assert_int_equal(pp.split, want[i].k);
+        assert_int_equal(pp.launch[0].grid_x, want[i].grid);
+        assert_int_equal(pp.launch[0].cluster, want[i].k);
+        assert_int_equal(pp.launch[0].shmem, want[i].shmem);
+        assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block - 4096);
+        assert_int_equal(nj_plan_check(&c, &pp, &dev90), NJ_OK);
+        if (!want[i].grid) continue;
+        setenv("NORMJIT_PLAN_NO_CLUSTER_FWD_SLOTS", "1", 1);
+        pp = plan_line_v(want[i].line, NJ_PASS_FORWARD, &dev90, &c);
+        unsetenv("NORMJIT_PLAN_NO_CLUSTER_FWD_SLOTS");
+        assert_int_equal(pp.launch[0].grid_x, 0);
     }
 }
 
@@ -1685,6 +1724,7 @@ int main(void)
         cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_reverse),
         cmocka_unit_test(test_cluster_plan),
         cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
+        cmocka_unit_test(test_cluster_fwd_slots),
         cmocka_unit_test(test_column_bwd_wide_stage), cmocka_unit_test(test_row_bwd_gamma_stage), cmocka_unit_test(test_row_xstage), cmocka_unit_test(test_tile_plan), cmocka_unit_test(test_kernel_count),
         cmocka_unit_test(test_launches_round_trip), cmocka_unit_test(test_launches_parse_fail), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_channels_last),     cmocka_unit_test(test_row_backward_slots), cmocka_unit_test(test_family_registry), cmocka_unit_test(test_pass_plan),
