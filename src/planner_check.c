@@ -80,8 +80,8 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     for (int32_t i = 0; i < pp->nlaunch; i++) NJ_TRY(check_launch(pp, i, maxt, maxs));
     /* what a plan keeps in its main launch's shared memory (P.stage): image and tile plans always
      * something; 1: a whole column walk's tile, a persistent row forward's gamma/beta, an image's slab
-     * (backward: x and dy) or a tile of rows; 2: a streamed row forward's x, or an image backward's x
-     * alone */
+     * (backward: x and dy) or a tile of rows; 2: a streamed row forward's x, an image backward's x
+     * alone, or a cluster backward's slots' x and gamma (beta) */
     bool row_stage = pp->family == NJ_FAMILY_ROW && (pp->persist > 0 || (pp->pass == NJ_PASS_BACKWARD &&
                                                     pp->pgrad == NJ_PGRAD_SLOTS && pp->rows_per_block == 1));
     bool row_x = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->persist == 0 &&
@@ -93,9 +93,10 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     bool cl_one = pp->family == NJ_FAMILY_CHANNELS_LAST && pp->pass == NJ_PASS_BACKWARD && pp->split == 1 &&
                   !pp->role[NJ_ROLE_PART];
     bool image_x = pp->family == NJ_FAMILY_IMAGE && pp->pass == NJ_PASS_BACKWARD;
+    bool slots_g = pp->family == NJ_FAMILY_CLUSTER && pp->pass == NJ_PASS_BACKWARD && pp->pgrad == NJ_PGRAD_SLOTS;
     bool ok = pp->stage == 0 ? !always
               : pp->stage == 1 ? pp->family == NJ_FAMILY_COLUMN || always || row_stage || cluster || cl_one
-              : pp->stage == 2 ? row_x || image_x : false;
+              : pp->stage == 2 ? row_x || image_x || slots_g : false;
     bool held = pp->stage == 0 || ((pp->split == 1 || cluster) && pp->role[NJ_ROLE_MAIN] &&
                                    pp->launch[pp->role[NJ_ROLE_MAIN] - 1].shmem != 0);
     NJ_RETURN_IF(!ok || !held,

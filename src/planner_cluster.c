@@ -26,7 +26,8 @@
  * bytes, 54.4% of copy; slots of 8-block clusters: 1.02x, 78.2%, L2-bound by gamma read twice a row).
  * The forward of such rows takes slots too where a block's piece of gamma and beta fits beside its
  * piece of x (copied once, as floats): a cluster a row re-read them from L2 every row (1000 x 100000:
- * 79.8% of copy, L2-bound; slots of 8: 97.8%). Slot grids count on GPCs of 16 SMs (cluster_slots). */
+ * 79.8% of copy, L2-bound; slots of 8: 97.8%); the backward's slots stage gamma likewise where it fits
+ * (78.6 -> 95.7%). Slot grids count on GPCs of 16 SMs (cluster_slots). */
 #include "planner_impl.h"
 
 
@@ -65,6 +66,15 @@ static int32_t cluster_size(const nj_canon *c, const nj_device_props *dev, int32
 
 /* Floats a row element's slot partials take beside its staged x (P.pgrad "slots"): dgamma's, dbeta's. */
 static int64_t cluster_slot_floats(const nj_canon *c) { return (c->flags & NJ_FLAG_BIAS) ? 2 : 1; }
+
+/* Floats a row element's gamma and beta take when the slots backward stages them (P.stage 2): gamma,
+ * and beta where an activation reads it. Read twice a row from L2 otherwise (nv_norms' LayerNorm f32
+ * 1000 x 100000: 800 MB of L2 reads, the model's bound, 78.6% of copy).
+ * NORMJIT_PLAN_NO_CLUSTER_STAGE_G=1: read from global memory, as before. */
+static int64_t cluster_slot_params(const nj_canon *c)
+{
+    return !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
+}
 
 /* The blocks a row of the slots backward takes: the fewest whose pieces of x and of the partials fit an
  * SM's shared memory (1 on any architecture, more on sm_90), or 0. */
@@ -252,7 +262,14 @@ nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
         if (pp->vec > 1) pp->align_opds |= 1u << NJ_OPD_PARAM;
         int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
         nj_launch *l = &pp->launch[0];
-        l->shmem = (uint32_t)((piece * cl_es(c, NJ_OPD_X) + 15) / 16 * 16 + piece * 4 * cluster_slot_floats(c));
+        int64_t bytes = (piece * cl_es(c, NJ_OPD_X) + 15) / 16 * 16 + piece * 4 * cluster_slot_floats(c);
+        int64_t gbytes = piece * 4 * cluster_slot_params(c);
+        if (!nj_plan_switched_off("CLUSTER_STAGE_G") &&
+            bytes + gbytes + 32 <= (int64_t)dev->max_shared_per_block - NJ_CLUSTER_RESERVE) {
+            pp->stage = 2; /* gamma (beta) staged too: bwd_cluster.cu */
+            bytes += gbytes;
+        }
+        l->shmem = (uint32_t)bytes;
         nj_plan_pgrad_slots(pp, c->reduce_size, slots, (c->flags & NJ_FLAG_BIAS) != 0);
         return NJ_OK;
     }

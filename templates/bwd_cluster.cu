@@ -23,7 +23,10 @@
 {% include("cluster_lib.cuh") %}
 {%
 local F = P.flags
-if P.stage ~= 1 then error("bwd_cluster: the piece is always staged (P.stage 1)") end
+-- P.stage 2 (slots): gamma, and beta under an activation, staged too, as floats after the partials
+if P.stage ~= 1 and not (P.stage == 2 and P.pgrad == "slots") then
+  error("bwd_cluster: the piece is always staged (P.stage 1; 2: slots with gamma)")
+end
 for _, o in ipairs({"x", "dy", "dx"}) do
   if row_offset(o, "j") ~= "j" then error("bwd_cluster: " .. o .. " contiguous along the row") end
 end
@@ -44,6 +47,13 @@ local G = P.pgrad_parts
 local PARAM = (F.scale or F.bias) and P.param_size > 0
 if PARAM and not (SETS or PIECES or SLOTS) then error("bwd_cluster: gamma/beta constant over each row or piece, or slots") end
 if SLOTS and row_offset("param", "j") ~= "j" then error("bwd_cluster: slots need gamma along the row") end
+local GSTAGE = SLOTS and P.stage == 2
+local GSB = GSTAGE and F.bias and P.act ~= "none" -- beta staged beside gamma
+if GSTAGE then
+  for _, a in ipairs(kept) do
+    if P.axes[a].stride.param ~= 0 then error("bwd_cluster: staged gamma needs one gamma for all rows") end
+  end
+end
 if PIECES and (K < 2 or PC * K ~= N) then error("bwd_cluster: pieces of " .. PC .. " for rows of " .. N) end
 -- the sums: of dz (gamma constant over the row or the piece: it scales the means or the pieces' sums)
 -- or of g
@@ -70,6 +80,18 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 {% local function load_xdy() %}
 {% staged_vec("xv", "nj_sx", "e0") %}
             nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
+{% if GSTAGE then %}
+{% if F.scale then %}
+            float gv[NJ_VW];
+#pragma unroll
+            for (int q = 0; q < NJ_VW; q++) gv[q] = nj_sg[e0 + q];
+{% end %}
+{% if GSB then %}
+            float bv[NJ_VW];
+#pragma unroll
+            for (int q = 0; q < NJ_VW; q++) bv[q] = nj_sg[{{ F.scale and "NJ_PC + " or "" }}e0 + q];
+{% end %}
+{% else %}
 {% if SLOTS and F.scale then %}
             float gv[NJ_VW];
             nj_load_vec<NJ_VW>(GAMMA, op + lo + e0, gv);
@@ -77,6 +99,7 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 {% if SLOTS and F.bias and P.act ~= "none" then %}
             float bv[NJ_VW];
             nj_load_vec<NJ_VW>(BETA, op + lo + e0, bv);
+{% end %}
 {% end %}
 {% end %}
 {{ cluster_kernel(P.role.main.kernel, B, K) }}
@@ -104,6 +127,27 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 {% end %}
         }
     }
+{% if GSTAGE then %}
+    /* the piece's gamma (then beta), as floats after the partials, once: a thread stages the vectors
+       it reads (the walks' own e0) */
+    float *const nj_sg = nj_ag + {{ F.bias and 2 or 1 }}u * NJ_PC;
+    {
+        {{ piece_range() }}
+        for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ B * VW }}u) {
+            float v_[NJ_VW];
+{% if F.scale then %}
+            nj_load_vec<NJ_VW>(GAMMA, lo + e0, v_);
+#pragma unroll
+            for (int q = 0; q < NJ_VW; q++) nj_sg[e0 + q] = v_[q];
+{% end %}
+{% if GSB then %}
+            nj_load_vec<NJ_VW>(BETA, lo + e0, v_);
+#pragma unroll
+            for (int q = 0; q < NJ_VW; q++) nj_sg[{{ F.scale and "NJ_PC + " or "" }}e0 + q] = v_[q];
+{% end %}
+        }
+    }
+{% end %}
 #pragma unroll 1
     for (nj_i64 row = slot; row < A.rows * {{ P.kept_inner }}LL; row += {{ G }}) {
 {% else %}

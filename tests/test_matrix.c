@@ -276,6 +276,12 @@ static void test_cluster(void **state)
     check_line(m, "instancenorm bf16 ncdhw 1x3x64x64x64", 0.0, 86);
     bwd.offset = 1e5;
     check_regime(m, "instancenorm f32 ncdhw 1x3x64x64x64 flags=scale,bias", &bwd, 87);
+    /* the slots' backward with gamma (and under an activation beta) staged beside x and the partials
+       (P.stage 2): beta's floats after gamma's, no dbeta rows (RMS), an odd row element by element */
+    bwd.offset = 1e2;
+    check_regime(m, "layernorm f32 30x80000 flags=scale,bias act=silu", &bwd, 118);
+    check_regime(m, "rmsnorm f32 40x60000 flags=scale", &bwd, 119);
+    check_regime(m, "layernorm f32 20x99999 flags=scale,bias", &bwd, 120);
     /* the backward's rows that fit one block (x and dy of 64 KB and more): x staged, no cluster */
     check_line(m, "instancenorm f32 nchw 2x3x128x128 flags=scale,bias act=silu", 0.0, 90);
     check_line(m, "rmsnorm bf16 3x20000 flags=none", 0.0, 91);

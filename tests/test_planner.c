@@ -1316,7 +1316,8 @@ static void test_cluster_bwd_block(void **state)
  * the row: a fixed grid of slots, a cluster (or a block) each, walking rows c, c + slots, ...; a block's
  * shared memory holds its piece of x, then its piece's dgamma (and dbeta) partials; the library's column
  * sum adds the slots' partial rows. The fewest blocks a row whose pieces fit: none past 8 (sm_90) or 1
- * (sm_80); NORMJIT_PLAN_NO_CLUSTER_SLOTS=1 keeps the row family's. */
+ * (sm_80); NORMJIT_PLAN_NO_CLUSTER_SLOTS=1 keeps the row family's. Where gamma (beta under an activation)
+ * fits too, it is staged after the partials (P.stage 2; NORMJIT_PLAN_NO_CLUSTER_STAGE_G=1: not). */
 static void test_cluster_bwd_slots(void **state)
 {
     (void)state;
@@ -1324,12 +1325,15 @@ static void test_cluster_bwd_slots(void **state)
         const char *line;
         int32_t k80, k90; /* blocks a row on sm_80 and sm_90; 0: not the cluster family */
         uint32_t shmem90;
+        uint32_t gbytes; /* of it, gamma (beta under an activation) staged beside x and the partials */
     } want[] = {
-        {"layernorm f32 1000x100000 flags=scale,bias", 0, 8, 50000 + 100000},   /* 12500 a block */
-        {"rmsnorm f16 3x102401 flags=scale", 0, 4, 51216 + 102404},             /* no dbeta rows */
-        {"layernorm f16 140x20000 flags=scale,bias act=gelu_erf", 0, 1, 40000 + 160000},
-        {"layernorm f32 8x16000 flags=scale,bias", 0, 0, 0},                    /* the row family's slots */
-        {"layernorm f32 2x200000 flags=scale,bias", 0, 0, 0},                   /* past 8 blocks */
+        {"layernorm f32 1000x100000 flags=scale,bias", 0, 8, 50000 + 100000 + 50000, 50000}, /* 12500 a block */
+        {"rmsnorm f16 3x102401 flags=scale", 0, 4, 51216 + 102404, 0},           /* no dbeta rows */
+        {"layernorm f16 140x20000 flags=scale,bias act=gelu_erf", 0, 1, 40000 + 160000, 0},
+        {"layernorm f32 30x80000 flags=scale,bias act=silu", 0, 8, 40000 + 80000 + 80000, 80000},
+        {"rmsnorm f32 40x60000 flags=scale", 0, 4, 60000 + 60000 + 60000, 60000},
+        {"layernorm f32 8x16000 flags=scale,bias", 0, 0, 0, 0},                  /* the row family's slots */
+        {"layernorm f32 2x200000 flags=scale,bias", 0, 0, 0, 0},                 /* past 8 blocks */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         for (int a = 0; a < 2; a++) {
@@ -1343,8 +1347,18 @@ static void test_cluster_bwd_slots(void **state)
             assert_int_equal(pp.nlaunch, 2);
             assert_int_equal(pp.launch[0].grid_x, slots * k);
             assert_int_equal(pp.launch[0].shmem, want[i].shmem90);
+            assert_int_equal(pp.stage, want[i].gbytes ? 2 : 1);
             assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block - 4096);
             assert_string_equal(pp.launch[1].kernel, "nj_lib_colsum");
+            nj_canon v;
+            pp = plan_line_v(want[i].line, NJ_PASS_BACKWARD, &dev90, &v);
+            assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+            if (!want[i].gbytes) continue;
+            setenv("NORMJIT_PLAN_NO_CLUSTER_STAGE_G", "1", 1);
+            pp = plan_line(want[i].line, NJ_PASS_BACKWARD, &dev90);
+            unsetenv("NORMJIT_PLAN_NO_CLUSTER_STAGE_G");
+            assert_int_equal(pp.stage, 1);
+            assert_int_equal(pp.launch[0].shmem, want[i].shmem90 - want[i].gbytes);
         }
         if (want[i].k90) cluster_bwd_off(want[i].line, "CLUSTER_SLOTS");
     }
