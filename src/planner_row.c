@@ -162,21 +162,29 @@ static int32_t plan_fwd_nparam(const nj_canon *c)
     return !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
 }
 
-static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp, bool staged)
+/* What a persistent row walk needs of the problem and the shape: a block a row held in registers, no
+ * residual, one contiguous reduced axis, one gamma/beta along it for every row. */
+static bool plan_fwd_persist_ok(const nj_canon *c, const nj_plan_params *pp)
 {
-    if (plan_persist_off()) return 0;
+    if (plan_persist_off()) return false;
     if (pp->rows_per_block != 1 || pp->regs_cache <= 0 || pp->regs_cache % pp->vec != 0 || pp->block > 1024 ||
         (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) || c->kind != NJ_KIND_ROW)
-        return 0;
+        return false;
     const nj_canon_axis *in = &c->axes[c->rank - 1];
-    if (!in->reduce || in->stride[NJ_OPD_X] != 1 || in->stride[NJ_OPD_Y] != 1) return 0;
+    if (!in->reduce || in->stride[NJ_OPD_X] != 1 || in->stride[NJ_OPD_Y] != 1) return false;
     for (int a = 1; a < c->rank - 1; a++)
-        if (c->axes[a].reduce) return 0; /* one reduced axis: a row is contiguous */
+        if (c->axes[a].reduce) return false; /* one reduced axis: a row is contiguous */
     if (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) {
-        if (in->stride[NJ_OPD_PARAM] != 1) return 0;
+        if (in->stride[NJ_OPD_PARAM] != 1) return false;
         for (int a = 0; a < c->rank - 1; a++)
-            if (c->axes[a].stride[NJ_OPD_PARAM] != 0) return 0; /* one gamma/beta for every row */
+            if (c->axes[a].stride[NJ_OPD_PARAM] != 0) return false; /* one gamma/beta for every row */
     }
+    return true;
+}
+
+static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp, bool staged)
+{
+    if (!plan_fwd_persist_ok(c, pp)) return 0;
     /* registers: the share (floats), its fetched words, gamma's and beta's held words, and 16 more
      * (indices, statistics, epilogue). NVRTC sm_90: 36 estimated, 39-40 taken (16-bit x and gamma/beta,
      * 256 and 512 threads, with stats and GELU); 44 and 48 (f32 gamma/beta or x) spilled 32-56 bytes
@@ -260,6 +268,30 @@ static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *de
     return (uint32_t)bytes;
 }
 
+/* A row whose share keeps 1024 threads, one block an SM, at NJ_PERSIST_ONE_FLIGHT bytes of x or more a
+ * thread (f32 rows of 8192-16384, 16-bit rows of 16384): too few blocks for the persistent plans above,
+ * but its next row's fetched words alone are 32 KB or more an SM in flight, what Little's law asks
+ * (docs/model.md). A block a row re-read gamma and beta from L2 every row (LayerNorm f32 10000 x 10000:
+ * 80 KB of them for 40 KB of x, L2-bound in the model, 83.5% of copy). Persistent with one block an SM,
+ * gamma/beta staged once as floats (P.stage 1). NORMJIT_PLAN_NO_PERSIST_ONE=1: a block a row. */
+#define NJ_PERSIST_ONE_FLIGHT 32
+static uint32_t plan_fwd_row_staged_one(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t xb = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]), bytes = plan_fwd_nparam(c) * c->reduce_size * 4;
+    if (plan_fwd_nparam(c) == 0 || nj_plan_switched_off("PERSIST_ONE") || pp->block != 1024 ||
+        !plan_fwd_persist_ok(c, pp) || pp->regs_cache * xb < NJ_PERSIST_ONE_FLIGHT ||
+        bytes + 4096 > (int64_t)dev->max_shared_per_block)
+        return 0;
+    /* registers (as plan_fwd_persist, gamma/beta staged): the share, its fetched words and 16; within
+     * the 64 a 1024-thread block has, with the slack of a wide share */
+    int64_t regs = pp->regs_cache + pp->regs_cache * xb / 4 + 16;
+    if (regs + NJ_PERSIST_WIDE_SLACK > 64) return 0;
+    pp->persist = 1;
+    pp->stage = 1;
+    pp->align_opds = plan_fwd_row_align(c) & ~(1u << NJ_OPD_PARAM); /* copied a float at a time */
+    return (uint32_t)bytes;
+}
+
 /* A streamed block-per-row forward reads x twice, the second time from DRAM where the rows of the
  * resident blocks outgrow the L2 (InstanceNorm f32 NCDHW of 32^3 volumes: rows of 128 KB, 1.41x the
  * ideal bytes, 67% of copy in the model). A row that fits shared memory is kept there instead
@@ -317,6 +349,7 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
         return NJ_OK;
     }
     if (!staged) staged = plan_fwd_row_xstage(c, dev, pp);
+    if (!staged) staged = plan_fwd_row_staged_one(c, dev, pp);
     if (!staged) plan_fwd_row_wide(c, pp);
     nj_plan_add_launch(pp, "nj_fwd_row", pp->block, c->kept_inner, pp->rows_per_block, 0);
     nj_plan_role(pp, NJ_ROLE_MAIN);

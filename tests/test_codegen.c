@@ -290,6 +290,10 @@ static void build_cases(void)
     tc_axis(c, 6144, true, true);
     tc_finish(c);
     tc_row(add_case("row_persist_f32_4096_stats"), NJ_F32, 4096, ln | NJ_FLAG_SAVE_STATS);
+    c = add_case("row_persist_one_f32_10000_gelu_stats"); /* one block an SM, gamma/beta staged */
+    tc_begin(c, NJ_F32, NJ_F32, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_ERF, 64);
+    tc_axis(c, 10000, true, true);
+    tc_finish(c);
     c = add_case("row_persist_f32_2048_gelu_tanh");
     tc_begin(c, NJ_F32, NJ_F32, ln, NJ_ACT_GELU_TANH, 64);
     tc_axis(c, 2048, true, true);

@@ -211,6 +211,12 @@ static void test_row_persist(void **state)
     /* 16-bit rows of 6144-7680: two vectors a thread of 384-480 threads; 16-bit gamma/beta held as
      * words rather than staged (NORMJIT_PLAN_NO_STAGE16) */
     check_line(m, "layernorm bf16 300x7000 flags=scale,bias act=silu", 1e2, 113);
+    /* one block an SM of 1024 threads, 32 bytes of x a thread or more, gamma/beta staged: f32 rows of
+     * 10000 (three vectors, 300 rows over 132 blocks) at an offset, bf16 rows of 16384 with the saved
+     * statistics, f16 RMS rows of 12000 (a partial last vector round) */
+    check_line(m, "layernorm f32 300x10000 flags=scale,bias", 1e5, 121);
+    check_line(m, "layernorm bf16 200x16384 flags=scale,bias,stats act=gelu_tanh", 1e2, 122);
+    check_line(m, "rmsnorm f16 300x12000 flags=scale", 0.0, 123);
     setenv("NORMJIT_PLAN_NO_STAGE16", "1", 1);
     check_line(m, "layernorm f16 700x2560 flags=scale,bias,stats", 1e3, 114);
     unsetenv("NORMJIT_PLAN_NO_STAGE16");

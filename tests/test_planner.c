@@ -693,11 +693,28 @@ static void test_row_persist(void **state)
     pp = plan_fwd(&c);
     assert_int_equal(pp.block, 512);
     assert_int_equal(pp.persist, 2);
-    /* f32 rows of 10000: three vectors a thread of 1024, or five of 512: too many registers either way */
+    /* f32 rows of 10000: three vectors a thread of 1024 (48 bytes of x in flight a thread): one block
+     * an SM, gamma/beta staged (held, too many registers) */
     row_same_params(&c, NJ_F32, 10000, ln);
     pp = plan_fwd(&c);
     assert_int_equal(pp.block, 1024);
+    assert_int_equal(pp.regs_cache, 12);
+    assert_int_equal(pp.persist, 1);
+    assert_int_equal(pp.stage, 1);
+    assert_int_equal(pp.launch[0].shmem, 2 * 10000 * 4);
+    assert_int_equal(pp.launch[0].grid_x_cap, 132);
+    assert_int_equal(nj_plan_check(&c, &pp, &dev90), NJ_OK);
+    setenv("NORMJIT_PLAN_NO_PERSIST_ONE", "1", 1);
+    pp = plan_fwd(&c);
+    unsetenv("NORMJIT_PLAN_NO_PERSIST_ONE");
     assert_int_equal(pp.persist, 0);
+    assert_int_equal(pp.launch[0].shmem, 0);
+    /* 16-bit rows of 8192 hold 16 bytes a thread at 1024 threads: not one block an SM (the wide plan) */
+    row_same_params(&c, NJ_BF16, 8192, NJ_FLAG_SCALE);
+    assert_int_equal(plan_fwd(&c).block, 512);
+    /* rows past 16 elements a thread are streamed: none of these */
+    row_same_params(&c, NJ_F32, 20000, ln);
+    assert_int_equal(plan_fwd(&c).persist, 0);
     /* bf16 x, f32 gamma/beta (44 registers held): staged in shared memory instead, x in 16-byte vectors
      * (8 elements; held, gamma/beta would have limited x to 4) */
     tc_row(&c, NJ_BF16, 4096, ln);
