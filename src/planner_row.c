@@ -264,7 +264,7 @@ static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *de
     *pp = q;
     pp->persist = n;
     pp->stage = 1;
-    pp->align_opds = plan_fwd_row_align(c) & ~(1u << NJ_OPD_PARAM); /* copied a float at a time */
+    pp->align_opds = plan_fwd_row_align(c); /* gamma/beta staged with vector loads too */
     return (uint32_t)bytes;
 }
 
@@ -288,7 +288,7 @@ static uint32_t plan_fwd_row_staged_one(const nj_canon *c, const nj_device_props
     if (regs + NJ_PERSIST_WIDE_SLACK > 64) return 0;
     pp->persist = 1;
     pp->stage = 1;
-    pp->align_opds = plan_fwd_row_align(c) & ~(1u << NJ_OPD_PARAM); /* copied a float at a time */
+    pp->align_opds = plan_fwd_row_align(c); /* gamma/beta staged with vector loads too */
     return (uint32_t)bytes;
 }
 

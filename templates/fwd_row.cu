@@ -55,7 +55,7 @@ local SPLIT = P.split
 -- to contiguous rows without the residual add, whose gamma/beta serve every row.
 local PERSIST = P.persist > 0
 -- PSTAGE (P.stage on a persistent plan): gamma/beta copied once a block into dynamic shared memory as
--- floats (f32 beside 16-bit x: held words would take 16 registers), [gamma][beta], NJ_N each
+-- floats (16-bit x: held words took registers ptxas spilled), [gamma][beta], NJ_N each, with vector loads
 local PSTAGE = PERSIST and P.stage == 1
 if P.stage == 1 and not (PERSIST and has_param) then error("fwd_row: stage needs a persistent plan with gamma/beta") end
 -- XSTAGE (P.stage 2): a streamed row's x (x + the residual, as floats) kept in dynamic shared memory by
@@ -114,7 +114,20 @@ NJ_DEVICE void nj_prefetch_l1(const void *p)
     typedef nj_vec_io<V, nj_tx> nj_iox;
     constexpr int CPT = (int)((NCH + NJ_TPR - 1) / NJ_TPR);
 {% if PSTAGE then %}
-{% param_table(F.scale, F.bias, true) %}
+    /* gamma, then beta, as floats (ptab_at's layout), a thread the chunks it reads: vector loads, gamma
+       and beta being among the plan's aligned operands */
+    NJ_DYN_SHARED(float, nj_ptab);
+    for (nj_i64 ch = lane; ch < NCH; ch += NJ_TPR) {
+        float pv_[V];
+{% for _, pr in ipairs({{F.scale, "GAMMA", false}, {F.bias, "BETA", true}}) do %}
+{%   if pr[1] then %}
+        nj_load_vec<V>({{ pr[2] }}, ch * V, pv_);
+#pragma unroll
+        for (int k = 0; k < V; k++) {{ ptab_at(F.scale, pr[3], "ch * V + k") }} = pv_[k];
+{%   end %}
+{% end %}
+    }
+    __syncthreads();
 {% elseif has_param then %}
     typedef nj_vec_io<V, nj_tparam> nj_iop;
 {% end %}
