@@ -42,6 +42,22 @@
 
 static int64_t cl_es(const nj_canon *c, int o) { return (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]); }
 
+/* gamma and beta: how many of the two the problem has */
+static int64_t cl_nparam(const nj_canon *c) { return !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS); }
+
+/* Elements of a block's piece of a row in k pieces, rounded up to whole multiples of `unit` (vectors,
+ * or the forward slots' 128-byte lines: fwd_cluster.cu's PC), the last piece what is left. */
+static int64_t cl_piece(const nj_canon *c, int32_t k, int64_t unit)
+{
+    return nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), unit) * unit;
+}
+
+/* Bytes of a staged piece of x, to the 16 bytes after which the templates place their floats */
+static int64_t cl_stage_bytes(const nj_canon *c, int64_t piece) { return (piece * cl_es(c, NJ_OPD_X) + 15) / 16 * 16; }
+
+/* The forward slots' pieces: whole 128-byte lines of x */
+static int64_t cl_line(const nj_canon *c) { return 128 / cl_es(c, NJ_OPD_X); }
+
 /* Whether operand o's reduced axes are laid out as one contiguous run (element j of the row at j). */
 static bool cluster_contiguous(const nj_canon *c, int o)
 {
@@ -122,8 +138,7 @@ static void cluster_shape(const nj_canon *c, const nj_device_props *dev, uint32_
     nj_launch *l = &pp->launch[0];
     l->cluster = k > 1 ? k : 0; /* one block: no cluster */
     /* the block's piece: whole vectors, the last piece what is left */
-    int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
-    l->shmem = (uint32_t)(piece * cl_es(c, NJ_OPD_X));
+    l->shmem = (uint32_t)(cl_piece(c, k, pp->vec) * cl_es(c, NJ_OPD_X));
 }
 
 /* Whether gamma/beta are constant over each of the k pieces of a row (GroupNorm NCHW: a piece within
@@ -217,16 +232,15 @@ static int32_t cluster_slots(const nj_device_props *dev, int32_t k)
  * NORMJIT_PLAN_NO_CLUSTER_FWD_SLOTS=1: a cluster a row. */
 static int32_t cluster_fwd_slot_size(const nj_canon *c, const nj_device_props *dev)
 {
-    int64_t np = !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
+    int64_t np = cl_nparam(c);
     if (np == 0 || c->param_size != c->reduce_size || !cluster_contiguous(c, NJ_OPD_PARAM) ||
         nj_plan_switched_off("CLUSTER_FWD_SLOTS"))
         return 0;
     for (int a = 0; a < c->rank; a++)
         if (!c->axes[a].reduce && c->axes[a].stride[NJ_OPD_PARAM] != 0) return 0;
     int64_t cap = (int64_t)dev->max_shared_per_block - NJ_CLUSTER_RESERVE, per = cl_es(c, NJ_OPD_X) + 4 * np;
-    int64_t line = 128 / cl_es(c, NJ_OPD_X);
     for (int32_t k = 2; k <= NJ_CLUSTER_MAX; k *= 2)
-        if (cap > 0 && nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), line) * line * per + 32 <= cap) return k;
+        if (cap > 0 && cl_piece(c, k, cl_line(c)) * per + 32 <= cap) return k;
     return 0;
 }
 
@@ -237,10 +251,8 @@ nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
     if (ks > 0) {
         int32_t slots = cluster_slots(dev, ks);
         cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", ks, slots * ks, pp);
-        int64_t line = 128 / cl_es(c, NJ_OPD_X); /* pieces of whole lines (fwd_cluster.cu) */
-        int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, ks), line) * line;
-        int64_t np = !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
-        pp->launch[0].shmem = (uint32_t)((piece * cl_es(c, NJ_OPD_X) + 15) / 16 * 16 + piece * 4 * np);
+        int64_t piece = cl_piece(c, ks, cl_line(c));
+        pp->launch[0].shmem = (uint32_t)(cl_stage_bytes(c, piece) + piece * 4 * cl_nparam(c));
         return NJ_OK;
     }
     cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", cluster_size(c, dev, 2), 0, pp);
@@ -260,9 +272,9 @@ nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
         int32_t slots = cluster_slots(dev, k);
         cluster_shape(c, dev, NJ_CLUSTER_BWD_OPDS, "nj_bwd_cluster", k, slots * k, pp);
         if (pp->vec > 1) pp->align_opds |= 1u << NJ_OPD_PARAM;
-        int64_t piece = nj_ceil_div64(nj_ceil_div64(c->reduce_size, k), pp->vec) * pp->vec;
+        int64_t piece = cl_piece(c, k, pp->vec);
         nj_launch *l = &pp->launch[0];
-        int64_t bytes = (piece * cl_es(c, NJ_OPD_X) + 15) / 16 * 16 + piece * 4 * cluster_slot_floats(c);
+        int64_t bytes = cl_stage_bytes(c, piece) + piece * 4 * cluster_slot_floats(c);
         int64_t gbytes = piece * 4 * cluster_slot_params(c);
         if (!nj_plan_switched_off("CLUSTER_STAGE_G") &&
             bytes + gbytes + 32 <= (int64_t)dev->max_shared_per_block - NJ_CLUSTER_RESERVE) {

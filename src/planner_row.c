@@ -182,17 +182,21 @@ static bool plan_fwd_persist_ok(const nj_canon *c, const nj_plan_params *pp)
     return true;
 }
 
+/* Registers a persistent thread holds: the share (floats), its fetched words, gamma's and beta's held
+ * words (none where they are staged), and 16 more (indices, statistics, epilogue). NVRTC sm_90: 36
+ * estimated, 39-40 taken (16-bit x and gamma/beta, 256 and 512 threads, with stats and GELU); 44 and 48
+ * (f32 gamma/beta or x) spilled 32-56 bytes at 40: those stay a block a row. */
+static int32_t plan_fwd_persist_regs(const nj_canon *c, const nj_plan_params *pp, bool staged)
+{
+    int32_t share = pp->regs_cache, xb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    int32_t pb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]);
+    return share + share * xb / 4 + (staged ? 0 : plan_fwd_nparam(c) * share * pb / 4) + 16;
+}
+
 static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp, bool staged)
 {
     if (!plan_fwd_persist_ok(c, pp)) return 0;
-    /* registers: the share (floats), its fetched words, gamma's and beta's held words, and 16 more
-     * (indices, statistics, epilogue). NVRTC sm_90: 36 estimated, 39-40 taken (16-bit x and gamma/beta,
-     * 256 and 512 threads, with stats and GELU); 44 and 48 (f32 gamma/beta or x) spilled 32-56 bytes
-     * at 40: those stay a block a row. */
-    int32_t share = pp->regs_cache, xb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
-    int32_t pb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]);
-    int32_t nparam = plan_fwd_nparam(c);
-    int32_t regs = share + share * xb / 4 + (staged ? 0 : nparam * share * pb / 4) + 16;
+    int32_t share = pp->regs_cache, regs = plan_fwd_persist_regs(c, pp, staged);
     int32_t by_threads = 2048 / pp->block, n;
     if (share == pp->vec) {
         if (regs > NJ_PERSIST_REGS) return 0;
@@ -282,10 +286,8 @@ static uint32_t plan_fwd_row_staged_one(const nj_canon *c, const nj_device_props
         !plan_fwd_persist_ok(c, pp) || pp->regs_cache * xb < NJ_PERSIST_ONE_FLIGHT ||
         bytes + 4096 > (int64_t)dev->max_shared_per_block)
         return 0;
-    /* registers (as plan_fwd_persist, gamma/beta staged): the share, its fetched words and 16; within
-     * the 64 a 1024-thread block has, with the slack of a wide share */
-    int64_t regs = pp->regs_cache + pp->regs_cache * xb / 4 + 16;
-    if (regs + NJ_PERSIST_WIDE_SLACK > 64) return 0;
+    /* within the 64 registers a 1024-thread block has, with the slack of a wide share */
+    if (plan_fwd_persist_regs(c, pp, true) + NJ_PERSIST_WIDE_SLACK > 64) return 0;
     pp->persist = 1;
     pp->stage = 1;
     pp->align_opds = plan_fwd_row_align(c); /* gamma/beta staged with vector loads too */

@@ -49,6 +49,8 @@ if PARAM and not (SETS or PIECES or SLOTS) then error("bwd_cluster: gamma/beta c
 if SLOTS and row_offset("param", "j") ~= "j" then error("bwd_cluster: slots need gamma along the row") end
 local GSTAGE = SLOTS and P.stage == 2
 local GSB = GSTAGE and F.bias and P.act ~= "none" -- beta staged beside gamma
+-- the staged floats of each, their offset into nj_sg
+local GSTAGED = {{F.scale, "GAMMA", "gv", ""}, {GSB, "BETA", "bv", F.scale and "NJ_PC + " or ""}}
 if GSTAGE then
   for _, a in ipairs(kept) do
     if P.axes[a].stride.param ~= 0 then error("bwd_cluster: staged gamma needs one gamma for all rows") end
@@ -81,15 +83,12 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 {% staged_vec("xv", "nj_sx", "e0") %}
             nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
 {% if GSTAGE then %}
-{% if F.scale then %}
-            float gv[NJ_VW];
+{% for _, gs in ipairs(GSTAGED) do %}
+{%   if gs[1] then %}
+            float {{ gs[3] }}[NJ_VW];
 #pragma unroll
-            for (int q = 0; q < NJ_VW; q++) gv[q] = nj_sg[e0 + q];
-{% end %}
-{% if GSB then %}
-            float bv[NJ_VW];
-#pragma unroll
-            for (int q = 0; q < NJ_VW; q++) bv[q] = nj_sg[{{ F.scale and "NJ_PC + " or "" }}e0 + q];
+            for (int q = 0; q < NJ_VW; q++) {{ gs[3] }}[q] = nj_sg[{{ gs[4] }}e0 + q];
+{%   end %}
 {% end %}
 {% else %}
 {% if SLOTS and F.scale then %}
@@ -135,15 +134,12 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
         {{ piece_range() }}
         for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ B * VW }}u) {
             float v_[NJ_VW];
-{% if F.scale then %}
-            nj_load_vec<NJ_VW>(GAMMA, lo + e0, v_);
+{% for _, gs in ipairs(GSTAGED) do %}
+{%   if gs[1] then %}
+            nj_load_vec<NJ_VW>({{ gs[2] }}, lo + e0, v_);
 #pragma unroll
-            for (int q = 0; q < NJ_VW; q++) nj_sg[e0 + q] = v_[q];
-{% end %}
-{% if GSB then %}
-            nj_load_vec<NJ_VW>(BETA, lo + e0, v_);
-#pragma unroll
-            for (int q = 0; q < NJ_VW; q++) nj_sg[{{ F.scale and "NJ_PC + " or "" }}e0 + q] = v_[q];
+            for (int q = 0; q < NJ_VW; q++) nj_sg[{{ gs[4] }}e0 + q] = v_[q];
+{%   end %}
 {% end %}
         }
     }

@@ -56,6 +56,9 @@ if SLOTS then
   end
   PVEC, PCHUNK, PPIECE = false, false, false
 end
+-- slots: beta's staged floats after gamma's
+local PBO = F.scale and "NJ_PC + " or ""
+
 %}
 {% fwd_typedefs() %}
 
@@ -87,7 +90,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
             nj_pg[e] = nj_load_f32(GAMMA, lo + e);
 {% end %}
 {% if F.bias then %}
-            nj_pg[{{ F.scale and "NJ_PC + " or "" }}e] = nj_load_f32(BETA, lo + e);
+            nj_pg[{{ PBO }}e] = nj_load_f32(BETA, lo + e);
 {% end %}
         }
     }
@@ -196,7 +199,7 @@ NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ K }}, 1, 1)
 {%
 local g, b
 if PROW then g, b = F.scale and "g_row", F.bias and "b_row"
-elseif SLOTS then g, b = F.scale and "nj_pg[e + q]", F.bias and (F.scale and "nj_pg[NJ_PC + e + q]" or "nj_pg[e + q]")
+elseif SLOTS then g, b = F.scale and "nj_pg[e + q]", F.bias and ("nj_pg[" .. PBO .. "e + q]")
 elseif PVEC then g, b = F.scale and "gv[q]", F.bias and "bv[q]"
 elseif PCHUNK then g, b = F.scale and "gq", F.bias and "bq"
 elseif has_param then
