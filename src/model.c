@@ -326,12 +326,28 @@ static int32_t m_ilp(const nj_plan_params *pp, const char *kernel, int32_t lib, 
     return n < 1 ? 1 : n > 8 ? 8 : n;
 }
 
+/* Tail efficiency of a grid of equal blocks past a whole number of waves. The last wave holds a fraction
+ * fr of a full wave's blocks: fr of its DRAM and L2 traffic, and fr of its loads in flight, so its
+ * latency term (Little's law: the wait over the loads in flight) is a full wave's. A launch bound by
+ * DRAM or the L2 with loads in flight to spare runs its last wave at the machine's bandwidth; one bound
+ * by latency (or by its rows' chain) runs it at a full wave's pace: waves / ceil(waves), the rule before
+ * 2026-12-07, which charged a whole wave's time for the remainder of every DRAM-bound grid (LLM rows with
+ * the residual, 7.76 waves: 3% of their time). A persistent walk's waves are its rounds of rows (w: the
+ * rounds over the resident blocks). Returns the factor body is divided by. */
+double nj_model_last_wave(double t_dram, double t_l2, double t_lat, double t_rows, double w)
+{
+    double body = fmax(fmax(t_dram, t_l2), fmax(t_lat, t_rows)), whole = floor(w), fr = w - whole;
+    if (w < 1 || fr <= 0 || body <= 0) return 1;
+    double full = body / w, last = fmax(fmax(fr * t_dram, fr * t_l2), fmax(t_lat, t_rows)) / w;
+    if (last > full) last = full;
+    return body / (whole * full + last);
+}
+
 static void m_time(nj_model_launch *m, const nj_model_device *d)
 {
     const nj_trace_launch *t = &m->t;
     double per_sm_slots = (double)m->blocks_sm * d->sms;
     m->waves = m->blocks / per_sm_slots;
-    m->tail = m->waves >= 1 ? m->waves / ceil(m->waves) : 1;
     double active_sms = m->blocks < d->sms ? m->blocks : d->sms;
     double blocks_per_sm = m->blocks / d->sms < m->blocks_sm ? m->blocks / d->sms : m->blocks_sm;
     if (blocks_per_sm < 1) blocks_per_sm = 1;
@@ -352,19 +368,19 @@ static void m_time(nj_model_launch *m, const nj_model_device *d)
      * of one resident block do not overlap (only the blocks resident beside it do). One that fetches the
      * next row before this row's reduction waits the longer of the two a row, and one latency first. */
     double resident = m->blocks < per_sm_slots ? m->blocks : per_sm_slots;
-    /* a persistent grid's rounds are rows: the last round is as full as the rows' remainder */
     double rounds = m->rows / (m->rows_per_block > 1 ? m->rows_per_block : 1); /* a block's rows at a time */
-    if (m->row_fetch && m->row_sync && resident > 0 && rounds > resident)
-        m->tail = rounds / resident / ceil(rounds / resident);
+    /* a persistent grid's rounds are its waves: the last round is as full as the rows' remainder */
+    bool rounds_tail = m->row_fetch && m->row_sync && resident > 0 && rounds > resident;
     double per_row = m->row_fetch ? fmax(d->latency_s, d->row_sync_s) : d->latency_s + d->row_sync_s;
     double first = m->row_fetch ? d->latency_s : 0;
     m->t_rows = m->row_sync && resident > 0 ? ceil(rounds / resident) * per_row + first : 0;
-    double body = m->t_dram, tail = m->tail > 0 ? m->tail : 1;
+    double body = m->t_dram;
     m->bound = "dram";
     if (m->t_lat > body) body = m->t_lat, m->bound = "latency";
     if (m->t_rows > body) body = m->t_rows, m->bound = "rows";
     if (m->t_l2 > body) body = m->t_l2, m->bound = "l2";
-    body /= tail;
+    m->tail = nj_model_last_wave(m->t_dram, m->t_l2, m->t_lat, m->t_rows, rounds_tail ? rounds / resident : m->waves);
+    body /= m->tail > 0 ? m->tail : 1;
     double launch = m->dependent ? d->launch_dep_s : d->launch_s;
     if (body < launch) m->bound = "launch";
     m->time = launch + body;

@@ -43,6 +43,11 @@ NJ_HIDDEN const nj_model_device *nj_model_device_at(int32_t i); /* NULL past the
 #define NJ_MODEL_L2_MISS 1.5
 NJ_HIDDEN double nj_model_l2_miss(double distance, double l2_bytes);
 
+/* Tail efficiency (what a launch's bound term is divided by) of w waves (or persistent rounds) whose
+ * whole-launch terms are t_dram, t_l2, t_lat and t_rows: the last, partial wave moves its share of the
+ * bytes, but waits a full wave's latency (Little's law over its share of the loads in flight). */
+NJ_HIDDEN double nj_model_last_wave(double t_dram, double t_l2, double t_lat, double t_rows, double w);
+
 /* ---- access counting (model_trace.c) ---- */
 enum { NJ_TRACE_LD = 0, NJ_TRACE_ST = 1, NJ_TRACE_WIDTHS = 5 }; /* widths 1, 2, 4, 8, 16 bytes */
 
@@ -121,7 +126,7 @@ typedef struct nj_model_launch {
     double blocks;           /* grid blocks */
     int32_t blocks_sm;       /* resident blocks an SM */
     const char *limit;       /* what bounds blocks_sm: "threads", "regs", "smem", "blocks", "grid" */
-    double waves, tail;      /* grid / resident blocks of the device; waves / ceil(waves) */
+    double waves, tail;      /* grid / resident blocks of the device; nj_model_last_wave */
     double inflight_sm;      /* bytes of loads in flight an SM (requests * ILP * request bytes) */
     double ilp;              /* independent loads a thread has in flight (plan, trace and load sites) */
     double t_dram, t_l2, t_lat, t_rows, time; /* seconds */

@@ -286,6 +286,32 @@ static void test_dependent_launch_cost(void **state)
     assert_true(a->launch_dep_s == a->launch_s);
 }
 
+/* The last, partial wave: figures by hand from the rule's terms (docs/model.md, "The time"). w = 2.5. */
+static void test_last_wave(void **state)
+{
+    (void)state;
+    /* DRAM-bound with loads to spare (latency 1 of 8): the half wave moves half a wave's bytes at full
+       bandwidth, 2 x 3.2 + max(0.5 x 8, 1) / 2.5 = 8: no loss */
+    assert_true(fabs(nj_model_last_wave(8, 0, 1, 0, 2.5) - 1) < 1e-12);
+    /* latency-bound (8 of 2): the half wave waits a full wave's latency, 3 waves of 3.2 = 9.6: 2.5 / 3 */
+    assert_true(fabs(nj_model_last_wave(2, 0, 8, 0, 2.5) - 2.5 / 3) < 1e-12);
+    /* the rows' chain (a row after another) likewise */
+    assert_true(fabs(nj_model_last_wave(2, 0, 0, 8, 2.5) - 2.5 / 3) < 1e-12);
+    /* between: DRAM 8, latency 6: 6.4 + max(4, 6) / 2.5 = 8.8 */
+    assert_true(fabs(nj_model_last_wave(8, 0, 6, 0, 2.5) - 8 / 8.8) < 1e-12);
+    /* L2-bound like DRAM-bound; whole waves and less than one have no tail */
+    assert_true(fabs(nj_model_last_wave(1, 8, 1, 0, 2.5) - 1) < 1e-12);
+    assert_true(nj_model_last_wave(2, 0, 8, 0, 3) == 1 && nj_model_last_wave(2, 0, 8, 0, 0.5) == 1);
+    /* a launch: LLM rows with the residual, 16-bit x of 4096, 4096 blocks in 7.76 waves, DRAM-bound with
+       loads to spare: the launch cost and the DRAM time, not the 8 waves of the rule before */
+    nj_model_result r = model_of("layernorm bf16 4096x4096 flags=scale,bias,residual,resout", NJ_PASS_FORWARD, 8);
+    const nj_model_launch *m = &r.pass[0].launch[0];
+    assert_true(m->waves > 7 && m->waves < 8 && m->t_dram > 2 * m->t_lat);
+    assert_true(m->tail > m->waves / 8 + 0.01);
+    const nj_model_device *h = nj_model_device_find("H200");
+    assert_true(fabs(m->time - (h->launch_s + m->t_dram)) < 1e-3 * m->time);
+}
+
 static void test_l2_ramp(void **state)
 {
     (void)state;
@@ -435,7 +461,8 @@ int main(void)
         cmocka_unit_test(test_row_backward),    cmocka_unit_test(test_counting_off),
         cmocka_unit_test(test_param_reads_capped), cmocka_unit_test(test_reverse_meets_l2),
         cmocka_unit_test(test_cluster_rereads_l2), cmocka_unit_test(test_param_once_piece_major),
-        cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_last_wave),
+        cmocka_unit_test(test_devices),
         cmocka_unit_test(test_compare),         cmocka_unit_test(test_goals),
         cmocka_unit_test(test_dependent_launch_cost), cmocka_unit_test(test_carried_scratch),
     };
