@@ -22,8 +22,9 @@
  *   P.present         per operand: true when the problem uses it
  *   P.reduce_size     elements per statistic; P.kept_inner: kept elements per batch row (batch excluded)
  *   P.param_size      gamma elements (0 without scale/bias)
- *   P.launch[1..n]    {kernel=, block=, grid_x=} (block = threads in x; grid_x: the fixed grid, 0 when it
- *                     follows the batch), in launch order
+ *   P.launch[1..n]    {kernel=, block=, grid_x=, cluster=} (block = threads in x; grid_x: the fixed grid,
+ *                     0 when it follows the batch; cluster: blocks of its thread-block clusters, 1 without),
+ *                     in launch order
  *   P.role            the launch of each role the plan has (planner.h: nj_role), as in P.launch:
  *                     P.role.part, .main, .pgrad, .merge, .colsum (nil when the plan has none)
  *   P.pgrad           how dgamma/dbeta are made (nj_pgrad): "none" | "slots" | "fused" | "walk" | "tiles" |
@@ -130,10 +131,11 @@ static void env_flags(lua_State *L, uint32_t f)
 
 static void env_launch(lua_State *L, const nj_launch *l)
 {
-    lua_createtable(L, 0, 3);
+    lua_createtable(L, 0, 4);
     env_str(L, "kernel", l->kernel);
     env_int(L, "block", l->block[0]);
     env_int(L, "grid_x", l->grid_x);
+    env_int(L, "cluster", l->cluster > 1 ? l->cluster : 1);
 }
 
 static void env_launches(lua_State *L, const nj_plan_params *pp)

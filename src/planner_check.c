@@ -102,12 +102,15 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     NJ_RETURN_IF(!ok || !held,
                  NJ_ERR_INTERNAL, "planner: stage %d on a %s plan", (int)pp->stage, nj_family_name(pp->family));
     /* thread-block clusters: sm_90 and later, the main launch of a cluster plan (always the cluster family's;
-     * a channels-last pass's) in clusters of its split (at most CUDA's portable 8), no other launch */
+     * a channels-last pass's) in clusters of its split (at most CUDA's portable 8), or of two (slot pairs),
+     * no other launch */
     NJ_RETURN_IF(pp->family == NJ_FAMILY_CLUSTER && !cluster && pp->split != 1, NJ_ERR_INTERNAL,
                  "planner: a cluster plan of %d blocks a row without clusters", (int)pp->split);
     bool may = pp->family == NJ_FAMILY_CLUSTER || pp->family == NJ_FAMILY_CHANNELS_LAST;
+    /* or a row backward's slots in pairs (planner_row.c: plan_bwd_slot_pairs) */
+    bool pairs = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_BACKWARD && pp->pgrad == NJ_PGRAD_SLOTS;
     for (int32_t i = 0; i < pp->nlaunch; i++) {
-        int32_t want = cluster && may && i == pp->role[NJ_ROLE_MAIN] - 1 ? pp->split : 0;
+        int32_t want = !cluster || i != pp->role[NJ_ROLE_MAIN] - 1 ? 0 : may ? pp->split : pairs ? 2 : 0;
         NJ_RETURN_IF(pp->launch[i].cluster != want || (want && (want < 2 || want > 8 || dev->arch < 90)),
                      NJ_ERR_INTERNAL, "planner: launch %d in clusters of %d on a %s plan (sm_%d)", (int)i,
                      (int)pp->launch[i].cluster, nj_family_name(pp->family), (int)dev->arch);

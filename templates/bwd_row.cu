@@ -48,6 +48,12 @@ local NSLOT = PGRAD and P.pgrad_parts or 0
 -- PB: the slots carry dbeta's partials (dz sums) only under a bias (nj_plan_pgrad_slots: RMSNorm's
 -- workspace holds no beta rows); without one the sums and their registers go
 local PB = PGRAD and F.bias
+-- PAIR (the main launch in thread-block clusters of two: planner_row.c, plan_bwd_slot_pairs): the second
+-- block of a pair hands its partial row to the first through distributed shared memory, and the first
+-- writes the pair's sum (its own + the second's, in that order) as slot blockIdx.x / 2: half the slot
+-- rows, NSLOT of them
+local PAIR = PGRAD and P.role.main.cluster == 2
+if PAIR and GROUPS then error("bwd_row: slot pairs need a warp or more a row") end
 -- the slot rows stored as float vectors: V floats at a multiple of V from the (16-byte aligned)
 -- workspace, whose pgrad region starts at a multiple of 4 floats
 local SLOT_VEC = PGRAD and P.vec > 1 and P.ws.pgrad and P.ws.pgrad.fixed % 4 == 0 and P.ws.pgrad.per_row % 4 == 0
@@ -388,7 +394,7 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
     }
 {% if PGRAD then %}
     if (!want_p) return; /* uniform: the same for every thread */
-    float *WS = (float *)A.workspace{{ ws_plus("pgrad") }} + (nj_i64)blockIdx.x * NJ_N;
+    float *WS = (float *)A.workspace{{ ws_plus("pgrad") }} + (nj_i64){{ PAIR and "(blockIdx.x / 2u)" or "blockIdx.x" }} * NJ_N;
 {% if RPB > 1 then %}
 {% if GROUPS then %}
     /* the groups of a warp add their columns (butterflies across the groups: a fixed order); the
@@ -426,6 +432,21 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         }
         __syncthreads();
     }
+{% if PAIR then %}
+    /* both blocks' partial rows are complete (the barrier above); the first adds the second's */
+    nj_cluster_sync();
+    if (nj_cluster_rank() == 0u) {
+        const float *peer = nj_cluster_map(pshared, 1u);
+#pragma unroll 1
+        for (int j = threadIdx.x; j < NJ_N; j += {{ B }}) {
+            WS[j] = pshared[j] + peer[j];
+{% if PB then %}
+            WS[(nj_i64)NJ_NSLOT * NJ_N + j] = pshared[NJ_N + j] + peer[NJ_N + j];
+{% end %}
+        }
+    }
+    nj_cluster_sync(); /* the second block's shared memory lives until the first has read it */
+{% else %}
 #pragma unroll 1
     for (int j = threadIdx.x; j < NJ_N; j += {{ B }}) {
         WS[j] = pshared[j];
@@ -433,7 +454,38 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
         WS[(nj_i64)NJ_NSLOT * NJ_N + j] = pshared[NJ_N + j];
 {% end %}
     }
+{% end %}
 {% else %}
+{% if PAIR then %}
+    /* the second block's column sums go to its shared memory after the staged table, a float a thread
+       and column ([stream][c][k][thread]: each warp's stores and loads one row of banks); the first
+       block adds them to its own, then stores as an unpaired block does */
+    NJ_DYN_SHARED(float, nj_pair_dyn);
+    float *const pbuf = nj_pair_dyn + {{ PSTAGE and ((F.scale and 1 or 0) + (BETA_USED and 1 or 0)) * N or 0 }};
+    if (nj_cluster_rank() == 1u) {
+#pragma unroll
+        for (int c = 0; c < CPT; c++)
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                pbuf[(c * V + k) * {{ B }} + threadIdx.x] = pg[c][k];
+{% if PB then %}
+                pbuf[((CPT + c) * V + k) * {{ B }} + threadIdx.x] = pb[c][k];
+{% end %}
+            }
+    }
+    nj_cluster_sync();
+    if (nj_cluster_rank() == 0u) {
+        const float *peer = nj_cluster_map(pbuf, 1u);
+#pragma unroll
+        for (int c = 0; c < CPT; c++)
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                pg[c][k] += peer[(c * V + k) * {{ B }} + threadIdx.x];
+{% if PB then %}
+                pb[c][k] += peer[((CPT + c) * V + k) * {{ B }} + threadIdx.x];
+{% end %}
+            }
+{% end %}
     /* a lane's V columns as float vectors (16-byte pieces): one float a store put 32 lanes' stores of
        one element in 32 sectors, the slot rows' L2 traffic four times their bytes (LLM rows) */
 #pragma unroll
@@ -456,6 +508,10 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {% end %}
         }
     }
+{% if PAIR then %}
+    }
+    nj_cluster_sync(); /* the second block's shared memory lives until the first has read it */
+{% end %}
 {% end %}
 {% end %}
 }
@@ -463,7 +519,9 @@ NJ_DEVICE void nj_bwd_row_body(const nj_kargs &A, float *scratch, float *pshared
 {# 512-thread slots walks without a bias (dgamma sums only: 16-32 a thread on f32 rows) sat at the edge
    of sm_80 ptxas's 64-register default and spilled 8-32 bytes (LayerNorm f32 rows of 16384, SiLU);
    with the beta sums they took 128, as these now may #}
-{% if PGRAD and not PB and B == 512 then %}
+{% if PAIR then %}
+NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, 2, 1, 1)
+{% elseif PGRAD and not PB and B == 512 then %}
 NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {% else %}
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})

@@ -482,6 +482,12 @@ static void test_row_grid_stride_and_misaligned(void **state)
     static const int64_t grp[] = {37, 2048};
     assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, grp, 1, sb), NJ_OK);
     check_problem(s, "layernorm bf16 37x2048 row groups, 1 SM", p, 70, true, true);
+    /* slot pairs (sm_90, planner_row.c: plan_bwd_slot_pairs): 2 SMs, one cluster whose blocks walk 37
+       rows of 5120 each (a block a row: the second hands its registers' sums over shared memory) */
+    s->dev.sm_count = 2;
+    static const int64_t pair_rows[] = {37, 5120};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_BF16, 2, pair_rows, 1, sb), NJ_OK);
+    check_problem(s, "layernorm bf16 37x5120 slot pair, 2 SMs", p, 92, true, true);
     s->dev.sm_count = sms;
     s->shift = 1;
     assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, block, 1, sb), NJ_OK);
@@ -492,6 +498,12 @@ static void test_row_grid_stride_and_misaligned(void **state)
     static const int64_t grp_u[] = {70, 2048};
     assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, grp_u, 1, sb), NJ_OK);
     check_problem(s, "layernorm f16 70x2048 row groups misaligned", p, 72, true, true);
+    /* slot pairs of a block a row, unaligned: 40 chunks of one element a thread of 640 (66 pairs, 30
+       rows: most blocks none) */
+    static const int64_t pair_u[] = {30, 5120};
+    assert_int_equal(nj_preset_layernorm(&p, NJ_F16, 2, pair_u, 1, sb), NJ_OK);
+    p.activation = NJ_ACT_SILU;
+    check_problem(s, "layernorm f16 30x5120 slot pairs misaligned", p, 93, true, true);
     /* channels-last GroupNorm tiles: 4 f16 channels a load, a channel at a time when shifted */
     static const int64_t img[] = {2, 64, 12, 12};
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, img, 8, 1, sb), NJ_OK);

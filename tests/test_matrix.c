@@ -217,6 +217,12 @@ static void test_row_persist(void **state)
     check_line(m, "layernorm f32 300x10000 flags=scale,bias", 1e5, 121);
     check_line(m, "layernorm bf16 200x16384 flags=scale,bias,stats act=gelu_tanh", 1e2, 122);
     check_line(m, "rmsnorm f16 300x12000 flags=scale", 0.0, 123);
+    /* the backward's slots in clusters of two (plan_bwd_slot_pairs): f32 rows of 5000 under SiLU (a
+     * block a row: gamma and beta staged, the registers' sums after them), bf16 rows of 2048 with f32
+     * gamma/beta (row groups' shared partial rows), f16 RMS rows of 8192 with fewer rows than blocks */
+    check_line(m, "layernorm f32 300x5000 flags=scale,bias act=silu", 1e3, 124);
+    check_line(m, "layernorm bf16 1000x2048 flags=scale,bias param=f32", 1e2, 125);
+    check_line(m, "rmsnorm f16 40x8192 flags=scale", 0.0, 126);
     setenv("NORMJIT_PLAN_NO_STAGE16", "1", 1);
     check_line(m, "layernorm f16 700x2560 flags=scale,bias,stats", 1e3, 114);
     unsetenv("NORMJIT_PLAN_NO_STAGE16");

@@ -196,11 +196,12 @@ static void test_row_backward_slots(void **state)
         int32_t nb_block, nb_rpb, nb_slots; /* gamma alone */
     } want[] = {/* one chunk of 8 a thread: 2 blocks of 512 an SM; with f32 gamma (16 KiB staged) and the
                  * bias's sums (32 KiB) past the 44 KiB of a launch without opt-in: no row groups; gamma
-                 * alone, 2 groups of 512 a block */
+                 * alone, 2 groups of 512 a block. One block an SM on sm_90: slot pairs, 66 parts, 9 warps
+                 * of the column sum */
                 {NJ_BF16, 4096, 512, 1, 264, 1024, 1024, 2, 132},
-                {NJ_F32, 4096, 512, 1, 132, 544, 512, 1, 132},   /* two chunks of 4 a thread: a block an SM */
-                {NJ_BF16, 8192, 1024, 1, 132, 544, 1024, 1, 132}, /* 1024 threads: 1; 132 parts: 17 warps */
-                {NJ_BF16, 2048, 1024, 4, 132, 544, 1024, 4, 132}, /* 4 groups of 256 a block */
+                {NJ_F32, 4096, 512, 1, 132, 288, 512, 1, 132},   /* two chunks of 4 a thread: a block an SM */
+                {NJ_BF16, 8192, 1024, 1, 132, 288, 1024, 1, 132}, /* 1024 threads: 1 */
+                {NJ_BF16, 2048, 1024, 4, 132, 288, 1024, 4, 132}, /* 4 groups of 256 a block */
                 {NJ_F32, 512, 64, 1, 2112, 1024, 64, 1, 2112}};   /* 64 threads, 32 blocks an SM: no row groups */
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         nj_canon c;
@@ -213,8 +214,28 @@ static void test_row_backward_slots(void **state)
         assert_int_equal(pp.launch[0].grid_x, want[i].slots);
         assert_string_equal(pp.launch[1].kernel, "nj_lib_colsum");
         assert_int_equal(pp.launch[1].block[0], want[i].colsum_block);
-        assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], want[i].slots);
-        assert_int_equal(pp.workspace_fixed, (uint64_t)want[i].slots * want[i].n * 2 * sizeof(float));
+        /* a block an SM: in clusters of two, a partial row a pair (plan_bwd_slot_pairs) */
+        int32_t pair = want[i].slots == 132 ? 2 : 0, parts = pair ? want[i].slots / 2 : want[i].slots;
+        assert_int_equal(pp.launch[0].cluster, pair);
+        assert_int_equal(pp.pgrad_parts, parts);
+        assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], parts);
+        assert_int_equal(pp.workspace_fixed, (uint64_t)parts * want[i].n * 2 * sizeof(float));
+        /* a block a row exchanges its registers' sums in shared memory after its staged table (f32
+           gamma and beta of 4096 under no activation: gamma alone, 16 KiB): a float a thread, a column
+           and a stream; row groups their shared partial row */
+        uint32_t table = pp.stage == 1 ? (uint32_t)want[i].n * 4 : 0;
+        assert_int_equal(pp.launch[0].shmem, table + (pair && want[i].rpb == 1 ? want[i].n * 2 * 4 : 0));
+        /* sm_80 (no clusters), and NORMJIT_PLAN_NO_SLOT_PAIRS=1: a partial row a block */
+        nj_plan_params p80;
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev80, &p80), NJ_OK);
+        assert_int_equal(p80.launch[0].cluster, 0);
+        assert_int_equal(p80.pgrad_parts, p80.launch[0].grid_x);
+        setenv("NORMJIT_PLAN_NO_SLOT_PAIRS", "1", 1);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &p80), NJ_OK);
+        unsetenv("NORMJIT_PLAN_NO_SLOT_PAIRS");
+        assert_int_equal(p80.launch[0].cluster, 0);
+        assert_int_equal(p80.pgrad_parts, want[i].slots);
+        assert_int_equal(p80.workspace_fixed, (uint64_t)want[i].slots * want[i].n * 2 * sizeof(float));
         if (want[i].rpb > 1) assert_int_equal(pp.persist, 1); /* row groups still fetch the next rows */
         assert_int_equal(nj_plan_check(&c, &pp, &dev90), NJ_OK);
         /* without a bias (RMSNorm, LayerNorm with gamma only) the slots hold no beta rows */
@@ -223,7 +244,8 @@ static void test_row_backward_slots(void **state)
         assert_int_equal(pp.block, want[i].nb_block);
         assert_int_equal(pp.rows_per_block, want[i].nb_rpb);
         assert_int_equal(pp.launch[0].grid_x, want[i].nb_slots);
-        assert_int_equal(pp.workspace_fixed, (uint64_t)want[i].nb_slots * want[i].n * sizeof(float));
+        parts = want[i].nb_slots == 132 ? 66 : want[i].nb_slots;
+        assert_int_equal(pp.workspace_fixed, (uint64_t)parts * want[i].n * sizeof(float));
     }
     /* not under GELU (registers): 2 and 4 blocks an SM of 512 and 256 threads, a slot each; and
      * NORMJIT_PLAN_NO_ROW_GROUPS=1 keeps the separate blocks */
@@ -752,7 +774,10 @@ static void test_row_persist(void **state)
     assert_int_equal(pp.stage, 0);
     assert_int_equal(pp.launch[0].shmem, 0);
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
-    assert_true(bp.launch[0].shmem <= 44 * 1024);
+    /* f32 gamma staged (24 KiB), then the slot pair's exchange: a float a thread and column, 2 streams */
+    assert_int_equal(bp.stage, 1);
+    assert_int_equal(bp.launch[0].cluster, 2);
+    assert_int_equal(bp.launch[0].shmem, 6144 * 4 + 2 * 6144 * 4);
     tc_row(&c, NJ_BF16, 8192, ln); /* 1024 threads: a block a row, x in 8-byte vectors as before */
     pp = plan_fwd_any(&c);
     assert_int_equal(pp.persist, 0);
@@ -1544,21 +1569,27 @@ static void test_row_bwd_gamma_stage(void **state)
     assert_int_equal(pp.pgrad, NJ_PGRAD_SLOTS);
     assert_int_equal(pp.persist, 0);
     assert_int_equal(pp.stage, 1);
-    assert_int_equal(pp.launch[0].shmem, 10000 * 4); /* gamma alone: beta only under an activation */
+    /* gamma alone (beta only under an activation), then the slot pair's exchange: 2 streams of 5
+       chunks of 4 floats a thread of 512 */
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.launch[0].cluster, 2);
+    assert_int_equal(pp.launch[0].shmem, 10000 * 4 + 2 * 5 * 4 * 512 * 4);
     assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+    pp = plan_line_v("layernorm f32 *x10000 flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.launch[0].shmem, 10000 * 4);
     /* beta too under an activation: 80000 B, past the 44 KB a table may take */
     pp = plan_line("layernorm f32 *x10000 flags=scale,bias act=silu", NJ_PASS_BACKWARD, &dev90);
     assert_int_equal(pp.stage, 0);
     pp = plan_line("layernorm f32 *x5000 flags=scale,bias act=silu", NJ_PASS_BACKWARD, &dev90);
     assert_int_equal(pp.stage, 1);
-    assert_int_equal(pp.launch[0].shmem, 2 * 5000 * 4);
+    assert_int_equal(pp.launch[0].shmem, 2 * 5000 * 4 + 2 * 3 * 4 * 512 * 4);
     pp = plan_line("layernorm f32 *x768 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
     assert_int_equal(pp.stage, 0);
     setenv("NORMJIT_PLAN_NO_ROW_STAGE", "1", 1);
     pp = plan_line("layernorm f32 *x10000 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
     unsetenv("NORMJIT_PLAN_NO_ROW_STAGE");
     assert_int_equal(pp.stage, 0);
-    assert_int_equal(pp.launch[0].shmem, 0);
+    assert_int_equal(pp.launch[0].shmem, 2 * 5 * 4 * 512 * 4);
 }
 
 /* A streamed block-per-row forward keeps its row in shared memory where it fits (P.stage 2): 1024
