@@ -175,13 +175,14 @@ static void env_named(lua_State *L, const nj_plan_params *pp)
 /* The library kernels' argument positions in nj_kargs.lib (planner.h), by name: P.colsum.ncols, ... */
 static void env_lib_args(lua_State *L)
 {
-    static const char *const colsum[] = {"ncols", "nparts", "inner", "s_outer", "s_inner", "s_col", "base_a", "base_b"};
+    static const char *const colsum[] = {"ncols", "nparts", "inner", "s_outer", "s_inner", "s_col", "base_a", "base_b",
+                                         "cw"};
     static const char *const merge[] = {"nitems", "nparts", "radix", "in_base", "s_hi", "s_lo", "s_part", "off_b",
                                         "out_base", "o_hi", "o_lo", "o_b", "mode", "n", "plen", "cmul"};
-    _Static_assert(sizeof colsum / sizeof *colsum == NJ_COLSUM_BASE_B + 1, "a name per colsum argument");
+    _Static_assert(sizeof colsum / sizeof *colsum == NJ_COLSUM_CW + 1, "a name per colsum argument");
     _Static_assert(sizeof merge / sizeof *merge == NJ_MERGE_CMUL + 1, "a name per merge argument");
     lua_createtable(L, 0, 8);
-    for (int k = 0; k <= NJ_COLSUM_BASE_B; k++) env_int(L, colsum[k], k);
+    for (int k = 0; k <= NJ_COLSUM_CW; k++) env_int(L, colsum[k], k);
     lua_setfield(L, -2, "colsum");
     lua_createtable(L, 0, 16);
     for (int k = 0; k <= NJ_MERGE_CMUL; k++) env_int(L, merge[k], k);

@@ -50,7 +50,9 @@ typedef enum nj_lib_kernel {
 /* NJ_LIB_COLSUM's arguments (nj_kargs.lib), in order */
 enum {
     NJ_COLSUM_NCOLS, NJ_COLSUM_NPARTS, NJ_COLSUM_INNER, NJ_COLSUM_S_OUTER, NJ_COLSUM_S_INNER, NJ_COLSUM_S_COL,
-    NJ_COLSUM_BASE_A, NJ_COLSUM_BASE_B
+    NJ_COLSUM_BASE_A, NJ_COLSUM_BASE_B,
+    NJ_COLSUM_CW /* columns a block (32, 16, 8 or 4; nj_plan_add_colsum sets it): a warp's lanes over CW
+                    columns and 32 / CW parts at a time */
 };
 /* NJ_LIB_MERGE's arguments, in order, and its modes */
 enum {
@@ -225,8 +227,8 @@ NJ_HIDDEN nj_status nj_pass_plan_status(const nj_pass_plan *pl);
  * pp->overflow (checked by nj_plan_check). */
 NJ_HIDDEN void nj_plan_add_launch(nj_plan_params *pp, const char *kernel, int32_t block, int64_t row_mult,
                                   int64_t row_div, int32_t grid_x);
-/* Appends a launch of library kernel NJ_LIB_COLSUM (a fixed grid: 32 of the NJ_COLSUM_NCOLS columns a
- * block, which must not depend on the batch); arg: each NJ_COLSUM_* argument as a {constant, per
+/* Appends a launch of library kernel NJ_LIB_COLSUM (a fixed grid: NJ_COLSUM_CW of the NJ_COLSUM_NCOLS
+ * columns a block, which must not depend on the batch); arg: each NJ_COLSUM_* argument as a {constant, per
  * batch row} pair, an inner count of 0 read as 1. */
 NJ_HIDDEN void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2]);
 /* Appends a launch of library kernel NJ_LIB_MERGE over NJ_MERGE_NITEMS = {0, items a batch row} items, a

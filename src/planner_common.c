@@ -127,6 +127,21 @@ static nj_launch *plan_add_lib(nj_plan_params *pp, int32_t lib, int64_t row_mult
     return l;
 }
 
+/* Columns a column-sum block: 32 (a lane a column), or where that leaves fewer than NJ_COLSUM_GRID
+ * blocks and the parts are many (LayerNorm over the C of NCHW: 96-768 columns, 3-24 blocks, each thread
+ * of them adding hundreds of parts one dependent L2 load after another: 5-10 us in the model, most of it
+ * latency), 16, 8 or 4 with a warp's lanes over 2-8 parts at a time: more blocks, shorter chains. Not
+ * below a 32-byte sector a part a block (CW x S_COL floats). Many: 128 parts or more, or parts that
+ * grow with the batch. */
+#define NJ_COLSUM_GRID 64
+int64_t nj_colsum_cw(int64_t ncols, bool many, int64_t s_col)
+{
+    int64_t cw = 32, min_cw = s_col >= 2 ? 4 : 8;
+    if (!many || nj_plan_switched_off("COLSUM_NARROW")) return cw;
+    while (cw > min_cw && (ncols + cw - 1) / cw < NJ_COLSUM_GRID) cw /= 2;
+    return cw;
+}
+
 void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
 {
     /* A block per 32 columns, its warps over the parts: a thread's chain of dependent loads is parts /
@@ -138,8 +153,12 @@ void nj_plan_add_colsum(nj_plan_params *pp, const int64_t arg[NJ_LIB_NARGS][2])
     int64_t parts = arg[NJ_COLSUM_NPARTS][0] + 8 * arg[NJ_COLSUM_NPARTS][1];
     int64_t warps = (parts + 7) / 8 < 8 ? 8 : (parts + 7) / 8 > 32 ? 32 : (parts + 7) / 8;
     if (arg[NJ_COLSUM_NPARTS][1] > 0) warps = 32;
-    nj_launch *l = plan_add_lib(pp, NJ_LIB_COLSUM, 1, 1, (int32_t)((arg[NJ_COLSUM_NCOLS][0] + 31) / 32), arg);
+    int64_t ncols = arg[NJ_COLSUM_NCOLS][0];
+    int64_t cw = nj_colsum_cw(ncols, parts >= 128 || arg[NJ_COLSUM_NPARTS][1] > 0, arg[NJ_COLSUM_S_COL][0]);
+    nj_launch *l = plan_add_lib(pp, NJ_LIB_COLSUM, 1, 1, (int32_t)((ncols + cw - 1) / cw), arg);
     l->block[0] = (int32_t)warps * 32;
+    l->arg[NJ_COLSUM_CW][0] = cw;
+    l->arg[NJ_COLSUM_CW][1] = 0;
     if (l->arg[NJ_COLSUM_INNER][0] == 0 && l->arg[NJ_COLSUM_INNER][1] == 0) l->arg[NJ_COLSUM_INNER][0] = 1;
     nj_plan_role(pp, NJ_ROLE_COLSUM);
 }

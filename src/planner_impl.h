@@ -47,6 +47,8 @@ NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props 
  * on one GPU (the plan text, hence the signature, says which): whether NORMJIT_PLAN_NO_<what> is "1"
  * (what: PERSIST, IMAGE, ROW_STAGE, TILE). */
 NJ_HIDDEN bool nj_plan_switched_off(const char *what);
+/* NJ_COLSUM_CW for a column sum of ncols columns (S_COL s_col floats apart), over many parts or not */
+NJ_HIDDEN int64_t nj_colsum_cw(int64_t ncols, bool many, int64_t s_col);
 
 /* dgamma/dbeta as a pair (dz * xhat, dz) of each of n gamma elements a work item, added by the library's
  * column sum: "rows" (tiles items a batch row, [row][tile][n][2] in the pgrad region, per row) or

@@ -584,7 +584,9 @@ static void test_plan_shape(void **state)
     /* the library's column sum over one partial row an image: rows parts, dbeta's after dgamma's */
     assert_string_equal(pp.launch[1].kernel, "nj_lib_colsum");
     assert_int_equal(pp.launch[1].lib, NJ_LIB_COLSUM);
-    assert_int_equal(pp.launch[1].grid_x, 2);
+    /* parts growing with the batch over 40 columns: 8 columns a block (nj_colsum_cw), 5 blocks */
+    assert_int_equal(pp.launch[1].arg[NJ_COLSUM_CW][0], 8);
+    assert_int_equal(pp.launch[1].grid_x, 5);
     int64_t la[NJ_LIB_NARGS];
     nj_launch_lib_args(&pp.launch[1], 6, la);
     assert_int_equal(la[NJ_COLSUM_NCOLS], 40);
@@ -692,7 +694,7 @@ static void test_plan_shape(void **state)
         assert_string_equal(pp.launch[i].kernel, names[i]);
         assert_int_equal(pp.launch[i].row_mult, mult[i]);
     }
-    assert_int_equal(pp.launch[3].grid_x, 2);
+    assert_int_equal(pp.launch[3].grid_x, 5); /* 40 columns, 8 a block: the parts grow with the batch */
     assert_int_equal(pp.workspace_fixed, 0);
     assert_int_equal(pp.workspace_per_row, 2 * 37 * 128 * 4 + 40 * 36 * 2 * 4);
     assert_int_equal(nj_plan_pass(NULL, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_ERR_NULL_POINTER);

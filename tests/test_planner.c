@@ -12,6 +12,7 @@
 #include "family.h"
 #include "planner.h"
 #include "planner_canon.h"
+#include "planner_impl.h"
 
 static nj_device_props dev90, dev80;
 
@@ -855,7 +856,10 @@ static void test_launches_round_trip(void **state)
                                          [NJ_COLSUM_BASE_B] = {-1, 1LL << 40}};
     nj_plan_add_colsum(&pp, arg);
     assert_int_equal(pp.launch[3].lib, NJ_LIB_COLSUM);
-    assert_int_equal(pp.launch[3].grid_x, 4);
+    /* parts that grow with the batch, 100 columns in 4 blocks: 8 columns a block (S_COL 0: a sector is
+       8 of them), 13 blocks */
+    assert_int_equal(pp.launch[3].arg[NJ_COLSUM_CW][0], 8);
+    assert_int_equal(pp.launch[3].grid_x, 13);
     assert_int_equal(pp.launch[3].arg[NJ_COLSUM_INNER][0], 1); /* an inner count of 0 reads as 1 */
     assert_int_equal(nj_plan_kernel_count(&pp), 3);           /* not a kernel of the plan's source */
     t = nj_launches_to_text(&pp);
@@ -866,6 +870,18 @@ static void test_launches_round_trip(void **state)
     int64_t la[NJ_LIB_NARGS];
     nj_launch_lib_args(&back.launch[3], 5, la);
     assert_int_equal(la[NJ_COLSUM_NPARTS], 3 + 35);
+    assert_int_equal(la[NJ_COLSUM_CW], 8);
+    /* columns a block: 32 where that makes 64 blocks or more, or the parts are few; else halved while
+       the blocks stay under 64, down to a 32-byte sector of a part (8 floats; 4 pairs of floats);
+       NORMJIT_PLAN_NO_COLSUM_NARROW=1 keeps 32 */
+    assert_int_equal(nj_colsum_cw(4096, true, 1), 32);
+    assert_int_equal(nj_colsum_cw(192, false, 2), 32);
+    assert_int_equal(nj_colsum_cw(192, true, 2), 4);  /* 48 blocks */
+    assert_int_equal(nj_colsum_cw(1280, true, 1), 16); /* 80 blocks */
+    assert_int_equal(nj_colsum_cw(96, true, 1), 8);    /* 12 blocks, a sector a part */
+    setenv("NORMJIT_PLAN_NO_COLSUM_NARROW", "1", 1);
+    assert_int_equal(nj_colsum_cw(192, true, 2), 32);
+    unsetenv("NORMJIT_PLAN_NO_COLSUM_NARROW");
     assert_int_equal(la[NJ_COLSUM_BASE_B], (5LL << 40) - 1);
     free(t);
 }
@@ -1093,7 +1109,10 @@ static void test_channels_last(void **state)
     assert_int_equal(pp.block, 480); /* 80 lanes of 4 channels, 6 pixels at once */
     assert_int_equal(pp.nlaunch, 4);
     assert_string_equal(pp.launch[3].kernel, "nj_lib_colsum");
-    assert_int_equal(pp.launch[3].grid_x, 10);
+    /* 320 channels, 10 blocks of 32: 4 columns a block (a channel's pair of partials, 8 bytes apart
+       from the next channel's), 80 blocks */
+    assert_int_equal(pp.launch[3].arg[NJ_COLSUM_CW][0], 4);
+    assert_int_equal(pp.launch[3].grid_x, 80);
     /* the library's column sum walks each image's tile partials: (image, tile) parts, pairs per channel
      * after the group sums and means of the image (two pairs a group: the saved mean's correction too) */
     nj_launch_lib_args(&pp.launch[3], 3, la);
