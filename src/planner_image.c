@@ -160,16 +160,17 @@ bool nj_image_applies(const nj_canon *c, nj_pass pass, const nj_device_props *de
 }
 
 /* Vector loads a thread issues before storing them to shared memory: 4 16-byte ones (64 KB in flight
- * an SM at 1024 threads, what Little's law asks on an H200), 2 where two streams are loaded (the
- * backward's x and dy, or x and the residual, added as floats), no more than a thread's share. A
- * backward that stages x alone (stage 2) copies one stream: 4 (LayerNorm f32 over the C of NCHW 7 x 7
- * had 15 KB in flight an SM at 2, latency-bound in the model: 67% of copy). NORMJIT_PLAN_NO_IMAGE_X4=1
- * keeps 2. */
-static int32_t image_unroll(const nj_canon *c, nj_pass pass, int32_t vec, int32_t block, int32_t stage)
+ * an SM at 1024 threads, what Little's law asks on an H200), no more than a thread's share; 2 where the
+ * forward adds the residual to x as floats (two streams loaded together). The backward copies x, then
+ * dy, each stream alone (image_lib.cuh: image_copy): 4 too (at 2, LayerNorm f32 over the C of NCHW 7 x 7,
+ * x alone staged, had 15 KB in flight an SM, latency-bound in the model: 67% of copy, now 84%; f16, x
+ * and dy staged, 79.4 -> 80.5%; 63 registers, no spill, NVRTC 13 sm_90). NORMJIT_PLAN_NO_IMAGE_COPY4=1:
+ * 2 in the backward, as before. */
+static int32_t image_unroll(const nj_canon *c, nj_pass pass, int32_t vec, int32_t block)
 {
     int64_t per = nj_ceil_div64(c->reduce_size * c->axes[2].extent / vec, block);
-    bool x_alone = stage == 2 && !nj_plan_switched_off("IMAGE_X4");
-    int64_t u = (image_bwd(pass) && !x_alone) || (c->flags & NJ_FLAG_RESIDUAL) ? 2 : 4;
+    bool two = image_bwd(pass) ? nj_plan_switched_off("IMAGE_COPY4") : (c->flags & NJ_FLAG_RESIDUAL) != 0;
+    int64_t u = two ? 2 : 4;
     return (int32_t)(per < u ? (per < 1 ? 1 : per) : u);
 }
 
@@ -182,7 +183,7 @@ static nj_status image_main(const nj_canon *c, nj_pass pass, const nj_device_pro
                  (long long)(c->reduce_size * c->axes[2].extent));
     pp->block = b;
     pp->vec = image_vec(c, pass);
-    pp->unroll = image_unroll(c, pass, pp->vec, b, stage);
+    pp->unroll = image_unroll(c, pass, pp->vec, b);
     pp->rows_per_block = 1;
     pp->split = 1;
     pp->stage = stage;

@@ -1515,7 +1515,7 @@ static void test_image_plan(void **state)
     assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
     assert_int_equal(pp.block, 1024);
     assert_int_equal(pp.launch[0].shmem, 150528 + (4 * (768 + 2 * 32 * 49 + 5 * 49) + 15) / 16 * 16);
-    assert_int_equal(pp.unroll, 2); /* two streams copied: 2 vectors of each in flight */
+    assert_int_equal(pp.unroll, 4); /* x, then dy: 4 vectors of each in flight */
     assert_int_equal(pp.nlaunch, 2);
     assert_int_equal(pp.pgrad, NJ_PGRAD_ROWS);
     assert_int_equal(pp.launch[1].lib, NJ_LIB_COLSUM);
@@ -1531,10 +1531,10 @@ static void test_image_plan(void **state)
     assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
     assert_int_equal(pp.stage, 2);
     assert_int_equal(pp.launch[0].shmem, 150528 + (4 * (768 + 2 * 32 * 49 + 5 * 49) + 15) / 16 * 16);
-    assert_int_equal(pp.unroll, 4); /* x alone copied: 4 vectors in flight (NORMJIT_PLAN_NO_IMAGE_X4=1: 2) */
-    setenv("NORMJIT_PLAN_NO_IMAGE_X4", "1", 1);
+    assert_int_equal(pp.unroll, 4); /* x alone copied: 4 vectors in flight (NORMJIT_PLAN_NO_IMAGE_COPY4=1: 2) */
+    setenv("NORMJIT_PLAN_NO_IMAGE_COPY4", "1", 1);
     assert_int_equal(plan_line("layernorm f32 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).unroll, 2);
-    unsetenv("NORMJIT_PLAN_NO_IMAGE_X4");
+    unsetenv("NORMJIT_PLAN_NO_IMAGE_COPY4");
     nj_plan_unaligned(&pp, &uv);
     assert_int_equal(uv.stage, 2);
     assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
