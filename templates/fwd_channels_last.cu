@@ -226,9 +226,14 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 
 {% end %}
 /* NJ_KERNEL_REGS: the per-channel constants and the activation spilled at sm_80's default 64 registers
-   (a cluster kernel: one block an SM as well) */
+   (a cluster kernel: one block an SM as well). Blocks of at most 512 threads are held to two an SM
+   (64 registers at 480 threads): at 66 one fit, and a GroupNorm NHWC f16 640 x 8 x 8 forward (a block an
+   image) was latency-bound in its last wave (72.8% of copy in the model, 84.5 at two); NVRTC 13 spills
+   none of the manifests' kernels at sm_80 or sm_90 so (test_codegen) */
 {% if CLUSTER then %}
 NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
+{% elseif B <= 512 then %}
+NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, 2)
 {% else %}
 NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {% end %}
