@@ -229,10 +229,15 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
    (a cluster kernel: one block an SM as well). Blocks of at most 512 threads are held to two an SM
    (64 registers at 480 threads): at 66 one fit, and a GroupNorm NHWC f16 640 x 8 x 8 forward (a block an
    image) was latency-bound in its last wave (72.8% of copy in the model, 84.5 at two); NVRTC 13 spills
-   none of the manifests' kernels at sm_80 or sm_90 so (test_codegen) */
+   none of the manifests' kernels at sm_80 or sm_90 so (test_codegen). Not a fused image past 96 KB: its
+   second read of the image hits the L2 while the blocks resident read no more than half of it between
+   (320 x 16 x 16 f16 at two: 1.07x the ideal DRAM bytes in the model) */
+{%
+local TWO = B <= 512 and not CLUSTER and (not FUSED or HW * C * (P.dtype.x == "f32" and 4 or 2) <= 96 * 1024)
+%}
 {% if CLUSTER then %}
 NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
-{% elseif B <= 512 then %}
+{% elseif TWO then %}
 NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, 2)
 {% else %}
 NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
