@@ -380,7 +380,7 @@ static void m_time(nj_model_launch *m, const nj_model_device *d)
     if (m->t_rows > body) body = m->t_rows, m->bound = "rows";
     if (m->t_l2 > body) body = m->t_l2, m->bound = "l2";
     m->tail = nj_model_last_wave(m->t_dram, m->t_l2, m->t_lat, m->t_rows, rounds_tail ? rounds / resident : m->waves);
-    body /= m->tail > 0 ? m->tail : 1;
+    body /= m->tail;
     double launch = m->dependent ? d->launch_dep_s : d->launch_s;
     if (body < launch) m->bound = "launch";
     m->time = launch + body;

@@ -42,9 +42,6 @@
 
 static int64_t cl_es(const nj_canon *c, int o) { return (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]); }
 
-/* gamma and beta: how many of the two the problem has */
-static int64_t cl_nparam(const nj_canon *c) { return !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS); }
-
 /* Elements of a block's piece of a row in k pieces, rounded up to whole multiples of `unit` (vectors,
  * or the forward slots' 128-byte lines: fwd_cluster.cu's PC), the last piece what is left. */
 static int64_t cl_piece(const nj_canon *c, int32_t k, int64_t unit)
@@ -82,15 +79,6 @@ static int32_t cluster_size(const nj_canon *c, const nj_device_props *dev, int32
 
 /* Floats a row element's slot partials take beside its staged x (P.pgrad "slots"): dgamma's, dbeta's. */
 static int64_t cluster_slot_floats(const nj_canon *c) { return (c->flags & NJ_FLAG_BIAS) ? 2 : 1; }
-
-/* Floats a row element's gamma and beta take when the slots backward stages them (P.stage 2): gamma,
- * and beta where an activation reads it. Read twice a row from L2 otherwise (nv_norms' LayerNorm f32
- * 1000 x 100000: 800 MB of L2 reads, the model's bound, 78.6% of copy).
- * NORMJIT_PLAN_NO_CLUSTER_STAGE_G=1: read from global memory, as before. */
-static int64_t cluster_slot_params(const nj_canon *c)
-{
-    return !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
-}
 
 /* The blocks a row of the slots backward takes: the fewest whose pieces of x and of the partials fit an
  * SM's shared memory (1 on any architecture, more on sm_90), or 0. */
@@ -232,7 +220,7 @@ static int32_t cluster_slots(const nj_device_props *dev, int32_t k)
  * NORMJIT_PLAN_NO_CLUSTER_FWD_SLOTS=1: a cluster a row. */
 static int32_t cluster_fwd_slot_size(const nj_canon *c, const nj_device_props *dev)
 {
-    int64_t np = cl_nparam(c);
+    int64_t np = nj_plan_nparam(c);
     if (np == 0 || c->param_size != c->reduce_size || !cluster_contiguous(c, NJ_OPD_PARAM) ||
         nj_plan_switched_off("CLUSTER_FWD_SLOTS"))
         return 0;
@@ -252,7 +240,7 @@ nj_status nj_plan_fwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
         int32_t slots = cluster_slots(dev, ks);
         cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", ks, slots * ks, pp);
         int64_t piece = cl_piece(c, ks, cl_line(c));
-        pp->launch[0].shmem = (uint32_t)(cl_stage_bytes(c, piece) + piece * 4 * cl_nparam(c));
+        pp->launch[0].shmem = (uint32_t)(cl_stage_bytes(c, piece) + piece * 4 * nj_plan_nparam(c));
         return NJ_OK;
     }
     cluster_shape(c, dev, (1u << NJ_OPD_X) | (1u << NJ_OPD_Y), "nj_fwd_cluster", cluster_size(c, dev, 2), 0, pp);
@@ -275,7 +263,10 @@ nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
         int64_t piece = cl_piece(c, k, pp->vec);
         nj_launch *l = &pp->launch[0];
         int64_t bytes = cl_stage_bytes(c, piece) + piece * 4 * cluster_slot_floats(c);
-        int64_t gbytes = piece * 4 * cluster_slot_params(c);
+        /* gamma, and beta where an activation reads it, staged too (P.stage 2): read twice a row from L2
+         * otherwise (nv_norms' LayerNorm f32 1000 x 100000: 800 MB, the model's bound, 78.6% of copy).
+         * NORMJIT_PLAN_NO_CLUSTER_STAGE_G=1: read from global memory, as before. */
+        int64_t gbytes = piece * 4 * nj_plan_bwd_nparam(c);
         if (!nj_plan_switched_off("CLUSTER_STAGE_G") &&
             bytes + gbytes + 32 <= (int64_t)dev->max_shared_per_block - NJ_CLUSTER_RESERVE) {
             pp->stage = 2; /* gamma (beta) staged too: bwd_cluster.cu */

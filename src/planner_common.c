@@ -127,6 +127,13 @@ static nj_launch *plan_add_lib(nj_plan_params *pp, int32_t lib, int64_t row_mult
     return l;
 }
 
+int32_t nj_plan_nparam(const nj_canon *c) { return !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS); }
+
+int32_t nj_plan_bwd_nparam(const nj_canon *c)
+{
+    return !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
+}
+
 /* Columns a column-sum block: 32 (a lane a column), or where that leaves fewer than NJ_COLSUM_GRID
  * blocks and the parts are many (LayerNorm over the C of NCHW: 96-768 columns, 3-24 blocks, each thread
  * of them adding hundreds of parts one dependent L2 load after another: 5-10 us in the model, most of it

@@ -47,6 +47,11 @@ NJ_HIDDEN int32_t nj_plan_column_split(const nj_canon *c, const nj_device_props 
  * on one GPU (the plan text, hence the signature, says which): whether NORMJIT_PLAN_NO_<what> is "1"
  * (what: PERSIST, IMAGE, ROW_STAGE, TILE). */
 NJ_HIDDEN bool nj_plan_switched_off(const char *what);
+/* gamma and beta: how many of the two the problem has (a forward reads both) */
+NJ_HIDDEN int32_t nj_plan_nparam(const nj_canon *c);
+/* gamma and beta a backward reads along its rows: gamma, and beta where an activation reads it (the
+ * f32 tables the row and cluster slots stage) */
+NJ_HIDDEN int32_t nj_plan_bwd_nparam(const nj_canon *c);
 /* NJ_COLSUM_CW for a column sum of ncols columns (S_COL s_col floats apart), over many parts or not */
 NJ_HIDDEN int64_t nj_colsum_cw(int64_t ncols, bool many, int64_t s_col);
 

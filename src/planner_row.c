@@ -156,12 +156,6 @@ static uint32_t plan_fwd_row_align(const nj_canon *c)
 /* NORMJIT_PLAN_NO_PERSIST=1: every row walk a block a row and without fetch-ahead, as before P.persist */
 static bool plan_persist_off(void) { return nj_plan_switched_off("PERSIST"); }
 
-/* gamma and beta: how many of the two a forward reads */
-static int32_t plan_fwd_nparam(const nj_canon *c)
-{
-    return !!(c->flags & NJ_FLAG_SCALE) + !!(c->flags & NJ_FLAG_BIAS);
-}
-
 /* What a persistent row walk needs of the problem and the shape: a block a row held in registers, no
  * residual, one contiguous reduced axis, one gamma/beta along it for every row. */
 static bool plan_fwd_persist_ok(const nj_canon *c, const nj_plan_params *pp)
@@ -190,7 +184,7 @@ static int32_t plan_fwd_persist_regs(const nj_canon *c, const nj_plan_params *pp
 {
     int32_t share = pp->regs_cache, xb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
     int32_t pb = (int32_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]);
-    return share + share * xb / 4 + (staged ? 0 : plan_fwd_nparam(c) * share * pb / 4) + 16;
+    return share + share * xb / 4 + (staged ? 0 : nj_plan_nparam(c) * share * pb / 4) + 16;
 }
 
 static int32_t plan_fwd_persist(const nj_canon *c, const nj_plan_params *pp, bool staged)
@@ -255,13 +249,13 @@ static void plan_fwd_row_shape(const nj_canon *c, const nj_device_props *dev, in
 static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t pb = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_PARAM]);
-    if (plan_fwd_nparam(c) == 0 || (pb != 4 && (pb != 2 || nj_plan_switched_off("STAGE16"))) ||
+    if (nj_plan_nparam(c) == 0 || (pb != 4 && (pb != 2 || nj_plan_switched_off("STAGE16"))) ||
         nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) != 2 || nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_Y]) != 2)
         return 0;
     nj_plan_params q = *pp;
     plan_fwd_row_shape(c, dev, plan_row_vec_acts(c), &q);
     int32_t n = plan_fwd_persist(c, &q, true);
-    int64_t bytes = plan_fwd_nparam(c) * c->reduce_size * 4;
+    int64_t bytes = nj_plan_nparam(c) * c->reduce_size * 4;
     if (n == 0 || bytes > (int64_t)dev->max_shared_per_block || bytes > NJ_PERSIST_STAGE_MAX) return 0;
     if ((int64_t)n * (bytes + 1024) > NJ_PERSIST_STAGE_SM) n = (int32_t)(NJ_PERSIST_STAGE_SM / (bytes + 1024));
     if (n < 2) return 0;
@@ -281,8 +275,8 @@ static uint32_t plan_fwd_row_staged(const nj_canon *c, const nj_device_props *de
 #define NJ_PERSIST_ONE_FLIGHT 32
 static uint32_t plan_fwd_row_staged_one(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    int64_t xb = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]), bytes = plan_fwd_nparam(c) * c->reduce_size * 4;
-    if (plan_fwd_nparam(c) == 0 || nj_plan_switched_off("PERSIST_ONE") || pp->block != 1024 ||
+    int64_t xb = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]), bytes = nj_plan_nparam(c) * c->reduce_size * 4;
+    if (nj_plan_nparam(c) == 0 || nj_plan_switched_off("PERSIST_ONE") || pp->block != 1024 ||
         !plan_fwd_persist_ok(c, pp) || pp->regs_cache * xb < NJ_PERSIST_ONE_FLIGHT ||
         bytes + 4096 > (int64_t)dev->max_shared_per_block)
         return 0;
@@ -441,11 +435,7 @@ static bool plan_bwd_fetch(const nj_canon *c, const nj_plan_params *pp)
 }
 
 /* Bytes of the f32 table a slots walk may stage (P.stage 1): gamma, and beta where an activation reads it. */
-static int64_t bwd_table_bytes(const nj_canon *c)
-{
-    int64_t nparam = !!(c->flags & NJ_FLAG_SCALE) + ((c->flags & NJ_FLAG_BIAS) && c->act != NJ_ACT_NONE);
-    return nparam * c->reduce_size * 4;
-}
+static int64_t bwd_table_bytes(const nj_canon *c) { return nj_plan_bwd_nparam(c) * c->reduce_size * 4; }
 
 /* Slots are blocks: each writes a partial row of dgamma (and dbeta) that the column sum reads back, so
  * 2 or 4 blocks an SM write 2 or 4 times the partial rows one would (LayerNorm 16-bit rows of 2048: 528
@@ -496,7 +486,7 @@ static bool plan_bwd_slot_pairs(const nj_canon *c, const nj_device_props *dev, c
     /* row groups hand over their shared partial row (no more shared memory); a block a row the
      * registers of its CPT chunks of vec columns, a float a thread and column */
     int64_t b = pp->rows_per_block > 1 ? 0 : streams * nj_ceil_div64(nch, tpr) * pp->vec * pp->block * 4;
-    if (b + (pp->stage ? bwd_table_bytes(c) : 0) > (int64_t)dev->max_shared_per_block) return false;
+    if (b + pp->launch[0].shmem > (int64_t)dev->max_shared_per_block) return false; /* after the table */
     *bytes = (uint32_t)b;
     return true;
 }
