@@ -452,6 +452,9 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             nj_trace_set_items(tr, l->kernel, steps);
         }
         nj_trace_set_reverse(tr, l->kernel, pp->reverse && pp->role[NJ_ROLE_MAIN] - 1 == i);
+        /* an image's parts, a block each, image-major (planner_image.c) */
+        bool parts = pp->family == NJ_FAMILY_IMAGE && pp->role[NJ_ROLE_MAIN] - 1 == i && l->row_mult > 1;
+        nj_trace_set_group(tr, l->kernel, parts ? (uint32_t)l->row_mult : 1);
         /* a split row's blocks going piece-major, the rows of a piece together: fwd_row.cu's normalizing
            launch, bwd_general.cu's sums launch when the column tiles' walk writes dx */
         bool fwd_pm = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->split > 1 &&

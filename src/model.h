@@ -94,6 +94,9 @@ NJ_HIDDEN void nj_trace_set_resident(nj_trace *t, const char *kernel, double res
 NJ_HIDDEN void nj_trace_set_items(nj_trace *t, const char *kernel, double items);
 /* A kernel that takes its items last first (P.reverse): it traces the mirror images of the clusters. */
 NJ_HIDDEN void nj_trace_set_reverse(nj_trace *t, const char *kernel, bool reverse);
+/* A kernel whose runs of `group` neighbouring clusters share sectors (an image's parts: every channel
+ * row's parts meet in a sector) and run side by side: traced a whole run at a time. */
+NJ_HIDDEN void nj_trace_set_group(nj_trace *t, const char *kernel, uint32_t group);
 /* A kernel whose blocks that read one slice of the parameters run side by side (the split rows'
  * normalizing launch, piece-major): however big, the parameters come from DRAM once. */
 NJ_HIDDEN void nj_trace_set_param_once(nj_trace *t, const char *kernel, bool once);

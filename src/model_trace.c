@@ -64,6 +64,7 @@ struct nj_trace {
         char name[48];
         double resident, per_sm, items;
         bool reverse, param_once;
+        uint32_t group;
     } res[TR_MAX_KERNELS];
     int32_t nres;
     /* the launch being run */
@@ -71,6 +72,7 @@ struct nj_trace {
     uint32_t nthr, nwarps;
     double resident, per_sm, scale, items;
     bool reverse, param_once;
+    uint32_t group; /* clusters traced together (nj_trace_set_group) */
     uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
     uint64_t load_site_seen[TR_MAX_SITES / 64];
     uint64_t *pick;       /* clusters to trace after the first, ascending */
@@ -162,10 +164,12 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     t->resident = t->per_sm = 1;
     t->items = 0;
     t->reverse = t->param_once = false;
+    t->group = 1;
     for (int32_t i = 0; i < t->nres; i++)
         if (strcmp(t->res[i].name, l->name) == 0)
             t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm, t->items = t->res[i].items,
-            t->reverse = t->res[i].reverse, t->param_once = t->res[i].param_once;
+            t->reverse = t->res[i].reverse, t->param_once = t->res[i].param_once,
+            t->group = t->res[i].group > 1 ? t->res[i].group : 1;
     size_t threads = (size_t)t->nthr * l->cluster[0] * l->cluster[1] * l->cluster[2];
     /* the traced unit is a cluster, its bytes those of all its blocks (one an SM where clusters hold a
      * row): the units resident at once are the blocks over the cluster's size, and an SM's L1 sees its
@@ -201,35 +205,48 @@ static void tr_launch(void *u, const nj_emu_launch *l)
                                                .one_wave = (double)r->clusters <= t->resident};
 }
 
+/* Appends group c's clusters (cluster 0 runs anyway, unless mirrored). */
+static void tr_pick_group(nj_trace *t, uint64_t c, uint64_t g, uint64_t n)
+{
+    for (uint64_t u = c * g; u < c * g + g && u < n; u++)
+        if (u > 0 || t->reverse) t->pick[t->npick++] = u;
+}
+
 /* The clusters to trace: the first, the last, and points of the golden-ratio sequence in between (evenly
  * spread like a regular stride, but without aliasing with the periodic structure of a grid: a stride that
  * is a multiple of the tiles an image would trace the same tile every time). A launch that takes its
  * items last first (P.reverse: cluster c, item n - 1 - c) traces the mirror images n - 1 - c, so that it
  * traces the items the launch before it traced, and the L2 model sees how recently that one touched
- * them. Chosen after the first cluster ran, when its size tells how many the access budget allows. */
+ * them. A launch whose neighbouring clusters share sectors (an image's parts: nj_trace_set_group) traces
+ * whole groups of them, so that a shared sector counts once, as the L2 serves the second reader that
+ * runs beside the first. Chosen after the first cluster ran, when its size tells how many the access
+ * budget allows. */
 static void tr_pick(nj_trace *t, uint64_t n)
 {
-    uint64_t want = t->sample;
+    uint64_t want = t->sample, g = t->group > 1 && t->group < n ? t->group : 1, ng = (n + g - 1) / g;
     if (t->first_accesses > 0) {
         uint64_t fit = TR_BUDGET / t->first_accesses;
-        if (fit < 2) fit = 2;
+        if (fit < 2 * g) fit = 2 * g;
         if (fit < want) want = fit;
     }
+    want = want / g < 2 ? 2 : want / g; /* groups */
     free(t->pick);
-    t->pick = malloc(((size_t)want + 1) * sizeof *t->pick);
+    t->pick = malloc(((size_t)want + 1) * g * sizeof *t->pick + sizeof *t->pick);
     t->npick = t->pos = 0;
     if (!t->pick) {
         tr_fail(t);
         return;
     }
-    t->pick[t->npick++] = n - 1;
+    if (g > 1) tr_pick_group(t, 0, g, n); /* the rest of the first group */
+    tr_pick_group(t, ng - 1, g, n);
     double x = 0.5;
-    for (uint64_t k = 0; t->npick < want && k < 4 * want; k++) {
+    for (uint64_t k = 0, got = 1; got < want && k < 4 * want; k++) {
         x += 0.6180339887498949;
         x -= (double)(uint64_t)x;
-        uint64_t c = 1 + (uint64_t)(x * (double)(n - 2));
-        if (c >= n - 1) continue;
-        t->pick[t->npick++] = c;
+        uint64_t c = 1 + (uint64_t)(x * (double)(ng - 2));
+        if (c >= ng - 1) continue;
+        tr_pick_group(t, c, g, n);
+        got++;
     }
     if (t->reverse) { /* the mirror images (the last mirrors the first cluster, traced before the picks) */
         for (size_t i = 0; i < t->npick; i++) t->pick[i] = n - 1 - t->pick[i];
@@ -457,8 +474,10 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
             x->first_store = store;
         } else {
             /* shared by the clusters of a launch (the parameters): its first touch happened once in the
-             * grid, not once a traced cluster, so it leaves the part that scales with the sample */
-            if (x->first_launch == t->nlaunch - 1 && x->cluster != cluster) {
+             * grid, not once a traced cluster, so it leaves the part that scales with the sample; one
+             * that neighbours of a traced group share (nj_trace_set_group) is a sector of every group */
+            bool group = t->group > 1 && x->cluster / t->group == cluster / t->group;
+            if (x->first_launch == t->nlaunch - 1 && x->cluster != cluster && !group) {
                 if (x->first_store) r->dram_write -= 32, r->dram_write_once += 32;
                 else if (tr_param(t, s[i])) r->dram_read_param -= 32, r->dram_read_once += 32;
                 else r->dram_read -= 32, r->dram_read_once += 32;
@@ -669,6 +688,12 @@ void nj_trace_set_reverse(nj_trace *t, const char *kernel, bool reverse)
 {
     struct tr_res *r = tr_res_of(t, kernel);
     if (r) r->reverse = reverse;
+}
+
+void nj_trace_set_group(nj_trace *t, const char *kernel, uint32_t group)
+{
+    struct tr_res *r = tr_res_of(t, kernel);
+    if (r) r->group = group;
 }
 
 void nj_trace_set_param_once(nj_trace *t, const char *kernel, bool once)

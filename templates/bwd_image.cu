@@ -1,5 +1,6 @@
 {# Backward, IMAGE family (planner_image.c): a block per batch item, axes [batch, channels (reduced),
-   pixels (kept)], the slab of channels x pixels contiguous in x, dy and dx. Phases, a barrier between
+   pixels (kept)], the slab of channels x pixels contiguous in x, dy and dx, or per part of an image's
+   pixels (P.tile; image_lib.cuh: image_cut), every channel of KP pixels. Phases, a barrier between
    each:
    0. copy: x and dy into dynamic shared memory (nj_sx, nj_sdy), P.vec elements an access, P.unroll
       loads of each a thread issued before their stores; each pixel's saved mean and rstd. With
@@ -10,8 +11,8 @@
       the saved float32 mean's rounding), exact, applied where |mean| * rstd > NJ_FIX_RATIO.
    2. sums: warp w walks channels w, w + W, ...; lane l owns pixels l, l + 32, ... Each lane adds g and
       g * xhat of its pixels; each channel's dz * xhat and dz over the image are warp sums, which lane
-      0 writes to the pgrad region ([image][channel][2]: P.pgrad "rows", the library's column sum adds
-      the images in order). The pixels' warp partials meet in shared memory and the pixel's thread adds
+      0 writes to the pgrad region ([image][part][channel][2]: P.pgrad "rows", the library's column sum
+      adds the parts in order). The pixels' warp partials meet in shared memory and the pixel's thread adds
       them in warp order: means m1 (of g) and m2 (of g * xhat).
    3. dx: vector i of the slab, its channel and pixel from the flat index, stored as one vector.
    Held to 1024 / block resident blocks an SM (64 registers a thread), as fwd_image.cu. #}
@@ -25,29 +26,30 @@ if P.stage ~= 1 and P.stage ~= 2 then error("bwd_image: the slabs are staged (P.
 -- DYS: dy staged beside x (P.stage 1); else (2) read from global memory by the sums and again by dx
 local DYS = P.stage == 1
 local F = P.flags
-local KI = P.axes[3].extent
-local NE = P.reduce_size * KI
+local KI, KP = image_cut()
+if DYS == false and IMG.parts > 1 then error("bwd_image: parts stage x and dy") end
+local NE = P.reduce_size * KP
 local B = P.block
 local W = B // 32
 local VW = P.vec
 local U = P.unroll
 if NE % VW ~= 0 or B % 32 ~= 0 then error("bwd_image: block " .. B .. ", vec " .. VW) end
 local NV = NE // VW
-local J = ceil_div(KI, 32) -- pixels a lane owns in the sums
+local J = ceil_div(KP, 32) -- pixels a lane owns in the sums
 local ROWS = P.pgrad == "rows"
 if P.pgrad ~= "none" and not ROWS then error("bwd_image: dgamma/dbeta as rows only") end
 -- gamma (and beta, which only an activation reads) by channel, a table in shared memory
 local PG, PB = F.scale, F.bias and P.act ~= "none"
 local NPAR = ((PG and 1 or 0) + (PB and 1 or 0)) * P.reduce_size
 local PARAM = {g = PG and ptab_at(PG, false, "ch") or nil, b = PB and ptab_at(PG, true, "ch") or nil}
-local NPART = (F.center and 2 or 1) * W * KI
-local NFL = (NPAR + NPART + 5 * KI + 3) // 4 * 4
+local NPART = (F.center and 2 or 1) * W * KP
+local NFL = (NPAR + NPART + 5 * KP + 3) // 4 * 4
 BWD_DL = F.center and "dl" or nil
 %}
 {{ bwd_typedefs() }}
 
 #define NJ_N {{ P.reduce_size }}LL
-#define NJ_KI {{ KI }}u
+{{ image_defines() }}
 #define NJ_W {{ W }}u
 #define NJ_VW {{ VW }}
 #define NJ_NV {{ NV }}u
@@ -59,10 +61,10 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
     NJ_DYN_SHARED(float, nj_ptab);                 /* gamma (then beta) by channel */
     float *const nj_part = nj_ptab + {{ NPAR }};   /* warp partials, [sum][warp][pixel] */
     float *const nj_pm = nj_part + {{ NPART }};    /* a pixel's saved mean */
-    float *const nj_pr = nj_pm + {{ KI }};         /* its rstd */
-    float *const nj_pdl = nj_pr + {{ KI }};        /* its correction dl */
-    float *const nj_pm1 = nj_pdl + {{ KI }};       /* its mean of g */
-    float *const nj_pm2 = nj_pm1 + {{ KI }};       /* its mean of g * xhat */
+    float *const nj_pr = nj_pm + {{ KP }};         /* its rstd */
+    float *const nj_pdl = nj_pr + {{ KP }};        /* its correction dl */
+    float *const nj_pm1 = nj_pdl + {{ KP }};       /* its mean of g */
+    float *const nj_pm2 = nj_pm1 + {{ KP }};       /* its mean of g * xhat */
     nj_tx *const nj_sx = (nj_tx *)(nj_ptab + {{ NFL }});
 {% if DYS then %}
     nj_tdy *const nj_sdy = (nj_tdy *)((unsigned char *)nj_sx + ({{ NE }}u * sizeof(nj_tx) + 15u) / 16u * 16u);
@@ -73,7 +75,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {% if PG or PB then %}
 {% param_table(PG, PB, "given") %}
 {% end %}
-    {{ block_item("k1", "A.rows") }}
+    {{ image_item() }}
         const nj_i64 ox = {{ offset("x", {1}, "k") }};
         const nj_i64 ody = {{ offset("dy", {1}, "k") }};
         const nj_i64 odx = {{ offset("dx", {1}, "k") }};
@@ -82,8 +84,8 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {% if DYS then %}
 {% image_copy("nj_sdy", "nj_tdy", "DY", "ody") %}
 {% end %}
-        if (t < NJ_KI) {
-            const nj_i64 k3 = t;
+        if (t < np) {
+            const nj_i64 k3 = p0 + t;
             (void)k3;
             const nj_i64 os = {{ offset("stats", kept_axes(), "k") }};
             nj_pm[t] = {{ F.center and "A.mean[os]" or "0.0f" }};
@@ -95,19 +97,19 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 #pragma unroll
         for (unsigned j = 0; j < {{ J }}u; j++) {
             const unsigned p = lane + 32u * j;
-            if (p < NJ_KI) {
+            if (p < np) {
                 const float mean = nj_pm[p], rstd = nj_pr[p];
                 float s = 0.0f;
 #pragma unroll 1
-                for (unsigned ch = wp; ch < (unsigned)NJ_N; ch += NJ_W) s += (nj_to_f32(nj_sx[ch * NJ_KI + p]) - mean) * rstd;
-                nj_part[wp * NJ_KI + p] = s;
+                for (unsigned ch = wp; ch < (unsigned)NJ_N; ch += NJ_W) s += (nj_to_f32(nj_sx[ch * NJ_KP + p]) - mean) * rstd;
+                nj_part[wp * NJ_KP + p] = s;
             }
         }
         __syncthreads();
         /* applied only where the saved mean's rounding matters (as every family: for ordinary data xhat
            stays (x - mean) * rstd, exactly 0 at the mean, where an activation's derivative has its kink) */
-        if (t < NJ_KI)
-            nj_pdl[t] = fabsf(nj_pm[t]) * nj_pr[t] > NJ_FIX_RATIO ? nj_pixel_total(nj_part, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N) : 0.0f;
+        if (t < np)
+            nj_pdl[t] = fabsf(nj_pm[t]) * nj_pr[t] > NJ_FIX_RATIO ? nj_pixel_total(nj_part, NJ_W, NJ_KP, t) * (1.0f / (float)NJ_N) : 0.0f;
         __syncthreads();
 {% end %}
         /* 2. sums: a lane's pixels' g and g * xhat, each channel's dz * xhat and dz over the image */
@@ -115,7 +117,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 #pragma unroll
         for (unsigned j = 0; j < {{ J }}u; j++) sa[j] = sb[j] = 0.0f;
 {% if ROWS then %}
-        float *const PR = (float *)A.workspace{{ ws_plus("pgrad") }} + k1 * (2 * NJ_N);
+        float *const PR = (float *)A.workspace{{ ws_plus("pgrad") }} + {{ IMG.parts > 1 and "kb" or "k1" }} * (2 * NJ_N);
 {% end %}
 {# dy from global memory: two channels' loads a lane in flight #}
 #pragma unroll {{ DYS and 1 or 2 }}
@@ -124,8 +126,8 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 #pragma unroll
             for (unsigned j = 0; j < {{ J }}u; j++) {
                 const unsigned p = lane + 32u * j;
-                if (p < NJ_KI) {
-                    const unsigned e = ch * NJ_KI + p;
+                if (p < np) {
+                    const unsigned e = ch * NJ_KP + p;
                     const float mean = nj_pm[p], rstd = nj_pr[p];
                     (void)mean;
 {% if F.center then %}
@@ -153,24 +155,24 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 #pragma unroll
         for (unsigned j = 0; j < {{ J }}u; j++) {
             const unsigned p = lane + 32u * j;
-            if (p < NJ_KI) {
+            if (p < np) {
 {% if F.center then %}
-                nj_part[wp * NJ_KI + p] = sa[j];
-                nj_part[{{ W * KI }}u + wp * NJ_KI + p] = sb[j];
+                nj_part[wp * NJ_KP + p] = sa[j];
+                nj_part[{{ W * KP }}u + wp * NJ_KP + p] = sb[j];
 {% else %}
                 (void)sa[j];
-                nj_part[wp * NJ_KI + p] = sb[j];
+                nj_part[wp * NJ_KP + p] = sb[j];
 {% end %}
             }
         }
         __syncthreads();
-        if (t < NJ_KI) {
+        if (t < np) {
 {% if F.center then %}
-            nj_pm1[t] = nj_pixel_total(nj_part, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N);
-            nj_pm2[t] = nj_pixel_total(nj_part + {{ W * KI }}u, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N);
+            nj_pm1[t] = nj_pixel_total(nj_part, NJ_W, NJ_KP, t) * (1.0f / (float)NJ_N);
+            nj_pm2[t] = nj_pixel_total(nj_part + {{ W * KP }}u, NJ_W, NJ_KP, t) * (1.0f / (float)NJ_N);
 {% else %}
             nj_pm1[t] = 0.0f;
-            nj_pm2[t] = nj_pixel_total(nj_part, NJ_W, NJ_KI, t) * (1.0f / (float)NJ_N);
+            nj_pm2[t] = nj_pixel_total(nj_part, NJ_W, NJ_KP, t) * (1.0f / (float)NJ_N);
 {% end %}
         }
         __syncthreads();
@@ -178,7 +180,11 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 #pragma unroll 1
         for (unsigned i = t; i < NJ_NV; i += {{ B }}u) {
             const unsigned e0 = i * NJ_VW;
-            unsigned ch = e0 / NJ_KI, px = e0 - ch * NJ_KI;
+            unsigned ch = e0 / NJ_KP, px = e0 - ch * NJ_KP;
+{% if IMG.parts > 1 then %}
+            if (px >= np) continue; /* a shorter last part */
+            const nj_i64 eo = {{ image_eoff() }};
+{% end %}
             float xv[NJ_VW], dv[NJ_VW], out[NJ_VW];
 {% image_staged_vec("nj_sx", "nj_tx", "xv") %}
 {% if DYS then %}
@@ -198,12 +204,12 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 {% end %}
 {{ bwd_element("xv[j]", "dv[j]", PARAM, "                ") }}
                 out[j] = {{ bwd_dx_expr("g", "xh", "m1", "m2") }};
-                if (++px == NJ_KI) px = 0, ch++;
+                if (++px == NJ_KP) px = 0, ch++;
             }
 {% if VW > 1 then %}
-            nj_store_vec<NJ_VW>(DX, odx + e0, out);
+            nj_store_vec<NJ_VW>(DX, odx + {{ IMG.parts > 1 and "eo" or "e0" }}, out);
 {% else %}
-            nj_store_f32(DX, odx + e0, out[0]);
+            nj_store_f32(DX, odx + {{ IMG.parts > 1 and "eo" or "e0" }}, out[0]);
 {% end %}
         }
     }

@@ -372,6 +372,11 @@ static void build_cases(void)
     tc_axis(c, 768, true, true);
     tc_axis(c, 49, false, false);
     tc_finish(c);
+    c = add_case("image_parts_f32_384x14x14"); /* 301 KB of x: two parts forward, three backward */
+    tc_begin(c, NJ_F32, NJ_F32, ln | NJ_FLAG_SAVE_STATS, NJ_ACT_SILU, 4);
+    tc_axis(c, 384, true, true);
+    tc_axis(c, 196, false, false);
+    tc_finish(c);
     c = add_case("image_rms_f16_odd_gelu_tanh");
     tc_begin(c, NJ_F16, NJ_F16, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS, NJ_ACT_GELU_TANH, 4);
     tc_axis(c, 33, true, true);
@@ -553,6 +558,10 @@ static void test_forward_variants(void **state)
             assert_non_null(strstr(src, want));
             assert_true(strstr(src, "nj_vec_io<NJ_VW, nj_tx>::fetch(X") || strstr(src, "nj_load_vec<NJ_VW>(X"));
             assert_true(pp.align_opds & (1u << NJ_OPD_X));
+            /* an image in parts (P.tile pixels a block): a block an image part, its offsets by channel row */
+            snprintf(want, sizeof want, "#define NJ_KP %du\n#define NJ_PARTS %d\n", pp.tile, (int)pp.launch[0].row_mult);
+            assert_int_equal(strstr(src, want) != NULL, pp.tile > 0);
+            assert_int_equal(strstr(src, "A.rows * NJ_PARTS") != NULL, pp.tile > 0);
             nj_plan_params up;
             assert_int_equal(nj_plan_variant(&fwd[i].c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev, &up), NJ_OK);
             assert_int_equal(up.vec, 1);
@@ -600,7 +609,7 @@ static void test_forward_variants(void **state)
     assert_true(families[NJ_FAMILY_ROW] >= 8);
     assert_true(families[NJ_FAMILY_GENERAL] >= 2);
     assert_true(families[NJ_FAMILY_COLUMN] >= 2);
-    assert_int_equal(families[NJ_FAMILY_IMAGE], 5);
+    assert_int_equal(families[NJ_FAMILY_IMAGE], 6);
     assert_int_equal(families[NJ_FAMILY_TILE], 3);
     assert_int_equal(families[NJ_FAMILY_CHANNELS_LAST], 5);
 }

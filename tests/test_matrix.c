@@ -347,9 +347,22 @@ static void test_image(void **state)
     check_line(m, "layernorm f32 nchw 2x768x7x7 axes=1 flags=scale,bias act=silu", 1e6, 72);
     check_line(m, "rmsnorm f32 nchw 2x1000x6x6 axes=1 flags=scale", 0.0, 73);
     /* column backward, x and dy staged in blocks of 512 (tiles of 98 and 77 KB: two blocks an SM); the
-     * saved mean's correction at the offset; 143 pixels, the last tile 15 columns wide */
+     * saved mean's correction at the offset; 143 pixels, the last tile 15 columns wide (images that the
+     * image family now takes in parts) */
+    setenv("NORMJIT_PLAN_NO_IMAGE_PARTS", "1", 1);
     check_line(m, "layernorm f32 nchw 2x384x14x14 axes=1 flags=scale,bias", 1e6, 74);
     check_line(m, "layernorm f32 nchw 3x300x11x13 axes=1 flags=scale,bias act=gelu_tanh", 0.0, 75);
+    unsetenv("NORMJIT_PLAN_NO_IMAGE_PARTS");
+    /* images in parts (planner_image.c): f32 14x14 (forward two parts of 100 and 96 pixels, backward
+     * three of 68, the last 60) at an offset with the saved statistics; f16's backward in two with the
+     * beta table of an activation; the residual's floats in two parts; 195 pixels a scalar copy (parts
+     * of 98 and 97); 143 pixels under GELU; an odd batch stride (the unaligned variant's parts) */
+    check_line(m, "layernorm f32 nchw 2x384x14x14 axes=1 flags=scale,bias,stats", 1e6, 127);
+    check_line(m, "layernorm f16 nchw 3x384x14x14 axes=1 flags=scale,bias act=silu", 0.0, 128);
+    check_line(m, "layernorm bf16 nchw 2x300x14x14 axes=1 flags=scale,bias,residual,resout,stats", 1e2, 129);
+    check_line(m, "rmsnorm f16 nchw 2x400x13x15 axes=1 flags=scale", 0.0, 130);
+    check_line(m, "layernorm f32 nchw 3x300x11x13 axes=1 flags=scale,bias act=gelu_tanh", 0.0, 131);
+    check_line(m, "norm f32 shape=2x384x196 strides=75265,196,1 reduce=1 feature=1 flags=center,scale,bias", 1e2, 132);
     /* slots backwards with f32 gamma (and beta under an activation) staged once a block: rows of 10000
      * (not fetching ahead), of 5000 with silu, an RMSNorm of 9000 with relu (gamma alone) */
     check_line(m, "layernorm f32 3x10000 flags=scale,bias", 1e6, 76);

@@ -192,6 +192,26 @@ static void test_cluster_rereads_l2(void **state)
     assert_true(t->dram_read >= 0.95 * 2 * x);
 }
 
+/* LayerNorm f16 over the C of NCHW 14x14, backward (sm_90): x and dy of an image take 301 KB, so each
+ * image is two parts of 100 and 96 pixels, a block each, whose channel rows meet inside a sector (a row
+ * is 392 bytes). The two blocks run side by side, so a shared sector is one DRAM read. The trace runs
+ * an image's parts together (nj_trace_set_group): sampled alone, each part counted the shared sectors
+ * (1.13x x and dy); counted once for the whole grid, as a parameter is, they vanished (0.90x). */
+static void test_image_parts_grouped(void **state)
+{
+    (void)state;
+    nj_model_result r = model_of("layernorm f16 nchw 64x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, 8);
+    const nj_model_launch *m = &r.pass[0].launch[0];
+    assert_string_equal(m->t.kernel, "nj_bwd_image");
+    assert_true(m->blocks == 128);
+    assert_true(m->t.run < m->t.clusters);
+    double x = 64.0 * 384 * 196 * 2; /* each of x, dy, dx */
+    assert_true(m->t.dram_read >= 0.99 * 2 * x);
+    assert_true(m->t.dram_read <= 1.04 * 2 * x);
+    assert_true(m->t.dram_write >= 0.99 * x);
+    assert_true(m->t.dram_write <= 1.04 * x + 2.0 * 128 * 384 * 4 * 1.1); /* dx and the parts' pairs */
+}
+
 /* A kernel built without counting has no hook: a counter sees its launch but no access. */
 static void test_counting_off(void **state)
 {
@@ -460,7 +480,7 @@ int main(void)
         cmocka_unit_test(test_row_f32_forward), cmocka_unit_test(test_sample_scales),
         cmocka_unit_test(test_row_backward),    cmocka_unit_test(test_counting_off),
         cmocka_unit_test(test_param_reads_capped), cmocka_unit_test(test_reverse_meets_l2),
-        cmocka_unit_test(test_cluster_rereads_l2), cmocka_unit_test(test_param_once_piece_major),
+        cmocka_unit_test(test_cluster_rereads_l2), cmocka_unit_test(test_image_parts_grouped), cmocka_unit_test(test_param_once_piece_major),
         cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_last_wave),
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_compare),         cmocka_unit_test(test_goals),

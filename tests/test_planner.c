@@ -473,12 +473,14 @@ static void test_column_general(void **state)
     tc_finish(&c);
     pp = plan_fwd_any(&c);
     assert_int_equal(pp.split, 78); /* 78 pieces of 129 rows, the last of 67: none empty */
-    /* a short walk: one block per tile */
+    /* a short walk: one block per tile (where no image family: it takes these 655 KB images in parts) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 1);
     tc_axis(&c, 4095, true, false);
     tc_axis(&c, 80, false, false);
     tc_finish(&c);
+    setenv("NORMJIT_PLAN_NO_IMAGE", "1", 1);
     pp = plan_fwd(&c);
+    unsetenv("NORMJIT_PLAN_NO_IMAGE");
     assert_int_equal(pp.split, 1);
     assert_int_equal(pp.nlaunch, 1);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_column");
@@ -1504,9 +1506,7 @@ static void test_image_plan(void **state)
     pp = plan_line("layernorm f16 nchw *x16x4x4 axes=1 flags=scale", NJ_PASS_FORWARD, &dev90);
     assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
     assert_int_equal(pp.block, 32);
-    /* the column family's: 301 KB of f32, 1568-byte channel rows, the backward */
-    assert_int_equal(plan_line("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family,
-                     NJ_FAMILY_COLUMN);
+    /* the column family's: 1568-byte channel rows */
     assert_int_equal(plan_line("layernorm f16 nchw *x32x28x28 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family,
                      NJ_FAMILY_COLUMN);
     /* the backward stages x and dy: f16 7x7 on sm_90 (150528 B and the floats: gamma, 2 x 32 warps x 49
@@ -1523,8 +1523,6 @@ static void test_image_plan(void **state)
     assert_int_equal(pp.align_opds, (1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX));
     nj_plan_unaligned(&pp, &uv);
     assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
-    assert_int_equal(plan_line("layernorm f16 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).family,
-                     NJ_FAMILY_COLUMN);
     /* x and dy would take 301 KB: x alone staged (P.stage 2), dy read twice, where an image is at most
        64 pixels (a lane's share of a channel row at most 2) */
     pp = plan_line_v("layernorm f32 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
@@ -1548,6 +1546,69 @@ static void test_image_plan(void **state)
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
 }
 
+/* Images no block holds (planner_image.c), cut into parts of whole vectors, a block each: f32 14x14's x
+ * (301 KB) in two, f16 14x14's x and dy in two, f32's x and dy in three (sm_90) or five (sm_80); odd
+ * images with scalar copies. Their pixel rows stay under 1024 bytes; everything is the column family's
+ * under NORMJIT_PLAN_NO_IMAGE_PARTS=1. */
+static void test_image_parts(void **state)
+{
+    (void)state;
+    nj_device_props d80;
+    nj_device_props_default(80, &d80);
+    nj_canon v;
+    /* f32 forward: parts of 100 and 96 pixels, 4 floats a vector (784-byte rows: 16-byte aligned);
+       the floats: gamma/beta 768, 10 groups x 100 partials, 3 x 100 */
+    nj_plan_params pp = plan_line_v("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_int_equal(pp.tile, 100);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.block, 1024);
+    assert_int_equal(pp.launch[0].row_mult, 2);
+    assert_int_equal(pp.launch[0].shmem, 384 * 100 * 4 + 4 * (768 + 10 * 100 + 3 * 100));
+    assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+    nj_plan_params uv;
+    nj_plan_unaligned(&pp, &uv);
+    assert_int_equal(uv.vec, 1);
+    assert_int_equal(uv.tile, 100);
+    assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
+    /* f16 backward: x and dy of 100 pixels (8-byte vectors: a channel row is 392 bytes), the floats
+       gamma, 2 x 32 warps x 100 partials, 5 x 100; the parts' pairs [image][part][channel][2] */
+    pp = plan_line_v("layernorm f16 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_int_equal(pp.tile, 100);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.stage, 1);
+    assert_int_equal(pp.launch[0].row_mult, 2);
+    assert_int_equal(pp.launch[0].shmem, 2 * 384 * 100 * 2 + 4 * (384 + 2 * 32 * 100 + 5 * 100));
+    assert_int_equal(pp.workspace_per_row, 2 * 384 * 2 * sizeof(float));
+    assert_int_equal(pp.launch[1].lib, NJ_LIB_COLSUM);
+    assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][1], 2);
+    assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+    /* f32 backward: three parts of 68 (the last 60) on sm_90, five of 40 on sm_80 */
+    pp = plan_line("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.tile, 68);
+    assert_int_equal(pp.launch[0].row_mult, 3);
+    assert_true(pp.launch[0].shmem <= (uint32_t)dev90.max_shared_per_block);
+    pp = plan_line("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &d80);
+    assert_int_equal(pp.tile, 40);
+    assert_int_equal(pp.launch[0].row_mult, 5);
+    assert_true(pp.launch[0].shmem <= (uint32_t)d80.max_shared_per_block);
+    /* 195 pixels: f16 vectors would cross pixel rows, so a scalar copy; parts of 98 and 97 */
+    pp = plan_line("layernorm f16 nchw *x400x13x15 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.family, NJ_FAMILY_IMAGE);
+    assert_int_equal(pp.vec, 1);
+    assert_int_equal(pp.tile, 98);
+    /* the switch: the column family, as before */
+    setenv("NORMJIT_PLAN_NO_IMAGE_PARTS", "1", 1);
+    nj_family fam_f = plan_line("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family;
+    nj_family fam_b = plan_line("layernorm f16 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).family;
+    unsetenv("NORMJIT_PLAN_NO_IMAGE_PARTS");
+    assert_int_equal(fam_f, NJ_FAMILY_COLUMN);
+    assert_int_equal(fam_b, NJ_FAMILY_COLUMN);
+    /* whole images keep P.tile 0 */
+    assert_int_equal(plan_line("layernorm f16 nchw *x768x7x7 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).tile, 0);
+}
+
 /* A column backward whose staged tile of x and dy fits two blocks an SM but not three (f32 LayerNorm over
  * the C of NCHW 384x14x14: 384 x 32 x 8 = 98304 B) stages it in blocks of 512 threads; sm_80's shared
  * memory holds two such blocks only without the tile, so it keeps 256 threads and two reads of x and dy;
@@ -1555,6 +1616,8 @@ static void test_image_plan(void **state)
 static void test_column_bwd_wide_stage(void **state)
 {
     (void)state;
+    /* these images are the image family's, in parts (test_image_parts) */
+    setenv("NORMJIT_PLAN_NO_IMAGE_PARTS", "1", 1);
     nj_canon v;
     nj_plan_params pp = plan_line_v("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
     assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
@@ -1577,6 +1640,7 @@ static void test_column_bwd_wide_stage(void **state)
     setenv("NORMJIT_PLAN_NO_COL_WIDE", "1", 1);
     pp = plan_line("layernorm f32 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
     unsetenv("NORMJIT_PLAN_NO_COL_WIDE");
+    unsetenv("NORMJIT_PLAN_NO_IMAGE_PARTS");
     assert_int_equal(pp.block, 256);
     assert_int_equal(pp.stage, 0);
 }
@@ -1807,7 +1871,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_reverse),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_reverse),
         cmocka_unit_test(test_cluster_plan),
         cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
         cmocka_unit_test(test_cluster_fwd_slots),
