@@ -115,6 +115,15 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                      NJ_ERR_INTERNAL, "planner: launch %d in clusters of %d on a %s plan (sm_%d)", (int)i,
                      (int)pp->launch[i].cluster, nj_family_name(pp->family), (int)dev->arch);
     }
+    /* an image in parts (P.tile pixels a part): whole vectors of every channel row, every part some pixels,
+     * a block each, x and dy staged (the templates index the part by channel row) */
+    if (pp->family == NJ_FAMILY_IMAGE && pp->tile != 0) {
+        int64_t ki = c->rank == 3 ? c->axes[2].extent : 0, kp = pp->tile;
+        NJ_RETURN_IF(kp < 1 || kp >= ki || ki % pp->vec != 0 || kp % pp->vec != 0 || pp->stage != 1 ||
+                         pp->launch[0].row_mult != (ki + kp - 1) / kp,
+                     NJ_ERR_INTERNAL, "planner: image parts of %d of %lld pixels, vector %d, %lld blocks an image",
+                     (int)kp, (long long)ki, (int)pp->vec, (long long)pp->launch[0].row_mult);
+    }
     /* a persistent row walk (P.persist): blocks an SM that a device can hold; forward: a block a row held
      * in registers; backward: the slots' walk */
     bool fwd_ok = pp->pass == NJ_PASS_FORWARD && pp->rows_per_block == 1 && pp->regs_cache > 0 && !pp->unaligned;

@@ -79,14 +79,20 @@ static uint32_t col_align_opds(const nj_canon *c, nj_pass pass)
 }
 
 /* Independent loads a thread has in flight down its columns (the walk unrolled that far): about 32
- * bytes of x a thread, 2 to 8 loads. A full SM (2048 threads) then has ~64 KB of x in flight, what
- * Little's law asks on an H200 (~4.1 TB/s over 132 SMs at ~600-700 ns latency: 40-64 KB an SM); with 2
- * single-element loads it had 8 (f16) to 16 KB. */
+ * bytes of x a thread, 2 to 8 loads; 64 in a whole (unsplit) walk. The kernels hold 64 to 80
+ * registers, so an SM keeps 768 to 1024 of their threads, not 2048: at 32 bytes a thread (16-byte
+ * vectors unrolled 2) a whole walk had 24-32 KB an SM in flight, about what Little's law asks on an
+ * H200 (~4.1 TB/s over 132 SMs at ~650 ns: 20 KB), and LayerNorm f16 over the C of NCHW 56 x 56
+ * forward waited on its loads in its last wave (79.8% of copy in the model, 86.6 at 64 bytes; f32's
+ * backward 85.6 -> 88.8). A split walk (its pieces fill the GPU many times over) gains nothing from
+ * more: InstanceNorm NDHWC moved by -1 to +2 points for 15-20 ms more compile a kernel.
+ * NORMJIT_PLAN_NO_COL_FLIGHT64=1: 32 bytes everywhere, as before. */
 #define NJ_COL_FLIGHT_BYTES 32
-static int32_t col_unroll(const nj_canon *c, int32_t vec)
+static int32_t col_unroll(const nj_canon *c, int32_t vec, int64_t split)
 {
     int64_t b = (int64_t)vec * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
-    int64_t u = NJ_COL_FLIGHT_BYTES / b;
+    bool deep = split == 1 && !nj_plan_switched_off("COL_FLIGHT64");
+    int64_t u = (deep ? 2 * NJ_COL_FLIGHT_BYTES : NJ_COL_FLIGHT_BYTES) / b;
     return (int32_t)(u < 2 ? 2 : u > 8 ? 8 : u);
 }
 
@@ -97,7 +103,7 @@ static int64_t col_split_flight(const nj_canon *c, const nj_device_props *dev, i
     int64_t ec = c->axes[c->rank - 1].extent, sms = dev->sm_count > 0 ? dev->sm_count : 132;
     int64_t blocks = c->kept_inner / ec * nj_ceil_div64(ec, 32 * v) * nj_plan_column_split(c, dev, 32 * v);
     if (blocks > sms * NJ_COL_BLOCKS_SM) blocks = sms * NJ_COL_BLOCKS_SM;
-    return blocks * 256 * col_unroll(c, v) * v * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    return blocks * 256 * col_unroll(c, v, 2) * v * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
 }
 
 /* Columns a lane owns (one vector access each walk step), among the widths that fit: those keeping at
@@ -203,11 +209,11 @@ nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     pp->vec = col_vec(c, dev, NJ_PASS_FORWARD, 8);
     pp->rows_per_block = col_fwd_rows(c, &pp->vec);
     pp->tile = 32 / pp->rows_per_block * pp->vec;
-    pp->unroll = col_unroll(c, pp->vec);
     if (pp->vec > 1) pp->align_opds = col_align_opds(c, NJ_PASS_FORWARD);
     if (pp->vec > 1 && col_param_vec(c, pp->vec)) pp->align_opds |= 1u << NJ_OPD_PARAM;
     int64_t tc = pp->tile, tiles = c->kept_inner / ec * nj_ceil_div64(ec, tc);
     pp->split = nj_plan_column_split(c, dev, pp->tile);
+    pp->unroll = col_unroll(c, pp->vec, pp->split);
     pp->block = 256;
     if (pp->split == 1) {
         nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles, 1, 0);
@@ -312,11 +318,11 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
            col_stage_bwd_bytes(c, dev, 16 * pp->vec))
         pp->vec /= 2;
     pp->tile = 32 * pp->vec;
-    pp->unroll = col_unroll(c, pp->vec);
     if (pp->vec > 1) pp->align_opds = col_align_opds(c, NJ_PASS_BACKWARD);
     int64_t tc = pp->tile, tiles = c->kept_inner / ec * nj_ceil_div64(ec, tc);
     pp->rows_per_block = 1;
     pp->split = nj_plan_column_split(c, dev, pp->tile);
+    pp->unroll = col_unroll(c, pp->vec, pp->split);
     pp->block = 256;
     uint64_t s = (uint64_t)pp->split;
     bool fused = bwd_column_fused(c);

@@ -445,7 +445,7 @@ static void test_column_general(void **state)
     assert_int_equal(un.tile, 64);
     /* a walk too short to split: the widest width keeping 90% of the lanes busy a row a warp, 4 (8 would
      * idle half), whose tile holds every column: so 8 elements a lane, 16 lanes a row, two walk rows a
-     * warp (col_fwd_rows), loads 2 deep (32 bytes of x a thread) */
+     * warp (col_fwd_rows), loads 4 deep (a whole walk: 64 bytes of x a thread; 32 under the switch) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE, 1);
     tc_axis(&c, 4095, true, false);
     tc_axis(&c, 128, false, true);
@@ -455,8 +455,11 @@ static void test_column_general(void **state)
     assert_int_equal(pp.vec, 8);
     assert_int_equal(pp.rows_per_block, 2);
     assert_int_equal(pp.tile, 128);
-    assert_int_equal(pp.unroll, 2);
+    assert_int_equal(pp.unroll, 4);
     assert_int_equal(pp.launch[0].row_mult, 1);
+    setenv("NORMJIT_PLAN_NO_COL_FLIGHT64", "1", 1);
+    assert_int_equal(plan_fwd(&c).unroll, 2);
+    unsetenv("NORMJIT_PLAN_NO_COL_FLIGHT64");
     /* the backward keeps a row a warp */
     nj_plan_params bq;
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bq), NJ_OK);
@@ -473,6 +476,8 @@ static void test_column_general(void **state)
     tc_finish(&c);
     pp = plan_fwd_any(&c);
     assert_int_equal(pp.split, 78); /* 78 pieces of 129 rows, the last of 67: none empty */
+    /* a split walk keeps 32 bytes of x in flight a thread (its pieces fill the GPU many times over) */
+    assert_int_equal(pp.unroll * pp.vec * 2, 32);
     /* a short walk: one block per tile (where no image family: it takes these 655 KB images in parts) */
     tc_begin(&c, NJ_F16, NJ_F32, NJ_FLAG_CENTER, NJ_ACT_NONE, 1);
     tc_axis(&c, 4095, true, false);
@@ -1571,6 +1576,15 @@ static void test_image_parts(void **state)
     assert_int_equal(uv.vec, 1);
     assert_int_equal(uv.tile, 100);
     assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
+    /* the check refuses parts of split vectors, a part as big as the image, a grid that misses parts */
+    nj_plan_params bad = pp;
+    bad.tile = 98;
+    assert_int_equal(nj_plan_check(&v, &bad, &dev90), NJ_ERR_INTERNAL);
+    bad.tile = 196;
+    assert_int_equal(nj_plan_check(&v, &bad, &dev90), NJ_ERR_INTERNAL);
+    bad = pp;
+    bad.launch[0].row_mult = 1;
+    assert_int_equal(nj_plan_check(&v, &bad, &dev90), NJ_ERR_INTERNAL);
     /* f16 backward: x and dy of 100 pixels (8-byte vectors: a channel row is 392 bytes), the floats
        gamma, 2 x 32 warps x 100 partials, 5 x 100; the parts' pairs [image][part][channel][2] */
     pp = plan_line_v("layernorm f16 nchw *x384x14x14 axes=1 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
