@@ -1,6 +1,6 @@
-{# Backward, TILE family (planner_tile.c): rows of at most 64 bytes of x, axes [batch (kept), row
-   (reduced)]. A fixed grid of blocks (1024 / block an SM: the kernel is held to them) walks the tiles
-   of P.rows_per_block rows in turn; for each tile:
+{# Backward, TILE family (planner_tile.c): rows of at most 64 bytes of x (or of up to 512 that are not
+   whole sectors), axes [batch (kept), row (reduced)]. A fixed grid of blocks (1024 / block an SM: the
+   kernel is held to them) walks the tiles of P.rows_per_block rows in turn; for each tile:
    1. copy: x and dy into dynamic shared memory, vector i of row i / NVR (as fwd_tile.cu), P.unroll
       vectors of each a thread loaded (all issued) before their stores.
    2. rows: a thread a row reads its saved statistics, computes its correction dl (centered, where

@@ -1,5 +1,6 @@
-{# Forward, TILE family (planner_tile.c): rows of at most 64 bytes of x, axes [batch (kept), row
-   (reduced)], a block per tile of P.rows_per_block consecutive rows, staged in dynamic shared memory.
+{# Forward, TILE family (planner_tile.c): rows of at most 64 bytes of x (or of up to 512 that are not
+   whole sectors), axes [batch (kept), row (reduced)], a block per tile of P.rows_per_block
+   consecutive rows, staged in dynamic shared memory.
    1. copy: the tile's vectors, vector i of row i / NVR (NVR vectors a row), P.vec elements each, P.unroll
       loads a thread issued before their stores: a warp reads consecutive vectors, so a packed batch is
       one run; with the residual, x + res as floats (and the sum's store, flag resout).

@@ -251,7 +251,7 @@ static void build_cases(void)
     tc_axis(c, 24, true, true);
     tc_finish(c);
     tc_row(add_case("tile_rms_f16_7"), NJ_F16, 7, NJ_FLAG_SCALE | NJ_FLAG_SAVE_STATS);
-    tc_row(add_case("row_group4_f32_100"), NJ_F32, 100, ln);                             /* 4 lanes a row */
+    tc_row(add_case("row_group8_f32_96"), NJ_F32, 96, ln); /* 8 lanes a row (rows of 100, not whole sectors: tiles) */
     c = add_case("row_group8_bf16_res_resout_gelu"); /* 64 bf16: 8 lanes a row, 16 rows a block */
     tc_begin(c, NJ_BF16, NJ_BF16, ln | NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT, NJ_ACT_GELU_TANH, 64);
     tc_axis(c, 64, true, true);
@@ -647,7 +647,7 @@ static void test_codegen_fail(void **state)
     tc_axis(&c, 6, true, false);
     tc_axis(&c, 7, false, false);
     tc_finish(&c);
-    tc_row(&fwd[0].c, NJ_F32, 42, NJ_FLAG_CENTER);
+    tc_row(&fwd[0].c, NJ_F32, 40, NJ_FLAG_CENTER); /* 160 bytes, whole sectors: the row family's */
     assert_int_equal(nj_plan_pass(&fwd[0].c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
     assert_int_equal(nj_codegen(&c, &pp, &src), NJ_ERR_TEMPLATE);
     assert_null(src);

@@ -391,6 +391,12 @@ static void test_tile(void **state)
     /* the backward's slots: more tiles than slots (528 of 204 rows), dl at a 1e6 offset, GELU */
     regime big = {"offset", 1e6, 1.0, 1e-5, 0, NJ_PASS_BACKWARD};
     check_regime(m, "layernorm f32 250000x10 flags=scale,bias act=gelu_erf", &big, 87);
+    /* rows of 65-512 bytes that are not whole sectors (nv_norms' f32 rows of 100; bf16 rows of 250 with
+     * the residual's floats: 16 rows a tile; f16 RMS rows of 36) and an odd batch stride */
+    check_line(m, "layernorm f32 300x100 flags=scale,bias,stats", 1e3, 133);
+    check_line(m, "layernorm bf16 70x250 flags=scale,bias,residual,resout act=silu", 1e2, 134);
+    check_line(m, "rmsnorm f16 999x36 flags=scale", 0.0, 135);
+    check_regime(m, "norm f32 shape=300x100 strides=101,1 reduce=1 feature=1 flags=center,scale,bias", &fwd, 136);
     assert_int_equal(m->failed - before, 0);
 }
 
@@ -624,7 +630,8 @@ static void test_alignment_bits(void **state)
         size_t esize, n;
     } cases[] = {{"layernorm bf16 *x4096 flags=scale", 2, 3 * 4096}, {"layernorm f32 *x1000 flags=scale", 4, 3 * 1000},
                  {"rmsnorm f16 *x12289 flags=scale", 2, 3 * 12289},
-                 {"layernorm f32 *x100 flags=scale", 4, 3 * 100}, /* 4 lanes a row, 3 of a warp's 8 rows */
+                 {"layernorm f32 *x96 flags=scale", 4, 3 * 96}, /* 8 lanes a row, 3 of a warp's 4 rows */
+                 {"layernorm f32 *x100 flags=scale", 4, 3 * 100}, /* a tile: rows not whole sectors */
                  /* column tiles: 8-element vectors of 256 channels, 4 of 128 pixels (gamma down the walk) */
                  {"instancenorm f16 nhwc *x3x3x256 flags=scale", 2, 3 * 9 * 256},
                  {"rmsnorm f32 nchw *x5x4x32 axes=1 flags=scale", 4, 3 * 5 * 128},

@@ -79,9 +79,12 @@ static void test_row_short(void **state)
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_row");
     assert_int_equal(pp.launch[0].row_div, 4);
     /* Rows of few chunks: a group of lanes a row, several rows a warp. 100 f32 (25 float4 chunks): a
-     * warp keeps 25 of 32 lanes busy, 4 lanes a row 25 of 28 chunk slots (7 chunks a lane). */
+     * warp keeps 25 of 32 lanes busy, 4 lanes a row 25 of 28 chunk slots (7 chunks a lane). (Rows of
+     * 400 bytes, not whole sectors, are the tile family's; the row family's under this switch.) */
+    setenv("NORMJIT_PLAN_NO_TILE_WIDE", "1", 1);
     tc_row(&c, NJ_F32, 100, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
     pp = plan_fwd(&c);
+    unsetenv("NORMJIT_PLAN_NO_TILE_WIDE");
     assert_int_equal(pp.vec, 4);
     assert_int_equal(pp.block, 128);
     assert_int_equal(pp.rows_per_block, 32);
@@ -281,7 +284,9 @@ static void test_row_backward_slots(void **state)
     assert_int_equal(pp.rows_per_block, 128);
     assert_int_equal(pp.launch[0].grid_x, 528);
     tc_row(&c, NJ_F32, 100, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+    setenv("NORMJIT_PLAN_NO_TILE_WIDE", "1", 1); /* else the tile family's (test_tile_plan) */
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+    unsetenv("NORMJIT_PLAN_NO_TILE_WIDE");
     assert_int_equal(pp.rows_per_block, 8);
 }
 
@@ -1728,9 +1733,9 @@ static void test_row_xstage(void **state)
     assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_ERR_INTERNAL);
 }
 
-/* The tile family (planner_tile.c): rows of at most 64 bytes of x, a block per tile of 16 KB of them
- * (at most 1024 rows) forward, a fixed grid walking tiles of x and dy backward; longer rows stay the row
- * family's. */
+/* The tile family (planner_tile.c): rows of at most 64 bytes of x (or up to 512 that are not whole
+ * sectors), a block per tile of 16 KB of them (at most 1024 rows) forward, a fixed grid walking tiles of
+ * x and dy backward; other rows stay the row family's. */
 static void test_tile_plan(void **state)
 {
     (void)state;
@@ -1755,9 +1760,24 @@ static void test_tile_plan(void **state)
     assert_int_equal(pp.family, NJ_FAMILY_TILE);
     assert_int_equal(pp.rows_per_block, 1024);
     assert_true(pp.launch[0].shmem <= 48 * 1024);
-    /* 16-bit rows of 32 (64 bytes) are tiles; of 33, rows; the backward is the row family's */
+    /* 16-bit rows of 32 (64 bytes) are tiles; of 48 (whole sectors), rows; up to 512 bytes that are not
+       whole sectors tiles again (f32 rows of 100: 40 rows a tile; bf16 of 33), not past 512 (f32 of
+       129) nor under NORMJIT_PLAN_NO_TILE_WIDE=1 */
     assert_int_equal(plan_line("rmsnorm bf16 *x32 flags=scale", NJ_PASS_FORWARD, &dev90).family, NJ_FAMILY_TILE);
-    assert_int_equal(plan_line("rmsnorm bf16 *x33 flags=scale", NJ_PASS_FORWARD, &dev90).family, NJ_FAMILY_ROW);
+    assert_int_equal(plan_line("rmsnorm bf16 *x48 flags=scale", NJ_PASS_FORWARD, &dev90).family, NJ_FAMILY_ROW);
+    assert_int_equal(plan_line("rmsnorm bf16 *x33 flags=scale", NJ_PASS_FORWARD, &dev90).family, NJ_FAMILY_TILE);
+    pp = plan_line_v("layernorm f32 *x100 flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_TILE);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.rows_per_block, 40);
+    assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+    assert_int_equal(plan_line("layernorm f32 *x100 flags=scale,bias", NJ_PASS_BACKWARD, &dev90).family, NJ_FAMILY_TILE);
+    assert_int_equal(plan_line("layernorm f32 *x128 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family, NJ_FAMILY_ROW);
+    assert_int_equal(plan_line("layernorm f32 *x129 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family, NJ_FAMILY_ROW);
+    setenv("NORMJIT_PLAN_NO_TILE_WIDE", "1", 1);
+    nj_family narrow = plan_line("layernorm f32 *x100 flags=scale,bias", NJ_PASS_FORWARD, &dev90).family;
+    unsetenv("NORMJIT_PLAN_NO_TILE_WIDE");
+    assert_int_equal(narrow, NJ_FAMILY_ROW);
     /* the backward: a fixed grid of 4 blocks an SM walks the tiles (x and dy staged), a partial row of
        dgamma/dbeta a block added by the column sum */
     pp = plan_line_v("layernorm f32 *x10 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
