@@ -1743,13 +1743,19 @@ static void test_tile_plan(void **state)
     nj_plan_params pp = plan_line_v("layernorm f32 *x10 flags=scale,bias,stats", NJ_PASS_FORWARD, &dev90, &v);
     assert_int_equal(pp.family, NJ_FAMILY_TILE);
     assert_int_equal(pp.vec, 2);
-    assert_int_equal(pp.rows_per_block, 409); /* 16384 / 40 */
+    /* 16384 / 40 = 409 rows, down to 408: tiles of whole sectors (16320 bytes; 409 under the switch) */
+    assert_int_equal(pp.rows_per_block, 408);
     assert_int_equal(pp.stage, 1);
-    assert_int_equal(pp.launch[0].row_div, 409);
-    assert_int_equal(pp.launch[0].shmem, (3 * 409 + 3) / 4 * 16 + 409 * 40);
+    assert_int_equal(pp.launch[0].row_div, 408);
+    assert_int_equal(pp.launch[0].shmem, (3 * 408 + 3) / 4 * 16 + 408 * 40);
     uint32_t g[3];
     assert_int_equal(nj_launch_grid(&pp.launch[0], 10000000, 0, g), NJ_OK);
-    assert_int_equal((uint64_t)g[0] * g[1], (10000000 + 408) / 409);
+    assert_int_equal((uint64_t)g[0] * g[1], (10000000 + 407) / 408);
+    setenv("NORMJIT_PLAN_NO_TILE_SECTORS", "1", 1);
+    assert_int_equal(plan_line("layernorm f32 *x10 flags=scale,bias,stats", NJ_PASS_FORWARD, &dev90).rows_per_block, 409);
+    unsetenv("NORMJIT_PLAN_NO_TILE_SECTORS");
+    /* f16 rows of 10 (20 bytes): 819 rows, down to 816 (8 rows make 5 sectors) */
+    assert_int_equal(plan_line("rmsnorm f16 *x10 flags=scale", NJ_PASS_FORWARD, &dev90).rows_per_block, 816);
     nj_plan_params uv;
     nj_plan_unaligned(&pp, &uv);
     assert_int_equal(uv.vec, 1);
