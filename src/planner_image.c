@@ -134,14 +134,7 @@ static int32_t image_block(const nj_canon *c, nj_pass pass, const nj_device_prop
     return 0;
 }
 
-/* How the pass stages a block's pixels: what (stage: 1, forward x, backward x and dy; or, for a
- * backward whose x and dy do not both fit, 2: x alone: f32 7x7 of ConvNeXt, 150 KB, whose x and dy took
- * 301 KB, where a lane owns at most NJ_IMAGE_DY_PIXELS pixels of a channel row (its sums then read dy 2
- * or 4 bytes a lane; at 14x14, 7 pixels a lane, the 1024-thread block spilled at its 64 registers and
- * kept 11 KB of loads in flight an SM: 43% of copy in the model, the column family 50%)) and how many
- * pixels (kp: the image's, else the fewest parts whose stage 1 fits: f16 14x14's x and dy read once
- * instead of dy twice). stage 0: nothing fits. NORMJIT_PLAN_NO_IMAGE_PARTS=1: whole images only. */
-#define NJ_IMAGE_DY_PIXELS 64
+/* What a block of the pass stages (P.stage, 0: nothing fits) and of how many pixels (kp). */
 typedef struct {
     int32_t stage;
     int64_t kp;
@@ -155,6 +148,14 @@ static int64_t image_part_pixels(const nj_canon *c, nj_pass pass, int64_t parts)
     return nj_ceil_div64(nj_ceil_div64(ki, parts), v) * v;
 }
 
+/* How the pass stages a block's pixels: what (stage: 1, forward x, backward x and dy; or, for a
+ * backward whose x and dy do not both fit, 2: x alone: f32 7x7 of ConvNeXt, 150 KB, whose x and dy took
+ * 301 KB, where a lane owns at most NJ_IMAGE_DY_PIXELS pixels of a channel row (its sums then read dy 2
+ * or 4 bytes a lane; at 14x14, 7 pixels a lane, the 1024-thread block spilled at its 64 registers and
+ * kept 11 KB of loads in flight an SM: 43% of copy in the model, the column family 50%)) and how many
+ * pixels (kp: the image's, else the fewest parts whose stage 1 fits: f16 14x14's x and dy read once
+ * instead of dy twice). stage 0: nothing fits. NORMJIT_PLAN_NO_IMAGE_PARTS=1: whole images only. */
+#define NJ_IMAGE_DY_PIXELS 64
 static image_cut image_stage(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
     int64_t ki = c->axes[2].extent;
