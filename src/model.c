@@ -456,6 +456,15 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             nj_trace_set_items(tr, l->kernel, steps);
         }
         nj_trace_set_reverse(tr, l->kernel, pp->reverse && pp->role[NJ_ROLE_MAIN] - 1 == i);
+        /* a grid of blocks of row_div rows (a tile of rows, row groups): the last block's share of them
+           (a reversed walk gives the first block the last item: left whole) */
+        double share = 1;
+        bool rev = pp->reverse && pp->role[NJ_ROLE_MAIN] - 1 == i;
+        if (l->grid_x == 0 && l->row_div > 1 && l->cluster <= 1 && !rev) {
+            double units = (double)plan->rows * (double)l->row_mult, nb = ceil(units / (double)l->row_div);
+            if (nb == m->blocks) share = (units - (nb - 1) * (double)l->row_div) / (double)l->row_div;
+        }
+        nj_trace_set_last_share(tr, l->kernel, share);
         /* an image's parts, a block each, image-major (planner_image.c) */
         bool parts = pp->family == NJ_FAMILY_IMAGE && pp->role[NJ_ROLE_MAIN] - 1 == i && l->row_mult > 1;
         nj_trace_set_group(tr, l->kernel, parts ? (uint32_t)l->row_mult : 1);

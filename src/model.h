@@ -74,6 +74,10 @@ typedef struct nj_trace_launch {
      * nj_trace_scaled then scales by work_total / work_run, not by clusters (the clusters of an even
      * persistent grid take one item more or fewer) */
     double work_run, work_total;
+    /* the share of a full cluster's work that the grid's last cluster does (nj_trace_set_last_share; 1:
+     * a whole one), and whether it ran: nj_trace_scaled then counts it as that share of a cluster */
+    double last_share;
+    int32_t last_run;
 } nj_trace_launch;
 
 #define NJ_TRACE_MAX_LAUNCHES 16
@@ -94,6 +98,9 @@ NJ_HIDDEN void nj_trace_set_resident(nj_trace *t, const char *kernel, double res
 NJ_HIDDEN void nj_trace_set_items(nj_trace *t, const char *kernel, double items);
 /* A kernel that takes its items last first (P.reverse): it traces the mirror images of the clusters. */
 NJ_HIDDEN void nj_trace_set_reverse(nj_trace *t, const char *kernel, bool reverse);
+/* A kernel whose grid's last cluster does `share` (0 to 1) of a full cluster's work (a block of rows
+ * whose last block has fewer): the sample, which always runs it, counts it as that share. */
+NJ_HIDDEN void nj_trace_set_last_share(nj_trace *t, const char *kernel, double share);
 /* A kernel whose runs of `group` neighbouring clusters share sectors (an image's parts: every channel
  * row's parts meet in a sector) and run side by side: traced a whole run at a time. */
 NJ_HIDDEN void nj_trace_set_group(nj_trace *t, const char *kernel, uint32_t group);

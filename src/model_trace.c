@@ -65,6 +65,7 @@ struct nj_trace {
         double resident, per_sm, items;
         bool reverse, param_once;
         uint32_t group;
+        double last_share;
     } res[TR_MAX_KERNELS];
     int32_t nres;
     /* the launch being run */
@@ -73,6 +74,7 @@ struct nj_trace {
     double resident, per_sm, scale, items;
     bool reverse, param_once;
     uint32_t group; /* clusters traced together (nj_trace_set_group) */
+    double last_share; /* of the last cluster's work (nj_trace_set_last_share) */
     uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
     uint64_t load_site_seen[TR_MAX_SITES / 64];
     uint64_t *pick;       /* clusters to trace after the first, ascending */
@@ -165,11 +167,13 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     t->items = 0;
     t->reverse = t->param_once = false;
     t->group = 1;
+    t->last_share = 1;
     for (int32_t i = 0; i < t->nres; i++)
         if (strcmp(t->res[i].name, l->name) == 0)
             t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm, t->items = t->res[i].items,
             t->reverse = t->res[i].reverse, t->param_once = t->res[i].param_once,
-            t->group = t->res[i].group > 1 ? t->res[i].group : 1;
+            t->group = t->res[i].group > 1 ? t->res[i].group : 1,
+            t->last_share = t->res[i].last_share > 0 && t->res[i].last_share < 1 ? t->res[i].last_share : 1;
     size_t threads = (size_t)t->nthr * l->cluster[0] * l->cluster[1] * l->cluster[2];
     /* the traced unit is a cluster, its bytes those of all its blocks (one an SM where clusters hold a
      * row): the units resident at once are the blocks over the cluster's size, and an SM's L1 sees its
@@ -200,6 +204,7 @@ static void tr_launch(void *u, const nj_emu_launch *l)
      * that share a slice of them run side by side (nj_trace_set_param_once) */
     r->param_cap = t->param_once || t->param_bytes <= NJ_MODEL_L2_HIT * t->l2_bytes ? t->param_bytes : 0;
     r->work_total = t->items;
+    r->last_share = t->last_share;
     t->scale = 1;
     t->span[t->nlaunch - 1] = (struct tr_span){.start = t->closed, .end = t->closed, .global_at_start = t->global_bytes,
                                                .one_wave = (double)r->clusters <= t->resident};
@@ -563,6 +568,7 @@ static void tr_cluster_done(void *u, uint64_t cluster)
     nj_trace_launch *r = tr_cur(t);
     if (!r || !t->l) return;
     r->run++;
+    if (cluster + 1 == r->clusters) r->last_run = 1;
     if (r->run == 1) t->first_accesses = t->ne ? t->ne : 1;
     t->scale = r->run ? (double)r->clusters / (double)r->run : 1;
     if (r->work_total > 0) { /* a grid-stride walk: cluster c takes items c, c + clusters, ... */
@@ -690,6 +696,12 @@ void nj_trace_set_reverse(nj_trace *t, const char *kernel, bool reverse)
     if (r) r->reverse = reverse;
 }
 
+void nj_trace_set_last_share(nj_trace *t, const char *kernel, double share)
+{
+    struct tr_res *r = tr_res_of(t, kernel);
+    if (r) r->last_share = share;
+}
+
 void nj_trace_set_group(nj_trace *t, const char *kernel, uint32_t group)
 {
     struct tr_res *r = tr_res_of(t, kernel);
@@ -728,6 +740,9 @@ nj_trace_launch nj_trace_scaled(const nj_trace_launch *l)
 {
     nj_trace_launch r = *l;
     double f = l->run ? (double)l->clusters / (double)l->run : 0;
+    /* a last cluster that does part of a full one's work (it always runs) counts as that part */
+    if (l->run && l->last_run && l->last_share < 1)
+        f = ((double)l->clusters - 1 + l->last_share) / ((double)l->run - 1 + l->last_share);
     if (l->work_total > 0) f = l->work_run > 0 ? l->work_total / l->work_run : 0;
     for (int d = 0; d < 2; d++) {
         r.req[d] *= f, r.lanes[d] *= f, r.bytes[d] *= f, r.sectors[d] *= f;
