@@ -448,33 +448,29 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         m->regs_cache = pp->regs_cache, m->vec = pp->vec, m->chans = pp->chans, m->split = pp->split;
         m->unroll = pp->unroll;
         double resident = m->blocks < (double)m->blocks_sm * d->sms ? m->blocks : (double)m->blocks_sm * d->sms;
-        nj_trace_set_resident(tr, l->kernel, resident, resident / d->sms > 1 ? resident / d->sms : 1);
+        bool main_launch = pp->role[NJ_ROLE_MAIN] - 1 == i;
+        nj_trace_kernel k = {.resident = resident, .per_sm = resident / d->sms > 1 ? resident / d->sms : 1,
+                             .reverse = pp->reverse && main_launch, .group = 1, .last_share = 1};
         if (m->row_fetch) { /* a persistent row walk: block c takes rows c, c + blocks, ... (a fixed grid:
                                 rows_per_block at a time) */
             double steps = (double)plan->rows * (double)l->row_mult;
-            steps = ceil(steps / (double)(l->grid_x > 0 ? m->rows_per_block : l->row_div));
-            nj_trace_set_items(tr, l->kernel, steps);
+            k.items = ceil(steps / (double)(l->grid_x > 0 ? m->rows_per_block : l->row_div));
         }
-        nj_trace_set_reverse(tr, l->kernel, pp->reverse && pp->role[NJ_ROLE_MAIN] - 1 == i);
         /* a grid of blocks of row_div rows (a tile of rows, row groups): the last block's share of them
            (a reversed walk gives the first block the last item: left whole) */
-        double share = 1;
-        bool rev = pp->reverse && pp->role[NJ_ROLE_MAIN] - 1 == i;
-        if (l->grid_x == 0 && l->row_div > 1 && l->cluster <= 1 && !rev) {
+        if (l->grid_x == 0 && l->row_div > 1 && l->cluster <= 1 && !k.reverse) {
             double units = (double)plan->rows * (double)l->row_mult, nb = ceil(units / (double)l->row_div);
-            if (nb == m->blocks) share = (units - (nb - 1) * (double)l->row_div) / (double)l->row_div;
+            if (nb == m->blocks) k.last_share = (units - (nb - 1) * (double)l->row_div) / (double)l->row_div;
         }
-        nj_trace_set_last_share(tr, l->kernel, share);
         /* an image's parts, a block each, image-major (planner_image.c) */
-        bool parts = pp->family == NJ_FAMILY_IMAGE && pp->role[NJ_ROLE_MAIN] - 1 == i && l->row_mult > 1;
-        nj_trace_set_group(tr, l->kernel, parts ? (uint32_t)l->row_mult : 1);
+        if (pp->family == NJ_FAMILY_IMAGE && main_launch && l->row_mult > 1) k.group = (uint32_t)l->row_mult;
         /* a split row's blocks going piece-major, the rows of a piece together: fwd_row.cu's normalizing
            launch, bwd_general.cu's sums launch when the column tiles' walk writes dx */
-        bool fwd_pm = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->split > 1 &&
-                      pp->role[NJ_ROLE_MAIN] - 1 == i;
+        bool fwd_pm = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->split > 1 && main_launch;
         bool bwd_pm = pp->family == NJ_FAMILY_GENERAL && pp->pass == NJ_PASS_BACKWARD && pp->split > 1 &&
                       pp->pgrad == NJ_PGRAD_TILES_DX && pp->role[NJ_ROLE_PART] - 1 == i;
-        nj_trace_set_param_once(tr, l->kernel, fwd_pm || bwd_pm);
+        k.param_once = fwd_pm || bwd_pm;
+        nj_trace_set_kernel(tr, l->kernel, &k);
         snprintf(m->t.kernel, sizeof m->t.kernel, "%s", l->kernel);
     }
     nj_pass_info_free(&pi);

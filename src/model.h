@@ -70,11 +70,11 @@ typedef struct nj_trace_launch {
      * sector once, whichever traced blocks saw it first) */
     double dram_read_param, param_cap;
     int32_t load_sites;       /* distinct load instructions that reached global memory */
-    /* a grid-stride walk over work_total items (nj_trace_set_items): items the traced clusters took;
+    /* a grid-stride walk over work_total items (nj_trace_kernel.items): items the traced clusters took;
      * nj_trace_scaled then scales by work_total / work_run, not by clusters (the clusters of an even
      * persistent grid take one item more or fewer) */
     double work_run, work_total;
-    /* the share of a full cluster's work that the grid's last cluster does (nj_trace_set_last_share; 1:
+    /* the share of a full cluster's work that the grid's last cluster does (nj_trace_kernel; 1:
      * a whole one), and whether it ran: nj_trace_scaled then counts it as that share of a cluster */
     double last_share;
     int32_t last_run;
@@ -92,21 +92,24 @@ NJ_HIDDEN void nj_trace_add_buffer(nj_trace *t, const void *p, size_t bytes, boo
  * read of one of its sectors in a later launch takes the L2 miss of the nearest sector a traced block
  * stored (model_trace.c: tr_carried), not a DRAM first touch. */
 NJ_HIDDEN void nj_trace_add_scratch(nj_trace *t, const void *p, size_t bytes);
-/* Blocks of a kernel resident on the whole device and on one SM at once (reuse distances in a block). */
-NJ_HIDDEN void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm);
-/* A kernel whose clusters walk `items` work items with a grid stride (item c, c + clusters, ...). */
-NJ_HIDDEN void nj_trace_set_items(nj_trace *t, const char *kernel, double items);
-/* A kernel that takes its items last first (P.reverse): it traces the mirror images of the clusters. */
-NJ_HIDDEN void nj_trace_set_reverse(nj_trace *t, const char *kernel, bool reverse);
-/* A kernel whose grid's last cluster does `share` (0 to 1) of a full cluster's work (a block of rows
- * whose last block has fewer): the sample, which always runs it, counts it as that share. */
-NJ_HIDDEN void nj_trace_set_last_share(nj_trace *t, const char *kernel, double share);
-/* A kernel whose runs of `group` neighbouring clusters share sectors (an image's parts: every channel
- * row's parts meet in a sector) and run side by side: traced a whole run at a time. */
-NJ_HIDDEN void nj_trace_set_group(nj_trace *t, const char *kernel, uint32_t group);
-/* A kernel whose blocks that read one slice of the parameters run side by side (the split rows'
- * normalizing launch, piece-major): however big, the parameters come from DRAM once. */
-NJ_HIDDEN void nj_trace_set_param_once(nj_trace *t, const char *kernel, bool once);
+/* What the model knows of a kernel that its trace cannot see, set before each launch (model.c). */
+typedef struct nj_trace_kernel {
+    double resident, per_sm; /* blocks resident on the whole device and on one SM at once (reuse
+                                distances in a block) */
+    double items;            /* work items its clusters walk with a grid stride (item c, c + clusters,
+                                ...); 0: none */
+    bool reverse;            /* takes its items last first (P.reverse): traces the mirror images */
+    /* its blocks that read one slice of the parameters run side by side (the split rows' normalizing
+     * launch, piece-major): however big, the parameters come from DRAM once */
+    bool param_once;
+    /* runs of this many neighbouring clusters share sectors (an image's parts: every channel row's
+     * parts meet in a sector) and run side by side: traced a whole run at a time (1: none) */
+    uint32_t group;
+    /* the share (0 to 1) of a full cluster's work the grid's last cluster does (a block of rows whose
+     * last block has fewer): the sample, which always runs it, counts it as that share */
+    double last_share;
+} nj_trace_kernel;
+NJ_HIDDEN void nj_trace_set_kernel(nj_trace *t, const char *kernel, const nj_trace_kernel *k);
 /* Starts a pass: forgets launches and the sector history (a pass starts with a cold L2). */
 NJ_HIDDEN void nj_trace_reset(nj_trace *t);
 /* The launches recorded since the reset; *n their count. */

@@ -62,19 +62,14 @@ struct nj_trace {
     int32_t nbuf;
     struct tr_res {
         char name[48];
-        double resident, per_sm, items;
-        bool reverse, param_once;
-        uint32_t group;
-        double last_share;
+        nj_trace_kernel k;
     } res[TR_MAX_KERNELS];
     int32_t nres;
     /* the launch being run */
     const nj_emu_launch *l;
     uint32_t nthr, nwarps;
-    double resident, per_sm, scale, items;
-    bool reverse, param_once;
-    uint32_t group; /* clusters traced together (nj_trace_set_group) */
-    double last_share; /* of the last cluster's work (nj_trace_set_last_share) */
+    nj_trace_kernel k; /* its kernel's (nj_trace_set_kernel), per cluster where clusters hold several blocks */
+    double scale;
     uint64_t first_accesses; /* global accesses of the launch's first traced cluster */
     uint64_t load_site_seen[TR_MAX_SITES / 64];
     uint64_t *pick;       /* clusters to trace after the first, ascending */
@@ -163,24 +158,18 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     t->pick = NULL;
     memset(t->site_slot, 0, sizeof t->site_slot);
     memset(t->load_site_seen, 0, sizeof t->load_site_seen);
-    t->resident = t->per_sm = 1;
-    t->items = 0;
-    t->reverse = t->param_once = false;
-    t->group = 1;
-    t->last_share = 1;
+    t->k = (nj_trace_kernel){.resident = 1, .per_sm = 1, .group = 1, .last_share = 1};
     for (int32_t i = 0; i < t->nres; i++)
-        if (strcmp(t->res[i].name, l->name) == 0)
-            t->resident = t->res[i].resident, t->per_sm = t->res[i].per_sm, t->items = t->res[i].items,
-            t->reverse = t->res[i].reverse, t->param_once = t->res[i].param_once,
-            t->group = t->res[i].group > 1 ? t->res[i].group : 1,
-            t->last_share = t->res[i].last_share > 0 && t->res[i].last_share < 1 ? t->res[i].last_share : 1;
+        if (strcmp(t->res[i].name, l->name) == 0) t->k = t->res[i].k;
+    if (t->k.group < 1) t->k.group = 1;
+    if (!(t->k.last_share > 0 && t->k.last_share < 1)) t->k.last_share = 1;
     size_t threads = (size_t)t->nthr * l->cluster[0] * l->cluster[1] * l->cluster[2];
     /* the traced unit is a cluster, its bytes those of all its blocks (one an SM where clusters hold a
      * row): the units resident at once are the blocks over the cluster's size, and an SM's L1 sees its
      * block's share of the unit's bytes. Counted a block at a time, the cluster family's dy, read again
      * by the block that read it, was 8 x 132 blocks' bytes away: a DRAM miss it is not. */
     double csize = (double)l->cluster[0] * l->cluster[1] * l->cluster[2];
-    if (csize > 1) t->resident /= csize, t->per_sm /= csize;
+    if (csize > 1) t->k.resident /= csize, t->k.per_sm /= csize;
     if (threads * TR_MAX_SITES > t->occ_cap) {
         free(t->occ);
         t->occ = calloc(threads * TR_MAX_SITES, sizeof *t->occ);
@@ -201,20 +190,20 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     r->shmem = l->shmem;
     r->clusters = (uint64_t)(l->grid[0] / l->cluster[0]) * (l->grid[1] / l->cluster[1]) * (l->grid[2] / l->cluster[2]);
     /* the parameters come from DRAM at most once where they fit the L2's hit range, or where the blocks
-     * that share a slice of them run side by side (nj_trace_set_param_once) */
-    r->param_cap = t->param_once || t->param_bytes <= NJ_MODEL_L2_HIT * t->l2_bytes ? t->param_bytes : 0;
-    r->work_total = t->items;
-    r->last_share = t->last_share;
+     * that share a slice of them run side by side (nj_trace_kernel.param_once) */
+    r->param_cap = t->k.param_once || t->param_bytes <= NJ_MODEL_L2_HIT * t->l2_bytes ? t->param_bytes : 0;
+    r->work_total = t->k.items;
+    r->last_share = t->k.last_share;
     t->scale = 1;
     t->span[t->nlaunch - 1] = (struct tr_span){.start = t->closed, .end = t->closed, .global_at_start = t->global_bytes,
-                                               .one_wave = (double)r->clusters <= t->resident};
+                                               .one_wave = (double)r->clusters <= t->k.resident};
 }
 
 /* Appends group c's clusters (cluster 0 runs anyway, unless mirrored). */
 static void tr_pick_group(nj_trace *t, uint64_t c, uint64_t g, uint64_t n)
 {
     for (uint64_t u = c * g; u < c * g + g && u < n; u++)
-        if (u > 0 || t->reverse) t->pick[t->npick++] = u;
+        if (u > 0 || t->k.reverse) t->pick[t->npick++] = u;
 }
 
 /* The clusters to trace: the first, the last, and points of the golden-ratio sequence in between (evenly
@@ -222,13 +211,13 @@ static void tr_pick_group(nj_trace *t, uint64_t c, uint64_t g, uint64_t n)
  * is a multiple of the tiles an image would trace the same tile every time). A launch that takes its
  * items last first (P.reverse: cluster c, item n - 1 - c) traces the mirror images n - 1 - c, so that it
  * traces the items the launch before it traced, and the L2 model sees how recently that one touched
- * them. A launch whose neighbouring clusters share sectors (an image's parts: nj_trace_set_group) traces
+ * them. A launch whose neighbouring clusters share sectors (an image's parts: nj_trace_kernel.group) traces
  * whole groups of them, so that a shared sector counts once, as the L2 serves the second reader that
  * runs beside the first. Chosen after the first cluster ran, when its size tells how many the access
  * budget allows. */
 static void tr_pick(nj_trace *t, uint64_t n)
 {
-    uint64_t want = t->sample, g = t->group > 1 && t->group < n ? t->group : 1, ng = (n + g - 1) / g;
+    uint64_t want = t->sample, g = t->k.group > 1 && t->k.group < n ? t->k.group : 1, ng = (n + g - 1) / g;
     if (t->first_accesses > 0) {
         uint64_t fit = TR_BUDGET / t->first_accesses;
         if (fit < 2 * g) fit = 2 * g;
@@ -253,7 +242,7 @@ static void tr_pick(nj_trace *t, uint64_t n)
         tr_pick_group(t, c, g, n);
         got++;
     }
-    if (t->reverse) { /* the mirror images (the last mirrors the first cluster, traced before the picks) */
+    if (t->k.reverse) { /* the mirror images (the last mirrors the first cluster, traced before the picks) */
         for (size_t i = 0; i < t->npick; i++) t->pick[i] = n - 1 - t->pick[i];
         t->pick[t->npick++] = n - 1;
     }
@@ -480,8 +469,8 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
         } else {
             /* shared by the clusters of a launch (the parameters): its first touch happened once in the
              * grid, not once a traced cluster, so it leaves the part that scales with the sample; one
-             * that neighbours of a traced group share (nj_trace_set_group) is a sector of every group */
-            bool group = t->group > 1 && x->cluster / t->group == cluster / t->group;
+             * that neighbours of a traced group share (nj_trace_kernel.group) is a sector of every group */
+            bool group = t->k.group > 1 && x->cluster / t->k.group == cluster / t->k.group;
             if (x->first_launch == t->nlaunch - 1 && x->cluster != cluster && !group) {
                 if (x->first_store) r->dram_write -= 32, r->dram_write_once += 32;
                 else if (tr_param(t, s[i])) r->dram_read_param -= 32, r->dram_read_once += 32;
@@ -496,11 +485,11 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
             bool this_launch = x->launch == t->nlaunch - 1, same = this_launch && x->cluster == cluster;
             double d;
             if (same && !store) { /* a load the block makes again: its SM's L1 first */
-                double hit = 1 - nj_model_l2_miss((t->block_bytes - x->at_block) * t->per_sm, t->l1_bytes);
+                double hit = 1 - nj_model_l2_miss((t->block_bytes - x->at_block) * t->k.per_sm, t->l1_bytes);
                 r->l1_hit += 32 * hit;
                 l1 = hit;
             }
-            if (same) d = (t->block_bytes - x->at_block) * t->resident;
+            if (same) d = (t->block_bytes - x->at_block) * t->k.resident;
             else if (this_launch)
                 d = (t->global_bytes - x->at_global) / (double)(r->run > x->run_at ? r->run - x->run_at : 1);
             else d = tr_clock(t, r) - x->at_clock;
@@ -665,53 +654,13 @@ void nj_trace_add_scratch(nj_trace *t, const void *p, size_t bytes)
 }
 
 /* The kernel's entry of res[], added with the defaults (NULL when the table is full). */
-static struct tr_res *tr_res_of(nj_trace *t, const char *kernel)
+void nj_trace_set_kernel(nj_trace *t, const char *kernel, const nj_trace_kernel *k)
 {
     int32_t i = 0;
     while (i < t->nres && strcmp(t->res[i].name, kernel) != 0) i++;
-    if (i == TR_MAX_KERNELS) return NULL;
-    if (i == t->nres) {
-        memset(&t->res[i], 0, sizeof t->res[i]);
-        snprintf(t->res[t->nres++].name, sizeof t->res[0].name, "%s", kernel);
-        t->res[i].resident = t->res[i].per_sm = 1;
-    }
-    return &t->res[i];
-}
-
-void nj_trace_set_resident(nj_trace *t, const char *kernel, double resident, double per_sm)
-{
-    struct tr_res *r = tr_res_of(t, kernel);
-    if (r) r->resident = resident, r->per_sm = per_sm;
-}
-
-void nj_trace_set_items(nj_trace *t, const char *kernel, double items)
-{
-    struct tr_res *r = tr_res_of(t, kernel);
-    if (r) r->items = items;
-}
-
-void nj_trace_set_reverse(nj_trace *t, const char *kernel, bool reverse)
-{
-    struct tr_res *r = tr_res_of(t, kernel);
-    if (r) r->reverse = reverse;
-}
-
-void nj_trace_set_last_share(nj_trace *t, const char *kernel, double share)
-{
-    struct tr_res *r = tr_res_of(t, kernel);
-    if (r) r->last_share = share;
-}
-
-void nj_trace_set_group(nj_trace *t, const char *kernel, uint32_t group)
-{
-    struct tr_res *r = tr_res_of(t, kernel);
-    if (r) r->group = group;
-}
-
-void nj_trace_set_param_once(nj_trace *t, const char *kernel, bool once)
-{
-    struct tr_res *r = tr_res_of(t, kernel);
-    if (r) r->param_once = once;
+    if (i == TR_MAX_KERNELS) return;
+    if (i == t->nres) snprintf(t->res[t->nres++].name, sizeof t->res[0].name, "%s", kernel);
+    t->res[i].k = *k;
 }
 
 void nj_trace_reset(nj_trace *t)

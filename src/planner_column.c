@@ -88,10 +88,10 @@ static uint32_t col_align_opds(const nj_canon *c, nj_pass pass)
  * more: InstanceNorm NDHWC moved by -1 to +2 points for 15-20 ms more compile a kernel.
  * NORMJIT_PLAN_NO_COL_FLIGHT64=1: 32 bytes everywhere, as before. */
 #define NJ_COL_FLIGHT_BYTES 32
-static int32_t col_unroll(const nj_canon *c, int32_t vec, int64_t split)
+static int32_t col_unroll(const nj_canon *c, int32_t vec, bool whole)
 {
     int64_t b = (int64_t)vec * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
-    bool deep = split == 1 && !nj_plan_switched_off("COL_FLIGHT64");
+    bool deep = whole && !nj_plan_switched_off("COL_FLIGHT64");
     int64_t u = (deep ? 2 * NJ_COL_FLIGHT_BYTES : NJ_COL_FLIGHT_BYTES) / b;
     return (int32_t)(u < 2 ? 2 : u > 8 ? 8 : u);
 }
@@ -103,7 +103,7 @@ static int64_t col_split_flight(const nj_canon *c, const nj_device_props *dev, i
     int64_t ec = c->axes[c->rank - 1].extent, sms = dev->sm_count > 0 ? dev->sm_count : 132;
     int64_t blocks = c->kept_inner / ec * nj_ceil_div64(ec, 32 * v) * nj_plan_column_split(c, dev, 32 * v);
     if (blocks > sms * NJ_COL_BLOCKS_SM) blocks = sms * NJ_COL_BLOCKS_SM;
-    return blocks * 256 * col_unroll(c, v, 2) * v * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    return blocks * 256 * col_unroll(c, v, false) * v * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
 }
 
 /* Columns a lane owns (one vector access each walk step), among the widths that fit: those keeping at
@@ -213,7 +213,7 @@ nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     if (pp->vec > 1 && col_param_vec(c, pp->vec)) pp->align_opds |= 1u << NJ_OPD_PARAM;
     int64_t tc = pp->tile, tiles = c->kept_inner / ec * nj_ceil_div64(ec, tc);
     pp->split = nj_plan_column_split(c, dev, pp->tile);
-    pp->unroll = col_unroll(c, pp->vec, pp->split);
+    pp->unroll = col_unroll(c, pp->vec, pp->split == 1);
     pp->block = 256;
     if (pp->split == 1) {
         nj_plan_add_launch(pp, "nj_fwd_column", pp->block, tiles, 1, 0);
@@ -322,7 +322,7 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     int64_t tc = pp->tile, tiles = c->kept_inner / ec * nj_ceil_div64(ec, tc);
     pp->rows_per_block = 1;
     pp->split = nj_plan_column_split(c, dev, pp->tile);
-    pp->unroll = col_unroll(c, pp->vec, pp->split);
+    pp->unroll = col_unroll(c, pp->vec, pp->split == 1);
     pp->block = 256;
     uint64_t s = (uint64_t)pp->split;
     bool fused = bwd_column_fused(c);

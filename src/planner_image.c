@@ -99,7 +99,7 @@ static int32_t image_fit(const nj_canon *c, nj_pass pass, const nj_device_props 
 /* Elements a vector access moves: 16 bytes of the widest image operand, dividing the slab (a whole
  * image: its flat run; parts: each channel row, so that every part, starting at a multiple of the
  * vector, is whole vectors too). */
-static int32_t image_vec(const nj_canon *c, nj_pass pass, int64_t kp)
+static int32_t image_vec(const nj_canon *c, nj_pass pass, bool parts)
 {
     int64_t wide = 1, narrow = 16;
     for (int o = NJ_OPD_X; o < NJ_OPD_COUNT; o++) {
@@ -108,7 +108,7 @@ static int32_t image_vec(const nj_canon *c, nj_pass pass, int64_t kp)
         if (image_size(c, o) < narrow) narrow = image_size(c, o);
     }
     int32_t v = (int32_t)(16 / wide);
-    int64_t ki = c->axes[2].extent, n = kp < ki ? ki : c->reduce_size * ki;
+    int64_t ki = c->axes[2].extent, n = parts ? ki : c->reduce_size * ki;
     while (v > 1 && n % v != 0) v /= 2;
     /* the staged copies move words: a vector of a 16-bit operand is at least 2 elements */
     if (v * narrow < 4) v = 1;
@@ -121,7 +121,7 @@ static int32_t image_vec(const nj_canon *c, nj_pass pass, int64_t kp)
  * forward's statistics) or a warp. 0: no block fits. */
 static int32_t image_block(const nj_canon *c, nj_pass pass, const nj_device_props *dev, int32_t stage, int64_t kp)
 {
-    int64_t nv = c->reduce_size * kp / image_vec(c, pass, kp);
+    int64_t nv = c->reduce_size * kp / image_vec(c, pass, kp < c->axes[2].extent);
     int64_t want = nj_ceil_div64(nv, 2);
     if (want < kp) want = kp;
     want = nj_ceil_div64(want, 32) * 32;
@@ -144,7 +144,7 @@ typedef struct {
 static int64_t image_part_pixels(const nj_canon *c, nj_pass pass, int64_t parts)
 {
     int64_t ki = c->axes[2].extent;
-    int32_t v = image_vec(c, pass, 0);
+    int32_t v = image_vec(c, pass, true);
     return nj_ceil_div64(nj_ceil_div64(ki, parts), v) * v;
 }
 
@@ -225,7 +225,7 @@ static nj_status image_main(const nj_canon *c, nj_pass pass, const nj_device_pro
                  (long long)(c->reduce_size * c->axes[2].extent));
     int64_t ki = c->axes[2].extent, parts = nj_ceil_div64(ki, cut.kp);
     pp->block = b;
-    pp->vec = image_vec(c, pass, cut.kp);
+    pp->vec = image_vec(c, pass, cut.kp < ki);
     pp->unroll = image_unroll(c, pass, cut.kp, pp->vec, b);
     pp->rows_per_block = 1;
     pp->split = 1;

@@ -195,7 +195,7 @@ static void test_cluster_rereads_l2(void **state)
 /* LayerNorm f16 over the C of NCHW 14x14, backward (sm_90): x and dy of an image take 301 KB, so each
  * image is two parts of 100 and 96 pixels, a block each, whose channel rows meet inside a sector (a row
  * is 392 bytes). The two blocks run side by side, so a shared sector is one DRAM read. The trace runs
- * an image's parts together (nj_trace_set_group): sampled alone, each part counted the shared sectors
+ * an image's parts together (nj_trace_kernel.group): sampled alone, each part counted the shared sectors
  * (1.13x x and dy); counted once for the whole grid, as a parameter is, they vanished (0.90x). */
 static void test_image_parts_grouped(void **state)
 {
