@@ -27,7 +27,7 @@ if P.stage ~= 1 and P.stage ~= 2 then error("bwd_image: the slabs are staged (P.
 local DYS = P.stage == 1
 local F = P.flags
 local KI, KP = image_cut()
-if DYS == false and IMG.parts > 1 then error("bwd_image: parts stage x and dy") end
+if not DYS and IMG.parts > 1 then error("bwd_image: parts stage x and dy") end
 local NE = P.reduce_size * KP
 local B = P.block
 local W = B // 32
@@ -117,7 +117,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
 #pragma unroll
         for (unsigned j = 0; j < {{ J }}u; j++) sa[j] = sb[j] = 0.0f;
 {% if ROWS then %}
-        float *const PR = (float *)A.workspace{{ ws_plus("pgrad") }} + {{ IMG.parts > 1 and "kb" or "k1" }} * (2 * NJ_N);
+        float *const PR = (float *)A.workspace{{ ws_plus("pgrad") }} + kb * (2 * NJ_N);
 {% end %}
 {# dy from global memory: two channels' loads a lane in flight #}
 #pragma unroll {{ DYS and 1 or 2 }}
@@ -181,10 +181,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
         for (unsigned i = t; i < NJ_NV; i += {{ B }}u) {
             const unsigned e0 = i * NJ_VW;
             unsigned ch = e0 / NJ_KP, px = e0 - ch * NJ_KP;
-{% if IMG.parts > 1 then %}
-            if (px >= np) continue; /* a shorter last part */
-            const nj_i64 eo = {{ image_eoff() }};
-{% end %}
+{{ image_vec_offset() }}
             float xv[NJ_VW], dv[NJ_VW], out[NJ_VW];
 {% image_staged_vec("nj_sx", "nj_tx", "xv") %}
 {% if DYS then %}
@@ -207,9 +204,9 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
                 if (++px == NJ_KP) px = 0, ch++;
             }
 {% if VW > 1 then %}
-            nj_store_vec<NJ_VW>(DX, odx + {{ IMG.parts > 1 and "eo" or "e0" }}, out);
+            nj_store_vec<NJ_VW>(DX, odx + eo, out);
 {% else %}
-            nj_store_f32(DX, odx + {{ IMG.parts > 1 and "eo" or "e0" }}, out[0]);
+            nj_store_f32(DX, odx + eo, out[0]);
 {% end %}
         }
     }

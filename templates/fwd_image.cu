@@ -140,10 +140,7 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
         for (unsigned i = t; i < NJ_NV; i += {{ B }}u) {
             const unsigned e0 = i * NJ_VW;
             unsigned ch = e0 / NJ_KP, px = e0 - ch * NJ_KP;
-{% if IMG.parts > 1 then %}
-            if (px >= np) continue; /* a shorter last part */
-            const nj_i64 eo = {{ image_eoff() }};
-{% end %}
+{{ image_vec_offset() }}
             float xv[NJ_VW], yv[NJ_VW];
 {% if RAW then %}
 {% image_staged_vec("nj_stage", "nj_tx", "xv") %}
@@ -164,9 +161,9 @@ NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, {{ 1024 // B }})
                 if (++px == NJ_KP) px = 0, ch++;
             }
 {% if VW > 1 then %}
-            {{ fwd_out(IMG.parts > 1 and "eo" or "(nj_i64)e0", "yv", VW) }}
+            {{ fwd_out("eo", "yv", VW) }}
 {% else %}
-            {{ fwd_out(IMG.parts > 1 and "eo" or "(nj_i64)e0", "yv[0]") }}
+            {{ fwd_out("eo", "yv[0]") }}
 {% end %}
         }
     }

@@ -26,10 +26,10 @@ function image_defines()
   end
   return s
 end
--- The block's item: image k1, its part's first pixel p0 and pixels np (a whole image: 0 and NJ_KP).
+-- The block's item kb: image k1, its part's first pixel p0 and pixels np (a whole image: kb, 0 and NJ_KP).
 function image_item()
   if IMG.parts == 1 then
-    return block_item("k1", "A.rows") .. "\n        const unsigned p0 = 0u, np = NJ_KP;\n        (void)p0;"
+    return block_item("kb", "A.rows") .. "\n        const nj_i64 k1 = kb;\n        const unsigned p0 = 0u, np = NJ_KP;\n        (void)p0;"
   end
   return block_item("kb", "A.rows * NJ_PARTS") .. "\n        const nj_i64 k1 = kb / NJ_PARTS;" ..
     "\n        const unsigned p0 = (unsigned)(kb - k1 * NJ_PARTS) * NJ_KP, np = p0 + NJ_KP > NJ_KI ? NJ_KI - p0 : NJ_KP;"
@@ -44,10 +44,12 @@ function image_in(i)
   if IMG.parts == 1 then return "" end
   return string.format(" && (%s %% NJ_KPV) * NJ_VW < np", i)
 end
--- The image offset of the vector staged at e0, channel ch, pixel px (in scope).
-function image_eoff()
-  if IMG.parts == 1 then return "(nj_i64)e0" end
-  return "((nj_i64)ch * NJ_KI + p0 + px)"
+-- The image offset eo of the vector staged at e0, channel ch, pixel px (in scope); a shorter last
+-- part skips the vectors it lacks.
+function image_vec_offset()
+  if IMG.parts == 1 then return "            const nj_i64 eo = e0;" end
+  return "            if (px >= np) continue; /* a shorter last part */\n" ..
+    "            const nj_i64 eo = (nj_i64)ch * NJ_KI + p0 + px;"
 end
 %}
 /* Pixel p's total of a [group][pixel] table of partials (ki pixels), added in group order: the
