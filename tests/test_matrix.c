@@ -68,6 +68,7 @@ typedef struct regime {
     double offset, scale, eps;
     int nan;
     uint32_t passes;
+    int shift; /* bytes the operands lie past an aligned address (njt_check_options.shift) */
 } regime;
 
 static int check_regime(matrix_state *m, const char *line, const regime *g, uint64_t seed);
@@ -75,7 +76,7 @@ static int check_regime(matrix_state *m, const char *line, const regime *g, uint
 /* Checks one problem line; returns 1 when it passed. */
 static int check_line(matrix_state *m, const char *line, double offset, uint64_t seed)
 {
-    regime g = {"", offset, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
+    regime g = {"", offset, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD, 0};
     return check_regime(m, line, &g, seed);
 }
 
@@ -92,14 +93,15 @@ static int check_regime(matrix_state *m, const char *line, const regime *g, uint
     o.eps = g->eps;
     o.nan = g->nan;
     o.passes = g->passes;
+    o.shift = g->shift;
     njt_check_report rep;
     memset(&rep, 0, sizeof rep);
     s = njt_check_problem(m->ctx, &p, &o, &rep);
     m->run++;
     if (s == NJ_OK && rep.pass) return 1;
     m->failed++;
-    fprintf(stderr, "FAIL %s (regime %s: offset %g, scale %g, eps %g%s; seed %llu)\n", line, g->name, g->offset,
-            g->scale, g->eps, g->nan ? ", a NaN" : "", (unsigned long long)seed);
+    fprintf(stderr, "FAIL %s (regime %s: offset %g, scale %g, eps %g%s, shift %d; seed %llu)\n", line, g->name,
+            g->offset, g->scale, g->eps, g->nan ? ", a NaN" : "", g->shift, (unsigned long long)seed);
     if (s != NJ_OK) fprintf(stderr, "  %s: %s\n", nj_status_name(s), nj_last_error());
     else njt_check_report_print(stderr, &rep);
     return 0;
@@ -192,7 +194,7 @@ static void test_row_persist(void **state)
     /* the backward stages gamma and, under an activation, beta (264 slots) */
     check_line(m, "layernorm bf16 400x4096 flags=scale,bias param=f32 act=silu", 1e3, 58);
     /* streamed rows kept in shared memory (P.stage 2): x, x + the residual as floats, a partial vector */
-    regime fwd = {"fwd", 1e4, 1.0, 1e-5, 0, NJ_PASS_FORWARD};
+    regime fwd = {"fwd", 1e4, 1.0, 1e-5, 0, NJ_PASS_FORWARD, 0};
     check_regime(m, "layernorm f32 3x20000 flags=scale,bias,residual,resout,stats", &fwd, 59);
     check_regime(m, "instancenorm f32 ncdhw 1x3x32x32x32 flags=scale,bias act=silu", &fwd, 60);
     fwd.offset = 0.0;
@@ -244,7 +246,7 @@ static void test_cluster(void **state)
 {
     matrix_state *m = *state;
     int before = m->failed;
-    regime fwd = {"fwd", 1e3, 1.0, 1e-5, 0, NJ_PASS_FORWARD};
+    regime fwd = {"fwd", 1e3, 1.0, 1e-5, 0, NJ_PASS_FORWARD, 0};
     check_regime(m, "instancenorm f32 ncdhw 1x2x64x64x64 flags=scale,bias,stats act=silu", &fwd, 71);
     check_regime(m, "groupnorm f16 nchw 1x64x64x64 groups=1 flags=scale,bias act=gelu_erf", &fwd, 72);
     fwd.offset = 1e2;
@@ -276,7 +278,7 @@ static void test_cluster(void **state)
     check_line(m, "groupnorm f16 nhwc 2x320x32x32 groups=32 act=silu flags=scale,bias", 0.0, 81);
     check_line(m, "groupnorm bf16 nhwc 2x640x16x16 groups=32 act=gelu_erf flags=scale,bias", 0.0, 82);
     check_line(m, "groupnorm f16 nhwc 3x320x32x32 groups=32", 0.0, 83);
-    regime bwd = {"bwd", 3e4, 1.0, 1e-5, 0, NJ_PASS_BACKWARD};
+    regime bwd = {"bwd", 3e4, 1.0, 1e-5, 0, NJ_PASS_BACKWARD, 0};
     check_regime(m, "groupnorm f32 nhwc 2x64x48x48 groups=8 flags=scale,bias", &bwd, 84);
     /* the backward of one-tile images: staged in one block (8 x 8), or a cluster of 2 (16 x 16) */
     check_line(m, "groupnorm f16 nhwc 3x320x8x8 groups=32 act=silu flags=scale,bias", 0.0, 97);
@@ -328,7 +330,7 @@ static void test_image(void **state)
     matrix_state *m = *state;
     int before = m->failed;
     /* f16 holds 1e2 + [-1, 1] in steps of 1/16 (at 1e4, in steps of 8: a constant image) */
-    regime fwd = {"offset", 1e2, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
+    regime fwd = {"offset", 1e2, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD, 0};
     check_regime(m, "layernorm f16 nchw 5x768x7x7 axes=1 flags=scale,bias", &fwd, 61);
     fwd.offset = 1e4;
     check_regime(m, "layernorm f32 nchw 3x768x7x7 axes=1 flags=scale,bias,stats act=gelu_erf", &fwd, 62);
@@ -337,7 +339,7 @@ static void test_image(void **state)
     check_line(m, "layernorm f16 nchw 3x33x7x7 axes=1 flags=bias,stats", 0.0, 65);
     check_line(m, "layernorm f16 nchw 3x64x1x3 axes=1 flags=scale,bias,stats", 1e2, 66);
     check_line(m, "layernorm f16 nchw 3x96x7x7 axes=1 flags=scale,bias y.dtype=f32", 0.0, 67);
-    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
+    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD | NJ_PASS_BACKWARD, 0};
     check_regime(m, "layernorm f16 nchw 3x96x7x7 axes=1 flags=scale,bias,stats", &nan, 68);
     /* the backward: x and dy staged, the pixels' dl at a 1e6 offset, each channel's pair an image */
     check_line(m, "layernorm f32 nchw 3x96x7x7 axes=1 flags=scale,bias act=gelu_tanh", 1e6, 69);
@@ -379,17 +381,17 @@ static void test_tile(void **state)
 {
     matrix_state *m = *state;
     int before = m->failed;
-    regime fwd = {"offset", 1e3, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
+    regime fwd = {"offset", 1e3, 1.0, 1e-5, 0, NJ_PASS_FORWARD | NJ_PASS_BACKWARD, 0};
     check_regime(m, "layernorm f32 1000x10 flags=scale,bias,stats", &fwd, 81);
     check_regime(m, "layernorm bf16 900x24 flags=scale,bias,residual,resout,stats act=silu", &fwd, 82);
     fwd.offset = 0.0;
     check_regime(m, "rmsnorm f16 3000x7 flags=scale,stats", &fwd, 83);
     check_regime(m, "norm f32 shape=1000x10 strides=12,1 reduce=1 feature=1 flags=center,scale,bias,stats", &fwd, 84);
     check_regime(m, "norm f32 shape=1000x10 strides=11,1 reduce=1 feature=1 flags=center,scale", &fwd, 85);
-    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD | NJ_PASS_BACKWARD};
+    regime nan = {"nan", 0.0, 1.0, 1e-5, 1, NJ_PASS_FORWARD | NJ_PASS_BACKWARD, 0};
     check_regime(m, "layernorm f16 500x16 flags=scale,bias,stats", &nan, 86);
     /* the backward's slots: more tiles than slots (528 of 204 rows), dl at a 1e6 offset, GELU */
-    regime big = {"offset", 1e6, 1.0, 1e-5, 0, NJ_PASS_BACKWARD};
+    regime big = {"offset", 1e6, 1.0, 1e-5, 0, NJ_PASS_BACKWARD, 0};
     check_regime(m, "layernorm f32 250000x10 flags=scale,bias act=gelu_erf", &big, 87);
     /* rows of 65-512 bytes that are not whole sectors (nv_norms' f32 rows of 100; bf16 rows of 250 with
      * the residual's floats: 16 rows a tile; f16 RMS rows of 36) and an odd batch stride */
@@ -521,19 +523,19 @@ static void test_special_values(void **state)
  * below 6e-8, and bf16 resolves a 1e6 offset to a constant set: their regimes are the ones they can
  * represent (a constant set must give exactly beta). */
 static const regime regimes_f32[] = {
-    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3}, {"offset 1e4", 1e4, 1.0, 1e-5, 0, 3},
-    {"offset 1e6", 1e6, 1.0, 1e-5, 0, 3}, {"magnitude 1e30", 0.0, 1e30, 1e-5, 0, 3},
-    {"magnitude 1e-30", 0.0, 1e-30, 0.0, 0, 3}, {"a NaN", 0.0, 1.0, 1e-5, 1, 3},
+    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3, 0}, {"offset 1e4", 1e4, 1.0, 1e-5, 0, 3, 0},
+    {"offset 1e6", 1e6, 1.0, 1e-5, 0, 3, 0}, {"magnitude 1e30", 0.0, 1e30, 1e-5, 0, 3, 0},
+    {"magnitude 1e-30", 0.0, 1e-30, 0.0, 0, 3, 0}, {"a NaN", 0.0, 1.0, 1e-5, 1, 3, 0},
 };
 static const regime regimes_f16[] = {
-    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3}, {"offset 1e4", 1e4, 1.0, 1e-5, 0, 3},
-    {"magnitude 1e4", 0.0, 1e4, 1e-5, 0, 3}, {"magnitude 1e-3", 0.0, 1e-3, 0.0, 0, 3},
-    {"a NaN", 0.0, 1.0, 1e-5, 1, 3},
+    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3, 0}, {"offset 1e4", 1e4, 1.0, 1e-5, 0, 3, 0},
+    {"magnitude 1e4", 0.0, 1e4, 1e-5, 0, 3, 0}, {"magnitude 1e-3", 0.0, 1e-3, 0.0, 0, 3, 0},
+    {"a NaN", 0.0, 1.0, 1e-5, 1, 3, 0},
 };
 static const regime regimes_bf16[] = {
-    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3}, {"offset 1e6 (constant sets)", 1e6, 1.0, 1e-5, 0, 3},
-    {"magnitude 1e30", 0.0, 1e30, 1e-5, 0, 3}, {"magnitude 1e-30", 0.0, 1e-30, 0.0, 0, 3},
-    {"a NaN", 0.0, 1.0, 1e-5, 1, 3},
+    {"offset 1e2", 1e2, 1.0, 1e-5, 0, 3, 0}, {"offset 1e6 (constant sets)", 1e6, 1.0, 1e-5, 0, 3, 0},
+    {"magnitude 1e30", 0.0, 1e30, 1e-5, 0, 3, 0}, {"magnitude 1e-30", 0.0, 1e-30, 0.0, 0, 3, 0},
+    {"a NaN", 0.0, 1.0, 1e-5, 1, 3, 0},
 };
 
 static void test_regimes(void **state)

@@ -184,6 +184,8 @@ typedef struct njt_chk_buf {
     int64_t elems;    /* storage elements */
     void *host;
     void *dev;
+    void *base;   /* the backend allocation dev lies shift bytes into (NULL: dev itself) */
+    size_t shift;
 } njt_chk_buf;
 
 typedef struct njt_chk_run {
@@ -221,11 +223,22 @@ static size_t njt_chk_bytes(const njt_chk_buf *b)
     return (size_t)(b->elems ? b->elems : 1) * nj_dtype_size((nj_dtype)b->t.dtype);
 }
 
-/* Copies the host buffer to the backend (allocating there first). */
+/* Copies the host buffer to the backend (allocating there first, b->shift bytes more). */
 static nj_status njt_chk_upload(nj_context *ctx, njt_chk_buf *b)
 {
-    if (!b->dev) CHK_TRY(nj_mem_alloc(ctx, njt_chk_bytes(b), &b->dev));
+    if (!b->dev) {
+        CHK_TRY(nj_mem_alloc(ctx, njt_chk_bytes(b) + b->shift, &b->base));
+        b->dev = (unsigned char *)b->base + b->shift;
+    }
     return nj_mem_upload(ctx, b->dev, b->host, njt_chk_bytes(b));
+}
+
+/* Sets the operand's shift (--shift) where its element size divides it: a pointer misaligned for its
+ * own dtype is the caller's error, not a case the kernels serve. */
+static void njt_chk_shift(const njt_chk_run *r, njt_chk_buf *b)
+{
+    size_t es = nj_dtype_size((nj_dtype)b->t.dtype);
+    b->shift = r->o.shift > 0 && es && (size_t)r->o.shift % es == 0 ? (size_t)r->o.shift : 0;
 }
 
 static nj_status njt_chk_download(nj_context *ctx, njt_chk_buf *b)
@@ -243,7 +256,7 @@ static nj_status njt_chk_output(nj_context *ctx, njt_chk_buf *b)
 
 static void njt_chk_free(nj_context *ctx, njt_chk_buf *b)
 {
-    if (b->dev) nj_mem_free(ctx, b->dev);
+    if (b->base || b->dev) nj_mem_free(ctx, b->base ? b->base : b->dev);
     free(b->host);
     memset(b, 0, sizeof *b);
 }
@@ -327,8 +340,11 @@ static nj_status njt_chk_inputs(njt_chk_run *r)
 static nj_status njt_chk_upload_inputs(njt_chk_run *r)
 {
     njt_chk_buf *in[] = {&r->x, &r->res, &r->gamma, &r->beta, &r->dy, &r->h};
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
-        if (in[i]->host) CHK_TRY(njt_chk_upload(r->ctx, in[i]));
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        if (!in[i]->host) continue;
+        njt_chk_shift(r, in[i]);
+        CHK_TRY(njt_chk_upload(r->ctx, in[i]));
+    }
     return NJ_OK;
 }
 
@@ -357,10 +373,12 @@ static nj_status njt_chk_fwd_alloc(njt_chk_run *r, nj_plan *plan, njt_chk_fwd *f
     const nj_problem_desc *p = r->p;
     size_t n = (size_t)(r->numel ? r->numel : 1), k = (size_t)(r->kept ? r->kept : 1);
     f->y.t = njt_chk_layout(p, &p->y);
+    njt_chk_shift(r, &f->y);
     CHK_TRY(njt_chk_output(r->ctx, &f->y));
     f->ry = calloc(n, sizeof(double));
     if (p->flags & NJ_FLAG_RESIDUAL_OUT) {
         f->ro.t = njt_chk_layout(p, &p->residual_out);
+        njt_chk_shift(r, &f->ro);
         CHK_TRY(njt_chk_output(r->ctx, &f->ro));
         f->rro = calloc(n, sizeof(double));
     }
@@ -475,15 +493,18 @@ static nj_status njt_chk_bwd_alloc(njt_chk_run *r, nj_plan *plan, njt_chk_bwd *b
     const nj_problem_desc *p = r->p;
     size_t n = (size_t)(r->numel ? r->numel : 1), fe = (size_t)(r->feature ? r->feature : 1);
     b->dx.t = njt_chk_layout(p, &p->dx);
+    njt_chk_shift(r, &b->dx);
     CHK_TRY(njt_chk_output(r->ctx, &b->dx));
     b->rdx = calloc(n, sizeof(double));
     if (p->flags & NJ_FLAG_SCALE) {
         njt_chk_dense(&b->dgamma, r->pdt, r->feature);
+        njt_chk_shift(r, &b->dgamma);
         CHK_TRY(njt_chk_output(r->ctx, &b->dgamma));
         b->rdgamma = calloc(fe, sizeof(double));
     }
     if (p->flags & NJ_FLAG_BIAS) {
         njt_chk_dense(&b->dbeta, r->pdt, r->feature);
+        njt_chk_shift(r, &b->dbeta);
         CHK_TRY(njt_chk_output(r->ctx, &b->dbeta));
         b->rdbeta = calloc(fe, sizeof(double));
     }

@@ -18,6 +18,9 @@ typedef struct njt_check_options {
                         every other set's right */
     double eps;      /* epsilon passed to the kernels and the reference */
     uint32_t passes; /* nj_pass bits to check */
+    int shift;       /* bytes by which the activations, gamma/beta and their gradients lie past their
+                        allocations' start (each operand whose element size divides it): misaligned
+                        pointers must take the unaligned variants and give the same answers */
 } njt_check_options;
 
 /* seed 1, offset 0, scale 1, no NaN, eps 1e-5, forward and backward. */

@@ -32,6 +32,9 @@ static void njt_check_help(FILE *f)
             "                      other set's right\n"
             "  --eps E             epsilon (default 1e-5)\n"
             "  --pass P            fwd, bwd or fwd,bwd (default fwd,bwd)\n"
+            "  --shift N           place x, the residual, dy, the outputs, gamma/beta and their gradients N\n"
+            "                      bytes past an aligned address (each whose element size divides N): the\n"
+            "                      launch must pick the kernels that alignment allows (default 0)\n"
             "  --shuffle           emulator: shuffle thread order between barriers, poison shared memory, and\n"
             "                      lay grids out 7 blocks wide (2-D, surplus blocks that must skip)\n"
             "                      (exposes races and reads of uninitialized shared memory)\n"
@@ -90,6 +93,10 @@ static int njt_check_parse_args(int argc, char **argv, njt_check_args *a)
         } else if ((r = njt_tool_opt(argc, argv, &i, "--scale", &v))) {
             if (r < 0 || njt_check_parse_double(v, &a->o.scale) || !(a->o.scale > 0.0))
                 return njt_tool_usage_error("check", "--scale takes a positive number");
+        } else if ((r = njt_tool_opt(argc, argv, &i, "--shift", &v))) {
+            long sh = 0;
+            if (r < 0 || njt_tool_parse_int(v, 0, 4096, &sh)) return njt_tool_usage_error("check", "--shift takes 0 to 4096 bytes");
+            a->o.shift = (int)sh;
         } else if (!strcmp(argv[i], "--nan")) {
             a->o.nan = 1;
         } else if ((r = njt_tool_opt(argc, argv, &i, "--eps", &v))) {
