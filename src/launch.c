@@ -30,12 +30,14 @@ static bool nj_args_fit(const nj_plan *plan, const nj_plan_params *pp, const nj_
     const void *ptr[NJ_OPD_COUNT] = {ka->x, ka->y, ka->res, ka->res_out, ka->dy, ka->dx, ka->gamma, NULL};
     for (int o = 0; o < NJ_OPD_COUNT; o++) {
         if (!(pp->align_opds & (1u << o))) continue;
-        int64_t bytes = (int64_t)pp->vec * (int64_t)nj_dtype_size((nj_dtype)plan->canon.dtype[o]);
+        /* a stage's flat copy may move x and dy in wider vectors than the kernel's other accesses */
+        int64_t v = (o == NJ_OPD_X || o == NJ_OPD_DY) && pp->copy_vec > pp->vec ? pp->copy_vec : pp->vec;
+        int64_t bytes = v * (int64_t)nj_dtype_size((nj_dtype)plan->canon.dtype[o]);
         if (bytes > 16) bytes = 16; /* wider vectors move as 16-byte pieces (prelude: nj_vec_io) */
         if (bytes <= 1) continue;
         if (!nj_addr_fits(ptr[o], bytes)) return false;
         if (o == NJ_OPD_PARAM && !nj_addr_fits(ka->beta, bytes)) return false;
-        if (o != NJ_OPD_PARAM && plan->bstride[o] % pp->vec != 0) return false;
+        if (o != NJ_OPD_PARAM && plan->bstride[o] % v != 0) return false;
     }
     return true;
 }

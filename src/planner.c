@@ -87,6 +87,7 @@ void nj_plan_unaligned(const nj_plan_params *main, nj_plan_params *out)
     *out = *main;
     if (main->align_opds == 0) return;
     out->vec = 1;
+    out->copy_vec = 0;
     out->regs_cache = 0;
     if (out->unroll > 1) out->unroll = 1; /* a rare path that only has to be right: walks rolled */
     if (out->persist && out->pass == NJ_PASS_FORWARD) { /* streamed rows: a block a row again */

@@ -138,6 +138,9 @@ typedef struct nj_plan_params {
                             forward's gamma/beta, or a slots backward's f32 gamma (and beta under an
                             activation), copied once a block, 2 = a streamed forward row's x, kept by the
                             statistics walk for the normalizing one */
+    int32_t copy_vec;    /* elements of the vectors of a flat copy of x (and dy) into the stage where wider
+                            than vec (channels-last backward clusters: 16 bytes, the compute's vec held to 8
+                            by its registers); 0 = vec. x's and dy's alignment check demands it */
     int32_t persist;     /* row family forward: n > 0 = n blocks an SM held resident (__launch_bounds__(block,
                             n)), the grid at most SMs x n blocks that walk the rows in turn, each holding
                             gamma/beta from its first row and fetching the next row while it reduces this

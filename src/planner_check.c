@@ -72,6 +72,12 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     NJ_RETURN_IF(!pp->template_name, NJ_ERR_INTERNAL, "planner: no template");
     NJ_RETURN_IF(pp->vec != 1 && pp->vec != 2 && pp->vec != 4 && pp->vec != 8, NJ_ERR_INTERNAL,
                  "planner: vector width %d", (int)pp->vec);
+    /* a wider copy: a multiple of the vector, 16 bytes at most (nj_vec_io), only where something is staged */
+    NJ_RETURN_IF(pp->copy_vec && (pp->copy_vec <= pp->vec || pp->copy_vec % pp->vec != 0 ||
+                                  pp->copy_vec * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) > 16 ||
+                                  pp->copy_vec * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]) > 16 ||
+                                  !pp->stage || pp->unaligned),
+                 NJ_ERR_INTERNAL, "planner: copy vector %d beside vector %d", (int)pp->copy_vec, (int)pp->vec);
     NJ_RETURN_IF(pp->split < 1 || pp->rows_per_block < 1 || pp->regs_cache < 0, NJ_ERR_INTERNAL,
                  "planner: split %d, rows per block %d, registers %d", (int)pp->split, (int)pp->rows_per_block,
                  (int)pp->regs_cache);

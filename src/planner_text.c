@@ -50,6 +50,7 @@ char *nj_plan_text(const nj_plan_params *pp)
     else if (pp->tile) nj_buf_printf(&b, "tile=%d ", pp->tile);                  /* column family */
     if (pp->unroll) nj_buf_printf(&b, "unroll=%d ", pp->unroll);
     if (pp->stage) nj_buf_printf(&b, "stage=%d ", pp->stage);
+    if (pp->copy_vec) nj_buf_printf(&b, "copy_vec=%d ", pp->copy_vec);
     if (pp->persist) nj_buf_printf(&b, "persist=%d ", pp->persist);
     if (pp->reverse) nj_buf_printf(&b, "reverse=%d ", pp->reverse);
     /* the named fields templates read (planner.h): in the signature like every other decision */

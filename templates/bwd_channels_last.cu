@@ -153,6 +153,9 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
 {% end %}
 {#- x, dy of pixel p into xv_, dv_ from the stage #}
 {% local CU = P.unroll %}
+{#- the copy's vectors: P.copy_vec (16 bytes) where the planner widened them past the compute's #}
+{% local CV = P.copy_vec > 0 and P.copy_vec or VV %}
+{% if CLUSTER and CV ~= VV and C % CV ~= 0 then error("bwd_channels_last: channel rows of whole copy vectors") end %}
 {% local function stage_xdy() %}
 #pragma unroll
             for (int q = 0; q < NJ_CH; q += {{ VV }}) {
@@ -366,26 +369,26 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {% end %}
 {% if STAGE then %}
         /* the tile into the stage first: its x and dy are contiguous runs (dense pixels), copied as
-           vectors of P.vec, {{ CU }} of each in flight a thread, before any arithmetic waits on them */
+           vectors of {{ CV }} elements, {{ CU }} of each in flight a thread, before any arithmetic waits on them */
         {
             const int nel = npx * NJ_C;
 #pragma unroll 1
-            for (int e0 = t * {{ VV }}; e0 < nel; e0 += {{ CU * B * VV }}) {
-                unsigned wx_[{{ CU }}][nj_vec_io<{{ VV }}, nj_tx>::W], wd_[{{ CU }}][nj_vec_io<{{ VV }}, nj_tdy>::W];
+            for (int e0 = t * {{ CV }}; e0 < nel; e0 += {{ CU * B * CV }}) {
+                unsigned wx_[{{ CU }}][nj_vec_io<{{ CV }}, nj_tx>::W], wd_[{{ CU }}][nj_vec_io<{{ CV }}, nj_tdy>::W];
 #pragma unroll
                 for (int q = 0; q < {{ CU }}; q++) {
-                    const int e = e0 + q * {{ B * VV }};
+                    const int e = e0 + q * {{ B * CV }};
                     if (e < nel) {
-                        nj_vec_io<{{ VV }}, nj_tx>::fetch(X, ox + e, wx_[q]);
-                        nj_vec_io<{{ VV }}, nj_tdy>::fetch(DY, ody + e, wd_[q]);
+                        nj_vec_io<{{ CV }}, nj_tx>::fetch(X, ox + e, wx_[q]);
+                        nj_vec_io<{{ CV }}, nj_tdy>::fetch(DY, ody + e, wd_[q]);
                     }
                 }
 #pragma unroll
                 for (int q = 0; q < {{ CU }}; q++) {
-                    const int e = e0 + q * {{ B * VV }};
+                    const int e = e0 + q * {{ B * CV }};
                     if (e < nel) {
-                        nj_words<nj_vec_io<{{ VV }}, nj_tx>::W>::store(nj_sx + e, wx_[q]);
-                        nj_words<nj_vec_io<{{ VV }}, nj_tdy>::W>::store(nj_sd + e, wd_[q]);
+                        nj_words<nj_vec_io<{{ CV }}, nj_tx>::W>::store(nj_sx + e, wx_[q]);
+                        nj_words<nj_vec_io<{{ CV }}, nj_tdy>::W>::store(nj_sd + e, wd_[q]);
                     }
                 }
             }

@@ -284,6 +284,13 @@ static void test_cluster(void **state)
     check_line(m, "groupnorm f16 nhwc 3x320x8x8 groups=32 act=silu flags=scale,bias", 0.0, 97);
     check_line(m, "groupnorm bf16 nhwc 2x320x16x16 groups=32 flags=scale act=gelu_erf", 0.0, 98);
     check_regime(m, "groupnorm f32 nhwc 2x64x12x12 groups=8 flags=scale,bias", &bwd, 99);
+    /* their copies move 16 bytes (P.copy_vec) beside 8-byte vectors: x, dy and dx 8 bytes past 16-byte
+       alignment must take the unaligned variant (the emulator faults on a misaligned vector), f32 4 past */
+    regime shifted = {"shift", 0.0, 1.0, 1e-5, 0, NJ_PASS_BACKWARD, 8};
+    check_regime(m, "groupnorm f16 nhwc 3x320x8x8 groups=32 act=silu flags=scale,bias", &shifted, 137);
+    check_regime(m, "groupnorm bf16 nhwc 2x640x16x16 groups=32 flags=scale,bias", &shifted, 138);
+    shifted.shift = 4;
+    check_regime(m, "groupnorm f32 nhwc 2x64x12x12 groups=8 flags=scale,bias", &shifted, 139);
     /* the row cluster's backward (gamma constant over each row): both passes, an activation, no gamma,
        the saved mean's correction (f32 at 1e5) */
     check_line(m, "instancenorm f32 ncdhw 2x2x64x64x64 flags=scale,bias act=silu", 0.0, 85);

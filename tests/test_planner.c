@@ -1560,6 +1560,45 @@ static void test_image_plan(void **state)
  * (301 KB) in two, f16 14x14's x and dy in two, f32's x and dy in three (sm_90) or five (sm_80); odd
  * images with scalar copies. Their pixel rows stay under 1024 bytes; everything is the column family's
  * under NORMJIT_PLAN_NO_IMAGE_PARTS=1. */
+/* The channels-last backward's staged copy moves 16 bytes (P.copy_vec) beside its 8-byte vectors where
+ * an image's channel rows are whole copy vectors; not where they are not (60 f16 channels), not in the
+ * unaligned variant, not under its switch; the check refuses a copy vector no wider than vec or past
+ * 16 bytes, or without a stage. */
+static void test_cl_copy_vec(void **state)
+{
+    (void)state;
+    nj_canon v;
+    nj_plan_params pp = plan_line_v("groupnorm f16 nhwc *x320x8x8 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD,
+                                    &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_int_equal(pp.stage, 1);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.copy_vec, 8);
+    assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+    nj_plan_params uv;
+    nj_plan_unaligned(&pp, &uv);
+    assert_int_equal(uv.copy_vec, 0);
+    assert_int_equal(nj_plan_check(&v, &uv, &dev90), NJ_OK);
+    nj_plan_params bad = pp;
+    bad.copy_vec = 4;
+    assert_int_equal(nj_plan_check(&v, &bad, &dev90), NJ_ERR_INTERNAL);
+    bad.copy_vec = 16;
+    assert_int_equal(nj_plan_check(&v, &bad, &dev90), NJ_ERR_INTERNAL);
+    bad = pp;
+    bad.stage = 0;
+    assert_int_equal(nj_plan_check(&v, &bad, &dev90), NJ_ERR_INTERNAL);
+    pp = plan_line_v("groupnorm f32 nhwc *x64x12x12 groups=8 flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.vec, 2);
+    assert_int_equal(pp.copy_vec, 4);
+    pp = plan_line_v("groupnorm f16 nhwc *x60x16x16 groups=6 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.stage, 1);
+    assert_int_equal(pp.copy_vec, 0);
+    setenv("NORMJIT_PLAN_NO_CL_COPY16", "1", 1);
+    pp = plan_line_v("groupnorm f16 nhwc *x320x8x8 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    unsetenv("NORMJIT_PLAN_NO_CL_COPY16");
+    assert_int_equal(pp.copy_vec, 0);
+}
+
 static void test_image_parts(void **state)
 {
     (void)state;
@@ -1911,7 +1950,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_reverse),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_copy_vec), cmocka_unit_test(test_reverse),
         cmocka_unit_test(test_cluster_plan),
         cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
         cmocka_unit_test(test_cluster_fwd_slots),
