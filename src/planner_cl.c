@@ -146,7 +146,9 @@ static int64_t cl_cluster_tiles(const nj_canon *c, nj_pass pass, const nj_device
     /* a tile of x (and dy) one contiguous run: the stage is copied flat */
     if (c->axes[1].stride[NJ_OPD_X] != channels || (pass == NJ_PASS_BACKWARD && c->axes[1].stride[NJ_OPD_DY] != channels))
         return 0;
-    int64_t fixed = 4 * (rows * channels + channels + 10 * groups) + 1024 + 16;
+    /* with gamma/beta the backward keeps the tile's dgamma/dbeta pair a channel for the cluster too */
+    bool pairs = pass == NJ_PASS_BACKWARD && (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS));
+    int64_t fixed = 4 * (rows * channels + channels + 10 * groups + (pairs ? 2 * channels : 0)) + 1024 + 16;
     for (int64_t k = one ? 1 : 2; k <= (dev->arch < 90 ? 1 : 8); k *= 2) {
         int64_t tile = cl_ceil_div(cl_ceil_div(hw, k), rows) * rows;
         if (cl_ceil_div(hw, tile) == k && tile * cl_stage_pixel(c, pass) + fixed <= dev->max_shared_per_block) return k;
@@ -282,19 +284,24 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
      * likewise (from `means` on), and with gamma/beta each tile's (sum dz * xhat, sum dz) per channel
      * (from `chans` on). The merge takes 2 * groups items an image. */
     int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
-    int64_t k = cl_cluster_tiles(c, NJ_PASS_BACKWARD, dev, pp->rows_per_block, pp->vec);
+    int64_t k = cl_cluster_tiles(c, NJ_PASS_BACKWARD, dev, pp->rows_per_block, pp->vec), parts = tiles;
     if (k > 0) { /* one launch: the tiles' group sums through the cluster, not the workspace and a merge */
+        /* and their dgamma/dbeta pairs added there too: one pair a channel an image for the column sum
+           (UNet f16 *x1280x16x16: 8 tiles' pairs were 80 KB an image beside its 1.97 MB, and the column
+           sum read them all) */
         means = chans = 0;
-        image = params ? tiles * channels * 2 : 0;
+        parts = 1;
+        image = params ? channels * 2 : 0;
         cl_bwd_cluster(c, k, pp);
     } else {
         cl_bwd_tiles(c, means, image, pp);
     }
     pp->ws_stride = image;
     if (params) {
-        /* image k's tile t partial pair of channel j at k * image + chans + (t * channels + j) * 2 */
+        /* image k's tile t partial pair of channel j at k * image + chans + (t * channels + j) * 2 (a
+         * cluster's: one part an image) */
         const int64_t arg[NJ_LIB_NARGS][2] = {
-            [NJ_COLSUM_NCOLS] = {channels, 0}, [NJ_COLSUM_NPARTS] = {0, tiles}, [NJ_COLSUM_INNER] = {tiles, 0},
+            [NJ_COLSUM_NCOLS] = {channels, 0}, [NJ_COLSUM_NPARTS] = {0, parts}, [NJ_COLSUM_INNER] = {parts, 0},
             [NJ_COLSUM_S_OUTER] = {image, 0},  [NJ_COLSUM_S_INNER] = {2 * channels, 0},
             [NJ_COLSUM_S_COL] = {2, 0},        [NJ_COLSUM_BASE_A] = {chans, 0},
             [NJ_COLSUM_BASE_B] = {chans + 1, 0}};

@@ -4,7 +4,7 @@
    xhat = (x - mean) * rstd, dz = dy * act'(z), g = dz * gamma; dx = rstd * (g - mean(g) - xhat *
    mean(g * xhat)) over the group; dgamma = sum(dz * xhat), dbeta = sum(dz) over images and pixels.
    Workspace per image: S x G x (sum g, sum g * xhat), G x (their means), then with gamma/beta
-   S x C x (sum dz * xhat, sum dz).
+   S x C x (sum dz * xhat, sum dz); the cluster kernel's: C x (sum dz * xhat, sum dz), its tiles' added.
    nj_bwd_cl_part: the tile's sums, thread -> smem (pixel row, channel) -> channel (-> group), in order.
    The library's merge (lib_merge.cu) adds each (image, group)'s tile sums in order into its means.
    nj_bwd_cl_dx: dx of the tile.
@@ -43,6 +43,9 @@ local PS = {x = P.axes[2].stride.x, dy = P.axes[2].stride.dy, dx = P.axes[2].str
 #define NJ_WS_CHANS {{ P.ws.pgrad.fixed }} /* ... before the per-channel partials */
 {% end %}
 #define NJ_WS_IMAGE {{ P.ws_stride }}
+{% if CLUSTER then %}
+#define NJ_CPR {{ (C + S - 1) // S }} /* channels whose pairs a tile adds over the cluster */
+{% end %}
 
 /* part[R][C] -> chan[C]: per channel over the pixel rows, in order. Barriers on both sides: callers
  * rewrite part and read chan at once. Called, not inlined: the part kernel sums four times. */
@@ -212,6 +215,16 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
             {{ dst }} = s;
         }
 {% end %}
+{# the cluster kernel's: the tile's pair of each channel into nj_pc, for the cluster's combination #}
+{% local function to_pairs(arr, slot) %}
+        if (active) {
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
+        }
+        nj_cl_rows(nj_part, nj_chan);
+#pragma unroll 1
+        for (int c = t; c < NJ_C; c += {{ B }}) nj_pc[2 * c + {{ slot }}] = nj_chan[c];
+{% end %}
 {% local function to_channels(arr, slot) %}
         if (active) {
 #pragma unroll
@@ -353,6 +366,9 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
     NJ_SHARED(float, nj_gm1, {{ G }});
     NJ_SHARED(float, nj_gm2, {{ G }});
     NJ_SHARED(float, nj_gdl, {{ G }});
+{% if PARAMS then %}
+    NJ_SHARED(float, nj_pc, {{ 2 * C }}); /* the tile's dgamma/dbeta pair a channel: read by the cluster */
+{% end %}
 {% if STAGE then %}
     NJ_DYN_SHARED(nj_tx, nj_sx); /* the tile's x, [pixel][channel], then dy from a 16-byte boundary */
     nj_tdy *const nj_sd = (nj_tdy *)((unsigned char *)nj_sx + ({{ TP * C }}u * sizeof(nj_tx) + 15u) / 16u * 16u);
@@ -429,8 +445,8 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {% to_groups("a2", "nj_gs[NJ_G + g]") %}
 {% to_groups("a3", "nj_gs[2 * NJ_G + g]") %}
 {% if PARAMS then %}
-{% to_channels("p1", 0) %}
-{% to_channels("p2", 1) %}
+{% to_pairs("p1", 0) %}
+{% to_pairs("p2", 1) %}
 {% end %}
         }
         /* the image's means from the cluster's tiles, in tile order */
@@ -451,6 +467,29 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
             nj_gdl[g] = dl_;
             nj_gm2[g] = s2 * inv_n - dl_ * m1_;
         }
+{% if PARAMS then %}
+        /* the image's dgamma/dbeta pair a channel, its tiles' added in tile order (one pair an image for
+           the column sum, not one a tile), tile q the channels q * NJ_CPR ..: sum dz * (xhat - dl) where
+           the correction matters. The barrier: the means' dl. */
+        __syncthreads();
+        {
+            float2 *const PW = (float2 *)(WS + NJ_WS_CHANS);
+            const int cend = min(NJ_C, (tile + 1) * NJ_CPR);
+#pragma unroll 1
+            for (int c = tile * NJ_CPR + t; c < cend; c += {{ B }}) {
+                float a = 0.0f, b = 0.0f;
+#pragma unroll 1
+                for (int q = 0; q < NJ_S; q++) {
+                    const float *pc = {{ cluster_map("nj_pc", "(unsigned)q") }};
+                    a += pc[2 * c];
+                    b += pc[2 * c + 1];
+                }
+                const int k3 = c / NJ_CG;
+                if (fabsf(nj_gmean[k3]) * nj_grstd[k3] > NJ_FIX_RATIO) a -= nj_gdl[k3] * b;
+                PW[c] = make_float2(a, b);
+            }
+        }
+{% end %}
         {{ cluster_sync() }}; /* the tiles' sums are read: blocks may exit; the means are set */
 {% DLK = true %}
         float m1k[NJ_CH], m2k[NJ_CH], dlk[NJ_CH];
@@ -461,16 +500,6 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
             dlk[k] = nj_gdl[g];
             m2k[k] = nj_gm2[g];
         }
-{% if PARAMS then %}
-        /* this tile's dgamma partials: sum dz * (xhat - dl), where the correction matters (the same
-           thread wrote each channel's pair above) */
-        float *PW = WS + NJ_WS_CHANS + (nj_i64)tile * NJ_C * 2;
-#pragma unroll 1
-        for (int c = t; c < NJ_C; c += {{ B }}) {
-            const int k3 = c / NJ_CG;
-            if (fabsf(nj_gmean[k3]) * nj_grstd[k3] > NJ_FIX_RATIO) PW[2 * c] -= nj_gdl[k3] * PW[2 * c + 1];
-        }
-{% end %}
 {% dx_walk() %}
     }
 }

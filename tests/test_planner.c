@@ -1560,11 +1560,12 @@ static void test_image_plan(void **state)
  * (301 KB) in two, f16 14x14's x and dy in two, f32's x and dy in three (sm_90) or five (sm_80); odd
  * images with scalar copies. Their pixel rows stay under 1024 bytes; everything is the column family's
  * under NORMJIT_PLAN_NO_IMAGE_PARTS=1. */
-/* The channels-last backward's staged copy moves 16 bytes (P.copy_vec) beside its 8-byte vectors where
- * an image's channel rows are whole copy vectors; not where they are not (60 f16 channels), not in the
- * unaligned variant, not under its switch; the check refuses a copy vector no wider than vec or past
- * 16 bytes, or without a stage. */
-static void test_cl_copy_vec(void **state)
+/* The channels-last backward's clusters: the staged copy moves 16 bytes (P.copy_vec) beside its 8-byte
+ * vectors where an image's channel rows are whole copy vectors; not where they are not (60 f16
+ * channels), not in the unaligned variant, not under its switch; the check refuses a copy vector no
+ * wider than vec or past 16 bytes, or without a stage. The cluster adds its tiles' dgamma/dbeta pairs:
+ * one pair a channel an image for the column sum (8 tiles of a 16 x 16 image of 1280 channels). */
+static void test_cl_bwd_cluster(void **state)
 {
     (void)state;
     nj_canon v;
@@ -1597,6 +1598,14 @@ static void test_cl_copy_vec(void **state)
     pp = plan_line_v("groupnorm f16 nhwc *x320x8x8 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
     unsetenv("NORMJIT_PLAN_NO_CL_COPY16");
     assert_int_equal(pp.copy_vec, 0);
+    pp = plan_line_v("groupnorm f16 nhwc *x1280x16x16 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.split, 8);
+    assert_int_equal(pp.launch[0].cluster, 8);
+    assert_int_equal(pp.workspace_per_row, 1280 * 2 * sizeof(float));
+    assert_int_equal(pp.launch[1].lib, NJ_LIB_COLSUM);
+    assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], 0);
+    assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][1], 1);
+    assert_int_equal(pp.launch[1].arg[NJ_COLSUM_INNER][0], 1);
 }
 
 static void test_image_parts(void **state)
@@ -1950,7 +1959,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_copy_vec), cmocka_unit_test(test_reverse),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_reverse),
         cmocka_unit_test(test_cluster_plan),
         cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
         cmocka_unit_test(test_cluster_fwd_slots),
