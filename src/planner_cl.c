@@ -32,7 +32,8 @@
 #include "planner_impl.h"
 
 
-#define NJ_CL_THREADS 512    /* threads of a block, at most */
+#define NJ_CL_THREADS 512    /* threads of a block, at most (but see NJ_CL_STAGED_THREADS) */
+#define NJ_CL_STAGED_THREADS 640 /* the staged backward's, at most: whole pixel rows to 512 threads and more */
 #define NJ_CL_TILE 16384     /* elements a tile aims at: ~80 tiles for a 320-channel 64x64 UNet image */
 #define NJ_CL_MAX_TILES 256  /* tiles of an image at most: a warp combines them per group */
 #define NJ_CL_MAX_CHANNELS 4096
@@ -169,6 +170,18 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props *de
     if (tiles > cl_ceil_div(hw, rows)) tiles = cl_ceil_div(hw, rows);
     if (tiles < 1 || cl_small(c)) tiles = 1;
     int64_t k = cl_cluster_tiles(c, pass, dev, rows, v);
+    /* A staged backward holds an SM's shared memory alone, so its block is all the SM's threads: 1280
+     * channels of f16 (320 lanes) made a block of 320, whose loads in flight left the last of 3.1 waves
+     * waiting on latency (model, H200, UNet *x1280x8x8: 77.4% of copy; 2 rows, 640 threads: 80.7).
+     * Pixel rows rounded up to 512 threads where that stays within NJ_CL_STAGED_THREADS (~100 registers
+     * a thread fit); the forward's and the tile launches' blocks (two an SM) keep theirs.
+     * NORMJIT_PLAN_NO_CL_ROWS_UP=1: rounded down, as before. */
+    int64_t up = (NJ_CL_THREADS + lanes - 1) / lanes;
+    if (k > 0 && pass == NJ_PASS_BACKWARD && up > rows && up <= hw && lanes * up <= NJ_CL_STAGED_THREADS &&
+        !nj_plan_switched_off("CL_ROWS_UP")) {
+        int64_t ku = cl_cluster_tiles(c, pass, dev, up, v);
+        if (ku > 0) rows = up, k = ku;
+    }
     if (k > 0) tiles = k;
     /* whole rounds of the block's pixel rows, then as few tiles as that allows */
     int64_t tile = cl_ceil_div(cl_ceil_div(hw, tiles), rows) * rows;

@@ -291,6 +291,10 @@ static void test_cluster(void **state)
     check_regime(m, "groupnorm bf16 nhwc 2x640x16x16 groups=32 flags=scale,bias", &shifted, 138);
     shifted.shift = 4;
     check_regime(m, "groupnorm f32 nhwc 2x64x12x12 groups=8 flags=scale,bias", &shifted, 139);
+    /* pixel rows rounded up to 512 threads: 1280 f16 channels in 2 rows (640 threads, a cluster of 2),
+       1200 in 2 (608), 320 in 7 (576: the 64 pixels in one partial round) */
+    check_line(m, "groupnorm f16 nhwc 2x1280x8x8 groups=32 act=silu flags=scale,bias", 0.0, 140);
+    check_line(m, "groupnorm bf16 nhwc 2x1200x8x8 groups=30 act=gelu_erf flags=scale,bias", 1e2, 141);
     /* the row cluster's backward (gamma constant over each row): both passes, an activation, no gamma,
        the saved mean's correction (f32 at 1e5) */
     check_line(m, "instancenorm f32 ncdhw 2x2x64x64x64 flags=scale,bias act=silu", 0.0, 85);

@@ -1155,7 +1155,7 @@ static void test_channels_last(void **state)
         assert_int_equal(pp.launch[0].cluster, 0);
         assert_int_equal(pp.split, 1);
         assert_int_equal(pp.stage, 1);
-        assert_int_equal(pp.launch[0].shmem, 66 * 320 * 2 * 2); /* 11 rounds of 6 pixels, x then dy */
+        assert_int_equal(pp.launch[0].shmem, 70 * 320 * 2 * 2); /* 10 rounds of 7 pixels (576 threads), x then dy */
         assert_int_equal(pp.workspace_per_row, 320 * 2 * sizeof(float));
         assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, a ? &dev90 : &dev80, &up),
                          NJ_OK);
@@ -1564,7 +1564,8 @@ static void test_image_plan(void **state)
  * vectors where an image's channel rows are whole copy vectors; not where they are not (60 f16
  * channels), not in the unaligned variant, not under its switch; the check refuses a copy vector no
  * wider than vec or past 16 bytes, or without a stage. The cluster adds its tiles' dgamma/dbeta pairs:
- * one pair a channel an image for the column sum (8 tiles of a 16 x 16 image of 1280 channels). */
+ * one pair a channel an image for the column sum (8 tiles of a 16 x 16 image of 1280 channels), and its
+ * blocks take pixel rows to 512 threads and more. */
 static void test_cl_bwd_cluster(void **state)
 {
     (void)state;
@@ -1606,6 +1607,17 @@ static void test_cl_bwd_cluster(void **state)
     assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][0], 0);
     assert_int_equal(pp.launch[1].arg[NJ_COLSUM_NPARTS][1], 1);
     assert_int_equal(pp.launch[1].arg[NJ_COLSUM_INNER][0], 1);
+    /* its pixel rows rounded up to 512 threads: 320 lanes of 1280 f16 channels, 2 rows (switched off: 1) */
+    assert_int_equal(pp.block, 640);
+    assert_int_equal(pp.rows_per_block, 2);
+    setenv("NORMJIT_PLAN_NO_CL_ROWS_UP", "1", 1);
+    pp = plan_line_v("groupnorm f16 nhwc *x1280x16x16 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    unsetenv("NORMJIT_PLAN_NO_CL_ROWS_UP");
+    assert_int_equal(pp.block, 320);
+    assert_int_equal(pp.rows_per_block, 1);
+    /* not the forward's (two blocks an SM) */
+    pp = plan_line_v("groupnorm f16 nhwc *x1280x16x16 groups=32 act=silu flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
+    assert_int_equal(pp.block, 480);
 }
 
 static void test_image_parts(void **state)
