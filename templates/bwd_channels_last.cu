@@ -25,6 +25,10 @@ local PARAMS = P.pgrad == "fused" -- the tiles' dgamma/dbeta partials, added by 
 -- whose x and dy fit one block, no cluster (any architecture)
 CLUSTER = P.role.part == nil
 STAGE = CLUSTER and P.stage == 1
+-- The staged walks read the tile from shared memory: rolled, their loads wait ~30 cycles, which the
+-- other warps' arithmetic (an activation's derivative over CH channels a pixel) hides; unrolled twice
+-- (cl_setup's rule, for global loads) NVRTC took 1.24x as long (UNet's 7 staged backwards: 173 -> 140 ms)
+if STAGE then PIXEL_UNROLL = "#pragma unroll 1" end
 if CLUSTER and (S < 1 or S > 8 or (STAGE and VV < 2)) then error("bwd_channels_last: a cluster of 1 to 8 tiles, staged by vectors") end
 if STAGE and (P.axes[2].stride.x ~= P.axes[3].extent * P.axes[4].extent or P.axes[2].stride.dy ~= P.axes[3].extent * P.axes[4].extent) then
   error("bwd_channels_last: a staged tile needs dense pixels") end
