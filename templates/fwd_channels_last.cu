@@ -30,6 +30,9 @@ local ONE = P.role.part == nil
 FUSED = ONE and S == 1
 CLUSTER = ONE and S > 1
 STAGE = CLUSTER and P.stage == 1
+-- the staged walks read the tile from shared memory: rolled (bwd_channels_last.cu: the other warps'
+-- arithmetic hides those loads); unrolled twice, NVRTC took 1.2x as long (UNet's 4: 209 -> 174 ms)
+if STAGE then PIXEL_UNROLL = "#pragma unroll 1" end
 if ONE and (F.residual or F.resout) then error("fwd_channels_last: one launch, no residual") end
 if CLUSTER and (S > 8 or (STAGE and VV < 2)) then error("fwd_channels_last: a cluster of 2 to 8 tiles, staged by vectors") end
 if STAGE and (P.axes[2].stride.x ~= C or (P.unroll or 0) < 1) then error("fwd_channels_last: a staged tile needs dense pixels") end
