@@ -491,6 +491,22 @@ static bool plan_bwd_slot_pairs(const nj_canon *c, const nj_device_props *dev, c
     return true;
 }
 
+/* 16-bit rows whose vectors are shorter than 8 (rows of 4100, 5124: n % 8 != 0) past 1024 chunks took
+ * blocks of 512 threads, three chunks a thread for some: one block an SM that walked its slot's rows
+ * without fetching the next (plan_bwd_fetch wants at most 8 elements a thread), each row a load latency
+ * and two reductions (model, H200: LayerNorm bf16 *x4100 backward rows-bound, 47.7% of copy; RMSNorm f16
+ * *x5124 59.6). Blocks of 544-768 threads give each thread two chunks (8 elements of vec 4) and fetch:
+ * 76.4 and 82.2. Where a 512-thread block was the plan (t at least 512: smaller blocks are several an
+ * SM already); not f32 rows, whose twice the bytes a row keep them DRAM-bound either way.
+ * NORMJIT_PLAN_NO_ROW_TWO_CHUNKS=1: 512, as before. */
+static void bwd_row_two_chunks(const nj_canon *c, int32_t vec, int32_t maxt, int64_t *t, int64_t *cap)
+{
+    int64_t two = (nj_ceil_div64(c->reduce_size / vec, 2) + 31) / 32 * 32;
+    if (*cap == 512 && *t >= 512 && vec * 2 <= NJ_BWD_ELEMS && two > 512 && two <= 768 && two <= maxt &&
+        nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) == 2 && !nj_plan_switched_off("ROW_TWO_CHUNKS"))
+        *t = *cap = two;
+}
+
 nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
@@ -517,6 +533,7 @@ nj_status nj_plan_bwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
         int64_t one_chunk = (n / pp->vec + 31) / 32 * 32;
         int64_t cap = one_chunk <= maxt ? 1024 : 512;
         if (cap > maxt) cap = maxt;
+        bwd_row_two_chunks(c, pp->vec, maxt, &t, &cap);
         pp->block = (int32_t)(t < 64 ? 64 : t > cap ? cap : t);
         pp->rows_per_block = 1;
     }

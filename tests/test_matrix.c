@@ -225,6 +225,12 @@ static void test_row_persist(void **state)
     check_line(m, "layernorm f32 300x5000 flags=scale,bias act=silu", 1e3, 124);
     check_line(m, "layernorm bf16 1000x2048 flags=scale,bias param=f32", 1e2, 125);
     check_line(m, "rmsnorm f16 40x8192 flags=scale", 0.0, 126);
+    /* 16-bit rows of 4-element vectors past 1024 of them (bwd_row_two_chunks): 544 threads, two chunks
+     * each and the last one's second past the row, fetching the next row (300 rows over 132 slots), at
+     * an offset, with the residual under GELU; RMS rows of 5124 (672 threads) */
+    check_line(m, "layernorm bf16 300x4100 flags=scale,bias act=silu", 1e3, 142);
+    check_line(m, "layernorm f16 300x4100 flags=scale,bias,residual,resout act=gelu_tanh", 0.0, 143);
+    check_line(m, "rmsnorm f16 300x5124 flags=scale", 1e2, 144);
     setenv("NORMJIT_PLAN_NO_STAGE16", "1", 1);
     check_line(m, "layernorm f16 700x2560 flags=scale,bias,stats", 1e3, 114);
     unsetenv("NORMJIT_PLAN_NO_STAGE16");

@@ -188,6 +188,37 @@ static void test_row_long(void **state)
     assert_int_equal(up.workspace_per_row, pp.workspace_per_row);
 }
 
+/* 16-bit rows of 4-element vectors past 1024 of them: blocks of two chunks a thread that fetch the next
+ * row (bf16 4100: 1025 chunks, 544 threads; RMS f16 5124: 672), not f32 rows (512, no fetch), not under
+ * NORMJIT_PLAN_NO_ROW_TWO_CHUNKS */
+static void test_row_backward_two_chunks(void **state)
+{
+    (void)state;
+    static const struct {
+        int32_t dtype;
+        int64_t n;
+        uint32_t flags;
+        int32_t block, persist;
+    } want[] = {{NJ_BF16, 4100, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, 544, 1},
+                {NJ_F16, 5124, NJ_FLAG_SCALE, 672, 1},
+                {NJ_F32, 4100, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, 512, 0}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        nj_canon c;
+        nj_plan_params pp;
+        tc_row(&c, want[i].dtype, want[i].n, want[i].flags);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+        assert_int_equal(pp.vec, 4);
+        assert_int_equal(pp.block, want[i].block);
+        assert_int_equal(pp.persist, want[i].persist);
+        assert_int_equal(nj_plan_check(&c, &pp, &dev90), NJ_OK);
+        setenv("NORMJIT_PLAN_NO_ROW_TWO_CHUNKS", "1", 1);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+        unsetenv("NORMJIT_PLAN_NO_ROW_TWO_CHUNKS");
+        assert_int_equal(pp.block, 512);
+        assert_int_equal(pp.persist, 0);
+    }
+}
+
 /* Row backward with gamma: a fixed number of slots (two 512-thread blocks an SM where each thread owns one
  * vector chunk, one where it owns several), and the column sum's warps sized to the slots. */
 static void test_row_backward_slots(void **state)
@@ -1971,7 +2002,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_reverse),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_row_backward_two_chunks), cmocka_unit_test(test_reverse),
         cmocka_unit_test(test_cluster_plan),
         cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
         cmocka_unit_test(test_cluster_fwd_slots),
