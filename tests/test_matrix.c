@@ -231,6 +231,11 @@ static void test_row_persist(void **state)
     check_line(m, "layernorm bf16 300x4100 flags=scale,bias act=silu", 1e3, 142);
     check_line(m, "layernorm f16 300x4100 flags=scale,bias,residual,resout act=gelu_tanh", 0.0, 143);
     check_line(m, "rmsnorm f16 300x5124 flags=scale", 1e2, 144);
+    /* row groups of 96 threads (10 a block: 301 rows over 132 slots, the last groups past the rows), of
+     * 192 (5) with the residual, of 384 (2) under ReLU with f32 gamma/beta, at offsets */
+    check_line(m, "layernorm bf16 301x768 flags=scale,bias", 1e3, 145);
+    check_line(m, "layernorm f16 300x1536 flags=scale,bias,residual,resout,stats", 0.0, 146);
+    check_line(m, "layernorm bf16 300x3072 flags=scale,bias param=f32 act=relu", 1e2, 147);
     setenv("NORMJIT_PLAN_NO_STAGE16", "1", 1);
     check_line(m, "layernorm f16 700x2560 flags=scale,bias,stats", 1e3, 114);
     unsetenv("NORMJIT_PLAN_NO_STAGE16");

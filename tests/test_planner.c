@@ -219,6 +219,33 @@ static void test_row_backward_two_chunks(void **state)
     }
 }
 
+/* Row groups of 96-224 threads and of 768-960 a block (16-bit rows of 768: 10 groups of 96; 3072: 2 of
+ * 384), a slot an SM; not groups under 256 whose chunks do not fill them (rows of 1000: 125 of 128), not
+ * under NORMJIT_PLAN_NO_ROW_GROUPS_WIDE */
+static void test_row_backward_groups_wide(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t n;
+        int32_t block, rpb;
+    } want[] = {{768, 960, 10}, {1024, 1024, 8}, {1536, 960, 5}, {3072, 768, 2}, {1000, 128, 1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        nj_canon c;
+        nj_plan_params pp;
+        tc_row(&c, NJ_BF16, want[i].n, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+        assert_int_equal(pp.block, want[i].block);
+        assert_int_equal(pp.rows_per_block, want[i].rpb);
+        assert_int_equal(pp.launch[0].grid_x, want[i].rpb > 1 ? 132 : 1056);
+        assert_int_equal(nj_plan_check(&c, &pp, &dev90), NJ_OK);
+        setenv("NORMJIT_PLAN_NO_ROW_GROUPS_WIDE", "1", 1);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+        unsetenv("NORMJIT_PLAN_NO_ROW_GROUPS_WIDE");
+        /* 1024 threads of groups of 128 are the wide rule's too (the classic rule wants 256 and more) */
+        assert_int_equal(pp.rows_per_block, 1);
+    }
+}
+
 /* Row backward with gamma: a fixed number of slots (two 512-thread blocks an SM where each thread owns one
  * vector chunk, one where it owns several), and the column sum's warps sized to the slots. */
 static void test_row_backward_slots(void **state)
@@ -834,6 +861,11 @@ static void test_row_persist(void **state)
     /* backward slots: the next row fetched where a share is one vector; not under GELU erf in blocks
      * under 512 threads, nor in 1024-thread blocks */
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK); /* bf16 rows of 1024 */
+    assert_int_equal(bp.block, 1024); /* 8 groups of 128 a block (test_row_backward_groups_wide) */
+    assert_int_equal(bp.persist, 1);
+    setenv("NORMJIT_PLAN_NO_ROW_GROUPS_WIDE", "1", 1);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    unsetenv("NORMJIT_PLAN_NO_ROW_GROUPS_WIDE");
     assert_int_equal(bp.block, 128);
     assert_int_equal(bp.persist, 8); /* 8 blocks of 128 an SM, a vector a thread */
     row_same_params(&c, NJ_BF16, 4096, ln); /* row groups: one 1024-thread block an SM */
@@ -2002,7 +2034,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_row_backward_two_chunks), cmocka_unit_test(test_reverse),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_row_backward_two_chunks), cmocka_unit_test(test_row_backward_groups_wide), cmocka_unit_test(test_reverse),
         cmocka_unit_test(test_cluster_plan),
         cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
         cmocka_unit_test(test_cluster_fwd_slots),
