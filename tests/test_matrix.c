@@ -236,6 +236,10 @@ static void test_row_persist(void **state)
     check_line(m, "layernorm bf16 301x768 flags=scale,bias", 1e3, 145);
     check_line(m, "layernorm f16 300x1536 flags=scale,bias,residual,resout,stats", 0.0, 146);
     check_line(m, "layernorm bf16 300x3072 flags=scale,bias param=f32 act=relu", 1e2, 147);
+    /* 832-1024-thread blocks fetching the next row: GELU erf at an offset, the residual, RMS */
+    check_line(m, "layernorm bf16 290x7168 flags=scale,bias act=gelu_erf", 1e2, 148);
+    check_line(m, "layernorm f16 290x6656 flags=scale,bias,residual,resout,stats param=f32", 0.0, 149);
+    check_line(m, "rmsnorm bf16 290x8192 flags=scale act=gelu_tanh", 1e3, 150);
     setenv("NORMJIT_PLAN_NO_STAGE16", "1", 1);
     check_line(m, "layernorm f16 700x2560 flags=scale,bias,stats", 1e3, 114);
     unsetenv("NORMJIT_PLAN_NO_STAGE16");

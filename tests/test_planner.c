@@ -859,7 +859,7 @@ static void test_row_persist(void **state)
     row_same_params(&c, NJ_BF16, 1024, ln); /* a warp a row */
     assert_int_equal(plan_fwd(&c).persist, 0);
     /* backward slots: the next row fetched where a share is one vector; not under GELU erf in blocks
-     * under 512 threads, nor in 1024-thread blocks */
+     * under 512 threads */
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK); /* bf16 rows of 1024 */
     assert_int_equal(bp.block, 1024); /* 8 groups of 128 a block (test_row_backward_groups_wide) */
     assert_int_equal(bp.persist, 1);
@@ -876,8 +876,17 @@ static void test_row_persist(void **state)
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
     assert_int_equal(bp.block, 640);
     assert_int_equal(bp.persist, 1);
-    row_same_params(&c, NJ_BF16, 8192, ln);
+    row_same_params(&c, NJ_BF16, 8192, ln); /* 1024 threads fetch too (64 registers, no spill) */
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.block, 1024);
+    assert_int_equal(bp.persist, 1);
+    row_same_params(&c, NJ_BF16, 7168, ln);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_int_equal(bp.block, 896);
+    assert_int_equal(bp.persist, 1);
+    setenv("NORMJIT_PLAN_NO_FETCH_WIDE", "1", 1); /* not past 768 threads, as before */
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    unsetenv("NORMJIT_PLAN_NO_FETCH_WIDE");
     assert_int_equal(bp.persist, 0);
     tc_begin(&c, NJ_BF16, NJ_BF16, ln, NJ_ACT_GELU_ERF, 64);
     tc_axis(&c, 2048, true, true);
