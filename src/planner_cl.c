@@ -38,6 +38,7 @@
 #define NJ_CL_MAX_TILES 256  /* tiles of an image at most: a warp combines them per group */
 #define NJ_CL_MAX_CHANNELS 4096
 #define NJ_CL_FUSE 131072    /* elements of a small image: one tile, and the forward one launch */
+#define NJ_CL_FUSE_STAGE (96 * 1024) /* bytes of x past which a small image's forward is staged (sm_90) */
 
 static int64_t cl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -140,7 +141,15 @@ static int64_t cl_cluster_tiles(const nj_canon *c, nj_pass pass, const nj_device
 {
     /* the backward of a small image: one block (no cluster, any architecture) where its x and dy fit */
     bool one = pass == NJ_PASS_BACKWARD && cl_small(c);
-    if ((!one && (dev->arch < 90 || cl_small(c))) || v < 2 || nj_plan_switched_off("CLUSTER") ||
+    /* A small image's forward past NJ_CL_FUSE_STAGE bytes of x: a cluster of 2 or more staging it, not
+     * the fused block that reads it twice, the second time from the L2 (model, H200: UNet f16 *x1280x8x8
+     * 1.07x the ideal bytes, and a block an image left 205 blocks for 264 slots: 79.8% of copy; *x320x16x16
+     * one block an SM at 66 registers, 79.5; clusters of 2: 84.5 both, the launch-bound ceiling).
+     * NORMJIT_PLAN_NO_CL_SMALL_CLUSTER=1: fused, as before. */
+    bool fwd_small = pass == NJ_PASS_FORWARD && cl_small(c) && !nj_plan_switched_off("CL_SMALL_CLUSTER") &&
+                     c->axes[1].extent * c->axes[2].extent * c->axes[3].extent *
+                             (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) > NJ_CL_FUSE_STAGE;
+    if ((!one && (dev->arch < 90 || (cl_small(c) && !fwd_small))) || v < 2 || nj_plan_switched_off("CLUSTER") ||
         (pass == NJ_PASS_FORWARD && (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT))))
         return 0;
     int64_t hw = c->axes[1].extent, groups = c->axes[2].extent, channels = groups * c->axes[3].extent;

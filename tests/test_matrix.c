@@ -310,6 +310,12 @@ static void test_cluster(void **state)
        1200 in 2 (608), 320 in 7 (576: the 64 pixels in one partial round) */
     check_line(m, "groupnorm f16 nhwc 2x1280x8x8 groups=32 act=silu flags=scale,bias", 0.0, 140);
     check_line(m, "groupnorm bf16 nhwc 2x1200x8x8 groups=30 act=gelu_erf flags=scale,bias", 1e2, 141);
+    /* small images' forwards past 96 KB staged in clusters of 2: f16 8 x 8 of 1280 channels, f32 12 x 12
+       of 320 with the saved statistics at an offset, 1000 channels (vectors of 8, 512 threads) */
+    regime small = {"fwd", 1e2, 1.0, 1e-5, 0, NJ_PASS_FORWARD, 0};
+    check_regime(m, "groupnorm f16 nhwc 3x1280x8x8 groups=32 act=silu flags=scale,bias", &small, 151);
+    check_regime(m, "groupnorm f32 nhwc 2x320x12x12 groups=32 flags=scale,bias,stats", &small, 152);
+    check_regime(m, "groupnorm f16 nhwc 2x1000x9x9 groups=20 flags=bias", &small, 153);
     /* the row cluster's backward (gamma constant over each row): both passes, an activation, no gamma,
        the saved mean's correction (f32 at 1e5) */
     check_line(m, "instancenorm f32 ncdhw 2x2x64x64x64 flags=scale,bias act=silu", 0.0, 85);

@@ -1690,6 +1690,23 @@ static void test_cl_bwd_cluster(void **state)
     /* not the forward's (two blocks an SM) */
     pp = plan_line_v("groupnorm f16 nhwc *x1280x16x16 groups=32 act=silu flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
     assert_int_equal(pp.block, 480);
+    /* a small image's forward past 96 KB of x is a cluster of 2 on sm_90 (160 KB of f16), fused on sm_80
+       and under NORMJIT_PLAN_NO_CL_SMALL_CLUSTER; 80 KB (f16 *x640x8x8) stays fused */
+    pp = plan_line_v("groupnorm f16 nhwc *x1280x8x8 groups=32 act=silu flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_cl_cluster");
+    assert_int_equal(pp.launch[0].cluster, 2);
+    assert_int_equal(pp.launch[0].shmem, 33 * 1280 * 2); /* 11 rounds of 3 pixels a tile */
+    assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+    nj_device_props d80;
+    nj_device_props_default(80, &d80);
+    pp = plan_line_v("groupnorm f16 nhwc *x1280x8x8 groups=32 act=silu flags=scale,bias", NJ_PASS_FORWARD, &d80, &v);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_cl_fused");
+    setenv("NORMJIT_PLAN_NO_CL_SMALL_CLUSTER", "1", 1);
+    pp = plan_line_v("groupnorm f16 nhwc *x1280x8x8 groups=32 act=silu flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
+    unsetenv("NORMJIT_PLAN_NO_CL_SMALL_CLUSTER");
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_cl_fused");
+    pp = plan_line_v("groupnorm f16 nhwc *x640x8x8 groups=32 act=silu flags=scale,bias", NJ_PASS_FORWARD, &dev90, &v);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_cl_fused");
 }
 
 static void test_image_parts(void **state)
