@@ -392,6 +392,27 @@ static void m_time(nj_model_launch *m, const nj_model_device *d)
 
 /* ---- a pass ---- */
 
+/* Runs of blocks whose last is short (nj_trace_kernel.period): a whole column walk's tiles of a batch
+ * row (planner_column.c: ceil(ec / tile) a contiguous run of ec columns, the last one's columns what is
+ * left), a channels-last image's tiles in the launches that walk them a block each (the cluster's tiles
+ * are one traced unit). */
+static void m_period(const nj_canon *c, const nj_plan_params *pp, const nj_launch *l, nj_trace_kernel *k)
+{
+    int64_t per = 0, full = 0, last = 0;
+    if (pp->family == NJ_FAMILY_COLUMN && pp->split == 1 && l->lib == NJ_LIB_NONE && pp->tile > 0) {
+        int64_t ec = c->axes[c->rank - 1].extent;
+        per = (ec + pp->tile - 1) / pp->tile, full = pp->tile, last = ec - (per - 1) * pp->tile;
+    } else if (pp->family == NJ_FAMILY_CHANNELS_LAST && l->lib == NJ_LIB_NONE && l->cluster <= 1 && pp->split > 1 &&
+               c->rank == 4) {
+        int64_t hw = c->axes[1].extent;
+        per = pp->split, full = pp->tile, last = hw - (per - 1) * pp->tile;
+    }
+    if (per > 1 && full > 0 && last > 0 && last < full && l->row_mult == per && l->row_div == 1 && l->grid_x == 0) {
+        k->period = (uint64_t)per;
+        k->period_share = (double)last / (double)full;
+    }
+}
+
 static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p, nj_pass pass,
                         const nj_model_opts *o, nj_trace *tr, mbufs *b, nj_model_pass *out)
 {
@@ -462,6 +483,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
             double units = (double)plan->rows * (double)l->row_mult, nb = ceil(units / (double)l->row_div);
             if (nb == m->blocks) k.last_share = (units - (nb - 1) * (double)l->row_div) / (double)l->row_div;
         }
+        m_period(&plan->canon, pp, l, &k);
         /* an image's parts, a block each, image-major (planner_image.c) */
         if (pp->family == NJ_FAMILY_IMAGE && main_launch && l->row_mult > 1) k.group = (uint32_t)l->row_mult;
         /* a split row's blocks going piece-major, the rows of a piece together: fwd_row.cu's normalizing

@@ -194,6 +194,12 @@ static void tr_launch(void *u, const nj_emu_launch *l)
     r->param_cap = t->k.param_once || t->param_bytes <= NJ_MODEL_L2_HIT * t->l2_bytes ? t->param_bytes : 0;
     r->work_total = t->k.items;
     r->last_share = t->k.last_share;
+    if (t->k.period > 1 && t->k.period_share > 0 && t->k.period_share < 1 && t->k.items <= 0) {
+        uint64_t runs = r->clusters / t->k.period, rest = r->clusters % t->k.period;
+        r->period = t->k.period;
+        r->period_share = t->k.period_share;
+        r->work_total = (double)runs * ((double)t->k.period - 1 + t->k.period_share) + (double)rest;
+    }
     t->scale = 1;
     t->span[t->nlaunch - 1] = (struct tr_span){.start = t->closed, .end = t->closed, .global_at_start = t->global_bytes,
                                                .one_wave = (double)r->clusters <= t->k.resident};
@@ -560,7 +566,12 @@ static void tr_cluster_done(void *u, uint64_t cluster)
     if (cluster + 1 == r->clusters) r->last_run = 1;
     if (r->run == 1) t->first_accesses = t->ne ? t->ne : 1;
     t->scale = r->run ? (double)r->clusters / (double)r->run : 1;
-    if (r->work_total > 0) { /* a grid-stride walk: cluster c takes items c, c + clusters, ... */
+    if (r->period > 1) { /* runs of period clusters, the last of each short (a reversed walk: its mirror) */
+        uint64_t item = t->k.reverse ? r->clusters - 1 - cluster : cluster;
+        bool short_one = item % r->period == r->period - 1 && item / r->period < r->clusters / r->period;
+        r->work_run += short_one ? r->period_share : 1;
+        t->scale = r->work_total / r->work_run;
+    } else if (r->work_total > 0) { /* a grid-stride walk: cluster c takes items c, c + clusters, ... */
         double c = (double)cluster, n = (double)r->clusters;
         r->work_run += c < r->work_total ? ceil((r->work_total - c) / n) : 0;
         if (r->work_run > 0) t->scale = r->work_total / r->work_run;

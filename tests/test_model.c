@@ -243,6 +243,26 @@ static void test_partial_last_block(void **state)
     assert_true(m->t.dram_write >= 0.999 * x && m->t.dram_write <= 1.001 * x);
 }
 
+/* A grid in runs of tiles whose last is short (nj_trace_kernel.period): LayerNorm f16 over the C of NCHW
+ * 56 x 56 takes 13 tiles a batch row, the last 64 of 256 columns. Counted as a full block each, the
+ * 9-block sample (with the grid's last block, a short one) put the pass's DRAM bytes under those it must
+ * move; as their shares, at least them (x read, y written), and 8 and 64 traced blocks agree. */
+static void test_short_tile_runs(void **state)
+{
+    (void)state;
+    const char *text = "layernorm f16 nchw 40x96x56x56 axes=1 flags=scale,bias";
+    nj_model_result a = model_of(text, NJ_PASS_FORWARD, 8), b = model_of(text, NJ_PASS_FORWARD, 64);
+    const nj_model_launch *m = &a.pass[0].launch[0];
+    assert_string_equal(m->t.kernel, "nj_fwd_column");
+    assert_int_equal(m->t.period, 13);
+    assert_true(m->t.run < m->t.clusters);
+    double x = 40.0 * 96 * 56 * 56 * 2;
+    assert_true(m->t.dram_read >= 0.999 * x);
+    assert_true(m->t.dram_write >= 0.999 * x && m->t.dram_write <= 1.01 * x);
+    double da = a.pass[0].dram_bytes, db = b.pass[0].dram_bytes;
+    assert_true(da >= 0.99 * db && da <= 1.01 * db);
+}
+
 /* A kernel built without counting has no hook: a counter sees its launch but no access. */
 static void test_counting_off(void **state)
 {
@@ -511,7 +531,7 @@ int main(void)
         cmocka_unit_test(test_row_f32_forward), cmocka_unit_test(test_sample_scales),
         cmocka_unit_test(test_row_backward),    cmocka_unit_test(test_counting_off),
         cmocka_unit_test(test_param_reads_capped), cmocka_unit_test(test_reverse_meets_l2),
-        cmocka_unit_test(test_cluster_rereads_l2), cmocka_unit_test(test_image_parts_grouped), cmocka_unit_test(test_l1_hits_spare_l2), cmocka_unit_test(test_partial_last_block), cmocka_unit_test(test_param_once_piece_major),
+        cmocka_unit_test(test_cluster_rereads_l2), cmocka_unit_test(test_image_parts_grouped), cmocka_unit_test(test_l1_hits_spare_l2), cmocka_unit_test(test_partial_last_block), cmocka_unit_test(test_short_tile_runs), cmocka_unit_test(test_param_once_piece_major),
         cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_last_wave),
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_compare),         cmocka_unit_test(test_goals),
