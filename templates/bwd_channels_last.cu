@@ -204,13 +204,18 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
         }
 {% end %}
 {# A thread's per-channel sums arr[] (its pixel rows and channels) -> per group (to_groups: into dst, a C
-   lvalue of g) or per channel (to_channels: the tile's dgamma/dbeta partial pair, slot 0 or 1). #}
-{% local function to_groups(arr, dst) %}
+   lvalue of g) or per channel (to_channels: the tile's dgamma/dbeta partial pair, slot 0 or 1; to_pairs:
+   the cluster kernel's, into nj_pc for the cluster's combination). chan_sums: arr[] over the pixel rows
+   into nj_chan. #}
+{% local function chan_sums(arr) %}
         if (active) {
 #pragma unroll
             for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
         }
         nj_cl_rows(nj_part, nj_chan);
+{% end %}
+{% local function to_groups(arr, dst) %}
+{% chan_sums(arr) %}
 #pragma unroll 1
         for (int g = t; g < NJ_G; g += {{ B }}) {
             float s = 0.0f;
@@ -219,22 +224,13 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
             {{ dst }} = s;
         }
 {% end %}
-{# the cluster kernel's: the tile's pair of each channel into nj_pc, for the cluster's combination #}
 {% local function to_pairs(arr, slot) %}
-        if (active) {
-#pragma unroll
-            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
-        }
-        nj_cl_rows(nj_part, nj_chan);
+{% chan_sums(arr) %}
 #pragma unroll 1
         for (int c = t; c < NJ_C; c += {{ B }}) nj_pc[2 * c + {{ slot }}] = nj_chan[c];
 {% end %}
 {% local function to_channels(arr, slot) %}
-        if (active) {
-#pragma unroll
-            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = {{ arr }}[k];
-        }
-        nj_cl_rows(nj_part, nj_chan);
+{% chan_sums(arr) %}
 #pragma unroll 1
         for (int c = t; c < NJ_C; c += {{ B }}) WS[NJ_WS_CHANS + (tile * NJ_C + c) * 2 + {{ slot }}] = nj_chan[c];
 {% end %}
