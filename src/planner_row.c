@@ -417,9 +417,10 @@ static int32_t bwd_row_vec(const nj_canon *c)
  * backward from 2.18 to 3.11 TB/s. Where a thread's share of a row is at most 8 elements (16 registers
  * of fetched words at most) and a warp or more takes a row, with these exceptions (NVRTC 13.0, sm_80 and
  * sm_90):
- * - blocks of 800-1024 threads (16-bit rows of 6400-8192, one block an SM) fetch too since 2026-12-07:
- *   once 1024-thread blocks spilled with it under GELU erf; the asm unpacking of the fetched words
- *   (bwd_row.cu) left them room: 64-72 registers, no spill, GELU erf and tanh included. Without it
+ * - blocks of 800-1024 threads (16-bit rows of 6400-8192, one block an SM) fetch too since 2026-12-07,
+ *   the asm unpacking of the fetched words (bwd_row.cu) leaving them 62-72 registers, except 1024-thread
+ *   blocks (64 registers) under GELU erf: with the saved statistics they spilled 24-64 B (f16 and bf16
+ *   rows of 8192, sm_80 and sm_90; 896 threads under GELU erf take 72, no spill). Without the fetch
  *   their slots walked rows-bound (model, H200, LayerNorm bf16 *x7168: 78.8% of copy -> 81.0; *x6656
  *   72.1 -> 78.6; *x8192 80.0 -> 80.2); NORMJIT_PLAN_NO_FETCH_WIDE=1: not past 768, as before;
  * - groups of lanes: f32 rows of 10 took 66 registers with it (51 without), so 3 of the plan's 4 blocks of
@@ -433,6 +434,7 @@ static bool plan_bwd_fetch(const nj_canon *c, const nj_plan_params *pp)
     int64_t tpr = pp->block / pp->rows_per_block, nch = c->reduce_size / pp->vec;
     int64_t share = (nch + tpr - 1) / tpr * pp->vec;
     if (tpr < 32 || share > 8 || pp->block > (nj_plan_switched_off("FETCH_WIDE") ? 768 : 1024)) return false;
+    if (pp->block > 896 && c->act == NJ_ACT_GELU_ERF) return false;
     int64_t words = share * (nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY])) / 4;
     return pp->block >= 512 || (words <= 8 && c->act != NJ_ACT_GELU_ERF && c->act != NJ_ACT_GELU_TANH);
 }
