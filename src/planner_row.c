@@ -458,11 +458,14 @@ static int64_t bwd_table_bytes(const nj_canon *c) { return nj_plan_bwd_nparam(c)
  * 1536, 2560, 3072: 10, 8, 5, 3 and 2 groups), group the same way (bwd_row_groups_wide): their 264-1056
  * slots wrote 6.5-8.7 MB of partial rows (model, H200, LayerNorm bf16 backward: 75.3-77.6% of copy;
  * grouped 82.2-82.8). A group under 256 threads only where each thread owns exactly one chunk: rows of
- * 1000 (125 chunks in groups of 128) spilled 68-104 B at 1024 threads. */
-static bool bwd_row_groups_wide(int64_t nch, const nj_plan_params *pp, int32_t per_sm)
+ * 1000 (125 chunks in groups of 128) spilled 68-104 B at 1024 threads. Past 768 threads (64 registers
+ * a thread) only without an activation: SiLU and sigmoid spilled 16-28 B at 960 (rows of 768-2560). */
+static bool bwd_row_groups_wide(const nj_canon *c, int64_t nch, const nj_plan_params *pp, int32_t per_sm)
 {
     int64_t total = (int64_t)pp->block * per_sm;
-    if (nj_plan_switched_off("ROW_GROUPS_WIDE") || pp->block % 32 != 0 || total < 768 || total > 1024) return false;
+    if (nj_plan_switched_off("ROW_GROUPS_WIDE") || pp->block % 32 != 0 || total < 768 || total > 1024 ||
+        (total > 768 && c->act != NJ_ACT_NONE))
+        return false;
     return pp->block >= 256 || (pp->block >= 96 && nch == pp->block);
 }
 
@@ -470,7 +473,7 @@ static bool plan_bwd_row_groups(const nj_canon *c, nj_plan_params *pp, int64_t o
                                 int32_t maxt)
 {
     bool classic = pp->block >= 256 && pp->block * per_sm == 1024;
-    if (per_sm < 2 || !(classic || bwd_row_groups_wide(c->reduce_size / pp->vec, pp, per_sm)) || maxt < 1024 ||
+    if (per_sm < 2 || !(classic || bwd_row_groups_wide(c, c->reduce_size / pp->vec, pp, per_sm)) || maxt < 1024 ||
         one_chunk > pp->block || pp->rows_per_block != 1 || c->act == NJ_ACT_GELU_ERF ||
         c->act == NJ_ACT_GELU_TANH || nj_plan_switched_off("ROW_GROUPS"))
         return false;
