@@ -791,6 +791,9 @@ static void test_nvrtc_no_spills(void **state)
     static const int64_t in_cluster[] = {2, 2, 64, 64, 64}; /* InstanceNorm over 64^3: a cluster a row (sm_90) */
     static const int64_t in_block[] = {2, 4, 128, 128}; /* InstanceNorm over 128 x 128: x staged, a block a row */
     static const int64_t ln_slots[] = {4, 40000}; /* gamma along the row: slots of clusters of 2 (sm_90) */
+    /* 16-bit slots: 8 row groups of 128 (1024 threads), 3 of 320 (960: without an activation), two
+       chunks of 4 a thread fetching (544 threads), 896 threads fetching */
+    static const int64_t ln_g128[] = {16, 1024}, ln_g320[] = {16, 2560}, ln_two[] = {16, 4100}, ln_f896[] = {16, 7168};
     static const variant vs[] = {{0, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE},
                                  {NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_GELU_ERF},
@@ -798,7 +801,7 @@ static void test_nvrtc_no_spills(void **state)
     for (size_t d = 0; d < 3; d++) {
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
             uint32_t f = vs[v].flags;
-            nj_problem_desc ps[26];
+            nj_problem_desc ps[30];
             int n = 0;
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln, 1, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_big, 1, f), NJ_OK);
@@ -824,6 +827,12 @@ static void test_nvrtc_no_spills(void **state)
             assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 5, in_cluster, 0, f), NJ_OK);
             assert_int_equal(nj_preset_instancenorm(&ps[n++], dts[d], 4, in_block, 0, f), NJ_OK);
             assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_slots, 1, f), NJ_OK);
+            /* with a bias wherever gamma is there: SiLU's LayerNorm rows of 2560 spilled so at 960 threads */
+            uint32_t fb = (f & NJ_FLAG_SCALE) ? f | NJ_FLAG_BIAS : f;
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_g128, 1, fb), NJ_OK);
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_g320, 1, fb), NJ_OK);
+            assert_int_equal(nj_preset_layernorm(&ps[n++], dts[d], 2, ln_two, 1, fb), NJ_OK);
+            assert_int_equal(nj_preset_rmsnorm(&ps[n++], dts[d], 2, ln_f896, 1, f & ~(uint32_t)NJ_FLAG_BIAS), NJ_OK);
             for (int i = 0; i < n; i++) {
                 ps[i].activation = vs[v].act;
                 if (d > 0 && v % 2) ps[i].param_dtype = dts[d];
