@@ -147,8 +147,7 @@ static int64_t cl_cluster_tiles(const nj_canon *c, nj_pass pass, const nj_device
      * one block an SM at 66 registers, 79.5; clusters of 2: 84.5 both, the launch-bound ceiling).
      * NORMJIT_PLAN_NO_CL_SMALL_CLUSTER=1: fused, as before. */
     bool fwd_small = pass == NJ_PASS_FORWARD && cl_small(c) && !nj_plan_switched_off("CL_SMALL_CLUSTER") &&
-                     c->axes[1].extent * c->axes[2].extent * c->axes[3].extent *
-                             (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) > NJ_CL_FUSE_STAGE;
+                     c->axes[1].extent * cl_stage_pixel(c, pass) > NJ_CL_FUSE_STAGE;
     if ((!one && (dev->arch < 90 || (cl_small(c) && !fwd_small))) || v < 2 || nj_plan_switched_off("CLUSTER") ||
         (pass == NJ_PASS_FORWARD && (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT))))
         return 0;
@@ -166,8 +165,9 @@ static int64_t cl_cluster_tiles(const nj_canon *c, nj_pass pass, const nj_device
     return 0;
 }
 
-/* The tiling both passes share: vector width, pixel rows a block works on at once, tile, tiles. */
-static void cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *pp)
+/* The tiling both passes share: vector width, pixel rows a block works on at once, tile, tiles. Returns
+ * the cluster's tiles (cl_cluster_tiles at the rows chosen), 0 for no cluster plan. */
+static int64_t cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t hw = c->axes[1].extent, channels = c->axes[2].extent * c->axes[3].extent;
     int32_t v = cl_vec(c, pass, channels);
@@ -207,13 +207,13 @@ static void cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props *de
         for (size_t i = 0; i < n; i++) pp->align_opds |= 1u << opds[i];
         if (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) pp->align_opds |= 1u << NJ_OPD_PARAM;
     }
+    return k;
 }
 
 nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
-    cl_tiling(c, NJ_PASS_FORWARD, dev, pp);
-    int64_t k = cl_cluster_tiles(c, NJ_PASS_FORWARD, dev, pp->rows_per_block, pp->vec);
+    int64_t k = cl_tiling(c, NJ_PASS_FORWARD, dev, pp);
     if (k > 0) {
         nj_plan_add_launch(pp, "nj_fwd_cl_cluster", pp->block, pp->split, 1, 0);
         nj_plan_role(pp, NJ_ROLE_MAIN);
@@ -285,9 +285,8 @@ static void cl_bwd_cluster(const nj_canon *c, int64_t k, nj_plan_params *pp)
     pp->unroll = 4; /* the flat copy into the stage: vectors of x and of dy a thread has in flight */
     /* The copy needs none of the per-channel constants that hold the backward's vectors to 8 bytes: it
      * moves 16 (f16 UNet *x640x16x16: 8-byte loads kept 30 KB in flight an SM at one block an SM, and the
-     * last of 3.1 waves waited on latency; model, H200: 75.8 -> 79.9% of
-     * copy; *x1280x8x8 70.0 -> 75.5). The image's channel rows
-     * must be whole copy vectors (a tile starts at a multiple of C elements).
+     * last of 3.1 waves waited on latency; model, H200: 75.8 -> 79.9% of copy; *x1280x8x8 70.0 -> 75.5).
+     * The image's channel rows must be whole copy vectors (a tile starts at a multiple of C elements).
      * NORMJIT_PLAN_NO_CL_COPY16=1: the copy moves vec elements, as before. */
     int64_t wide = (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
     if ((int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]) > wide) wide = nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]);
@@ -298,7 +297,7 @@ static void cl_bwd_cluster(const nj_canon *c, int64_t k, nj_plan_params *pp)
 nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
-    cl_tiling(c, NJ_PASS_BACKWARD, dev, pp);
+    int64_t k = cl_tiling(c, NJ_PASS_BACKWARD, dev, pp);
     int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent, tiles = pp->split;
     bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
     /* per image (floats): each tile's pairs (sum g, sum g * xhat) per group, then (sum (x - mean) * rstd,
@@ -306,7 +305,7 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
      * likewise (from `means` on), and with gamma/beta each tile's (sum dz * xhat, sum dz) per channel
      * (from `chans` on). The merge takes 2 * groups items an image. */
     int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
-    int64_t k = cl_cluster_tiles(c, NJ_PASS_BACKWARD, dev, pp->rows_per_block, pp->vec), parts = tiles;
+    int64_t parts = tiles;
     if (k > 0) { /* one launch: the tiles' group sums through the cluster, not the workspace and a merge */
         /* and their dgamma/dbeta pairs added there too: one pair a channel an image for the column sum
            (UNet f16 *x1280x16x16: 8 tiles' pairs were 80 KB an image beside its 1.97 MB, and the column
