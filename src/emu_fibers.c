@@ -66,6 +66,7 @@ typedef struct nj_emu_runtime {
     void *(*cmap)(const void *p, unsigned rank, int line);
     void (*misaligned)(const void *p, unsigned bytes, int line);
     void (*access)(const void *p, unsigned bytes, int store, const void *site);
+    void (*unmet)(const int *p, int want, int line);
 } nj_emu_runtime;
 
 /* Warp operation kinds, as in emu.h. */
@@ -154,9 +155,10 @@ static void rt_csync(int line);
 static void *rt_cmap(const void *p, unsigned rank, int line);
 static void rt_misaligned(const void *p, unsigned bytes, int line);
 static void rt_access(const void *p, unsigned bytes, int store, const void *site);
+static void rt_unmet(const int *p, int want, int line);
 
 static nj_emu_runtime g_rt = {NJ_EMU_ABI_VERSION, sizeof(nj_emu_runtime), NULL, {0, 0, 0}, {0, 0, 0}, {1, 1, 1},
-                              rt_sync, rt_shared, rt_warp, rt_csync, rt_cmap, rt_misaligned, rt_access};
+                              rt_sync, rt_shared, rt_warp, rt_csync, rt_cmap, rt_misaligned, rt_access, rt_unmet};
 
 /* Access counting (emu_fibers.h): only kernels built for it call rt_access. */
 static bool g_count_build; /* read when an emulator backend is created */
@@ -614,6 +616,19 @@ static void rt_misaligned(const void *p, unsigned bytes, int line)
     char n[80];
     fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: %s makes a misaligned %u-byte vector access at %p (line %d)",
                            s->l->name, thread_name(s->cur, n, sizeof n), bytes, p, line));
+}
+
+/* A pipelined launch's block waits on a counter no block before it raised far enough: on a GPU it would
+ * spin for ever (or on blocks the hardware dispatched later: a planner or template bug either way). The
+ * model's counting runs skip the blocks that raise counters: there the wait passes. */
+static void rt_unmet(const int *p, int want, int line)
+{
+    emu_sched *s = &g_s;
+    if (g_counter) return;
+    char n[80];
+    fiber_abort(s, nj_fail(NJ_ERR_EMULATOR, "kernel %s: %s waits at line %d for the counter at %p to reach %d (it "
+                           "holds %d, and no earlier block will raise it: a GPU would hang)",
+                           s->l->name, thread_name(s->cur, n, sizeof n), line, (const void *)p, want, *p));
 }
 
 /* ---------------------------------------------------------------- pools */

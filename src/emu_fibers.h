@@ -9,7 +9,7 @@
 
 /* Version of the runtime table; templates/emu/emu.h carries the same number (NJ_EMU_ABI) and refuses to
  * bind to another. Part of the emulator's target name, so cached kernels of another ABI are never loaded. */
-#define NJ_EMU_ABI_VERSION 4
+#define NJ_EMU_ABI_VERSION 5
 
 typedef void (*nj_emu_kernel_fn)(nj_kargs);
 

@@ -488,7 +488,12 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         if (pp->family == NJ_FAMILY_IMAGE && main_launch && l->row_mult > 1) k.group = (uint32_t)l->row_mult;
         /* a split row's blocks going piece-major, the rows of a piece together: fwd_row.cu's normalizing
            launch, bwd_general.cu's sums launch when the column tiles' walk writes dx */
-        bool fwd_pm = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->split > 1 && main_launch;
+        bool fwd_pm = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->split > 1 && main_launch &&
+                      pp->lag == 0;
+        if (pp->lag > 0 && main_launch) { /* the pipelined split: twins traced together */
+            k.pipe_total = (uint64_t)(plan->rows * plan->canon.kept_inner * pp->split);
+            k.pipe_lag = (uint64_t)pp->lag;
+        }
         bool bwd_pm = pp->family == NJ_FAMILY_GENERAL && pp->pass == NJ_PASS_BACKWARD && pp->split > 1 &&
                       pp->pgrad == NJ_PGRAD_TILES_DX && pp->role[NJ_ROLE_PART] - 1 == i;
         k.param_once = fwd_pm || bwd_pm;

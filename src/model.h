@@ -120,7 +120,15 @@ typedef struct nj_trace_kernel {
      * blocks traced had made the pass 0.97x the bytes it must move). 0: none */
     uint64_t period;
     double period_share;
+    /* a pipelined launch (P.lag, fwd_row.cu): pipe_total pieces, each a block that sums it and, pipe_lag
+     * pieces later in the grid, a block that normalizes it (its twin, nj_pipe_twin). The sample traces
+     * twins together, and a twin's second read of the piece finds it as far back as the grid's bytes
+     * between them. 0: none */
+    uint64_t pipe_total, pipe_lag;
 } nj_trace_kernel;
+/* The block of a pipelined launch that handles the same piece as block b in the other role (fwd_row.cu's
+ * block order), or UINT64_MAX when b is past the grid. */
+NJ_HIDDEN uint64_t nj_pipe_twin(uint64_t b, uint64_t total, uint64_t lag);
 NJ_HIDDEN void nj_trace_set_kernel(nj_trace *t, const char *kernel, const nj_trace_kernel *k);
 /* Starts a pass: forgets launches and the sector history (a pass starts with a cold L2). */
 NJ_HIDDEN void nj_trace_reset(nj_trace *t);

@@ -205,6 +205,23 @@ static void tr_launch(void *u, const nj_emu_launch *l)
                                                .one_wave = (double)r->clusters <= t->k.resident};
 }
 
+uint64_t nj_pipe_twin(uint64_t b, uint64_t total, uint64_t lag)
+{
+    if (lag > total) lag = total;
+    if (b >= 2 * total) return UINT64_MAX;
+    /* block b: the sums of piece b (b < lag); then, alternately, piece m / 2's normalization and piece
+       lag + m / 2's sums (m = b - lag); the last lag blocks normalize the last lag pieces */
+    bool norm = b >= lag && (b >= 2 * total - lag || (b - lag) % 2 == 0);
+    uint64_t m = b - lag, q = b < lag ? b : b >= 2 * total - lag ? b - total : m % 2 == 0 ? m / 2 : lag + m / 2;
+    if (norm) return q < lag ? q : 2 * q - lag + 1;
+    return q < total - lag ? lag + 2 * q : q + total;
+}
+
+static bool tr_twins(const nj_trace *t, uint64_t a, uint64_t b)
+{
+    return t->k.pipe_total && a != b && nj_pipe_twin(a, t->k.pipe_total, t->k.pipe_lag) == b;
+}
+
 /* Appends group c's clusters (cluster 0 runs anyway, unless mirrored). */
 static void tr_pick_group(nj_trace *t, uint64_t c, uint64_t g, uint64_t n)
 {
@@ -231,7 +248,7 @@ static void tr_pick(nj_trace *t, uint64_t n)
     }
     want = want / g < 2 ? 2 : want / g; /* groups */
     free(t->pick);
-    t->pick = malloc(((size_t)want + 1) * g * sizeof *t->pick + sizeof *t->pick);
+    t->pick = malloc(2 * (((size_t)want + 1) * g + 1) * sizeof *t->pick); /* room for pipe twins */
     t->npick = t->pos = 0;
     if (!t->pick) {
         tr_fail(t);
@@ -251,6 +268,14 @@ static void tr_pick(nj_trace *t, uint64_t n)
     if (t->k.reverse) { /* the mirror images (the last mirrors the first cluster, traced before the picks) */
         for (size_t i = 0; i < t->npick; i++) t->pick[i] = n - 1 - t->pick[i];
         t->pick[t->npick++] = n - 1;
+    }
+    if (t->k.pipe_total) { /* a pipelined launch: each traced block's twin, cluster 0's included */
+        size_t np = t->npick;
+        t->pick[t->npick++] = nj_pipe_twin(0, t->k.pipe_total, t->k.pipe_lag);
+        for (size_t i = 0; i < np; i++) {
+            uint64_t w = nj_pipe_twin(t->pick[i], t->k.pipe_total, t->k.pipe_lag);
+            if (w < n) t->pick[t->npick++] = w;
+        }
     }
     qsort(t->pick, (size_t)t->npick, sizeof *t->pick, tr_cmp_u64);
     size_t u = 0;
@@ -476,7 +501,8 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
             /* shared by the clusters of a launch (the parameters): its first touch happened once in the
              * grid, not once a traced cluster, so it leaves the part that scales with the sample; one
              * that neighbours of a traced group share (nj_trace_kernel.group) is a sector of every group */
-            bool group = t->k.group > 1 && x->cluster / t->k.group == cluster / t->k.group;
+            bool group = (t->k.group > 1 && x->cluster / t->k.group == cluster / t->k.group) ||
+                         tr_twins(t, cluster, x->cluster);
             if (x->first_launch == t->nlaunch - 1 && x->cluster != cluster && !group) {
                 if (x->first_store) r->dram_write -= 32, r->dram_write_once += 32;
                 else if (tr_param(t, s[i])) r->dram_read_param -= 32, r->dram_read_once += 32;
@@ -496,6 +522,8 @@ static void tr_sectors(nj_trace *t, nj_trace_launch *r, uint64_t cluster, const 
                 l1 = hit;
             }
             if (same) d = (t->block_bytes - x->at_block) * t->k.resident;
+            else if (this_launch && tr_twins(t, cluster, x->cluster)) /* the grid's blocks between the twins */
+                d = t->launch_fresh / (double)(r->run > 0 ? r->run : 1) * (double)(cluster - x->cluster);
             else if (this_launch)
                 d = (t->global_bytes - x->at_global) / (double)(r->run > x->run_at ? r->run - x->run_at : 1);
             else d = tr_clock(t, r) - x->at_clock;

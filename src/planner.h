@@ -89,8 +89,10 @@ typedef struct nj_launch {
  * from a kernel name, a launch position or a workspace size.
  * Roles of a plan's launches: PART, the first walk of a split pass (pieces' partial sums); MAIN, the
  * kernel that writes y (forward) or dx (backward); PGRAD, the separate dgamma/dbeta walk; MERGE and
- * COLSUM, the library launches. */
-typedef enum nj_role { NJ_ROLE_PART, NJ_ROLE_MAIN, NJ_ROLE_PGRAD, NJ_ROLE_MERGE, NJ_ROLE_COLSUM, NJ_ROLE_COUNT } nj_role;
+ * COLSUM, the library launches; ZERO, the launch that clears a pipelined pass's counters (P.lag). */
+typedef enum nj_role {
+    NJ_ROLE_PART, NJ_ROLE_MAIN, NJ_ROLE_PGRAD, NJ_ROLE_MERGE, NJ_ROLE_COLSUM, NJ_ROLE_ZERO, NJ_ROLE_COUNT
+} nj_role;
 /* How a backward plan makes dgamma/dbeta. SLOTS: the row kernel keeps column sums in registers across
  * rows, a partial row per block (pgrad_parts blocks) added by the column sum. FUSED: the dx walk also
  * sums them, a partial per (work item) added by the column sum (partials follow the batch). WALK: a
@@ -110,8 +112,11 @@ typedef enum nj_pgrad {
  * the pieces' partial sums of a split pass. MEANS: the statistics (forward) or means (backward) the merge
  * writes. DL: the saved-mean corrections a dx kernel leaves for a separate dgamma/dbeta walk. SETS:
  * a statistic's (sum dz * xhat, sum dz) pair under NJ_PGRAD_SETS, a piece's under NJ_PGRAD_PIECES, a
- * row's two means (of g and g * xhat) under NJ_PGRAD_TILES_DX. */
-typedef enum nj_ws_name { NJ_WS_PGRAD, NJ_WS_PARTS, NJ_WS_MEANS, NJ_WS_DL, NJ_WS_SETS, NJ_WS_COUNT } nj_ws_name;
+ * row's two means (of g and g * xhat) under NJ_PGRAD_TILES_DX. FLAGS: a pipelined pass's counters (P.lag),
+ * one int a statistic. */
+typedef enum nj_ws_name {
+    NJ_WS_PGRAD, NJ_WS_PARTS, NJ_WS_MEANS, NJ_WS_DL, NJ_WS_SETS, NJ_WS_FLAGS, NJ_WS_COUNT
+} nj_ws_name;
 /* A region starts fixed + per_row * rows floats into the workspace (rows: the batch's), or, in a plan
  * with ws_stride, that far into each batch row's ws_stride floats. */
 typedef struct nj_ws_region {
@@ -153,6 +158,12 @@ typedef struct nj_plan_params {
     int32_t reverse;     /* 1: the main launch takes its work items last first, the part launch before it in
                             order: a second walk over what the part launch just read meets the part of it
                             still in L2 first (the part's last items) rather than the part evicted first */
+    int32_t lag;         /* split row forward, split general backward: n > 0 = one launch pipelines the
+                            pieces (the ZERO launch before it clears the counters): its blocks alternate a
+                            piece's partial sums and, n pieces behind, a piece's normalization (dx), which
+                            waits on its statistic's counter (the last piece's block merges the statistic).
+                            x (and dy) is read again from L2, not DRAM: n pieces stand between the two
+                            reads. 0 = the part and main launches */
     uint32_t align_opds; /* bits (1 << nj_operand): operands whose base address must be a multiple of vec
                             elements, and whose batch stride a multiple of vec (PARAM has none), for the
                             launch to use these kernels; else the unaligned variant runs */

@@ -78,6 +78,16 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                                   pp->copy_vec * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]) > 16 ||
                                   !pp->stage || pp->unaligned),
                  NJ_ERR_INTERNAL, "planner: copy vector %d beside vector %d", (int)pp->copy_vec, (int)pp->vec);
+    /* a pipelined split (P.lag): a forward row walk or a backward general one whose counters a zero launch clears, a region for them
+     * and for the merged statistics */
+    bool pipe_ok = pp->split > 1 &&
+                   ((pp->pass == NJ_PASS_FORWARD && pp->family == NJ_FAMILY_ROW) ||
+                    (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_GENERAL &&
+                     (pp->pgrad == NJ_PGRAD_NONE || pp->pgrad == NJ_PGRAD_SETS))) &&
+                   pp->role[NJ_ROLE_ZERO] && !pp->role[NJ_ROLE_PART] && (pp->ws_used & (1u << NJ_WS_FLAGS)) &&
+                   (pp->ws_used & (1u << NJ_WS_MEANS));
+    NJ_RETURN_IF(pp->lag < 0 || (pp->lag > 0 && !pipe_ok) || (pp->lag == 0 && pp->role[NJ_ROLE_ZERO]), NJ_ERR_INTERNAL,
+                 "planner: lag %d (split %d)", (int)pp->lag, (int)pp->split);
     NJ_RETURN_IF(pp->split < 1 || pp->rows_per_block < 1 || pp->regs_cache < 0, NJ_ERR_INTERNAL,
                  "planner: split %d, rows per block %d, registers %d", (int)pp->split, (int)pp->rows_per_block,
                  (int)pp->regs_cache);

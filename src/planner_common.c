@@ -60,7 +60,7 @@ void nj_plan_ws(nj_plan_params *pp, nj_ws_name name, int64_t fixed, int64_t per_
 
 const char *nj_role_name(int32_t role)
 {
-    static const char *const names[NJ_ROLE_COUNT] = {"part", "main", "pgrad", "merge", "colsum"};
+    static const char *const names[NJ_ROLE_COUNT] = {"part", "main", "pgrad", "merge", "colsum", "zero"};
     return role >= 0 && role < NJ_ROLE_COUNT ? names[role] : NULL;
 }
 
@@ -73,7 +73,7 @@ const char *nj_pgrad_name(int32_t pgrad)
 
 const char *nj_ws_name_text(int32_t name)
 {
-    static const char *const names[NJ_WS_COUNT] = {"pgrad", "parts", "means", "dl", "sets"};
+    static const char *const names[NJ_WS_COUNT] = {"pgrad", "parts", "means", "dl", "sets", "flags"};
     return name >= 0 && name < NJ_WS_COUNT ? names[name] : NULL;
 }
 
@@ -226,6 +226,25 @@ nj_status nj_plan_library(int32_t lib, nj_plan_params *out)
     out->vec = out->rows_per_block = out->split = 1;
     nj_plan_add_launch(out, nj_libs[lib].kernel, out->block, 1, 1, 1);
     return NJ_OK;
+}
+
+void nj_plan_split_pipe(const nj_canon *c, const nj_device_props *dev, int64_t piece, int32_t pq, int32_t mq,
+                        const char *zero, const char *main_kernel, nj_plan_params *pp)
+{
+    int64_t split = nj_ceil_div64(c->reduce_size, piece), per = c->kept_inner;
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    int64_t wave = (int64_t)sms * (2048 / pp->block);
+    pp->split = (int32_t)split;
+    pp->lag = (int32_t)(split + wave / 2);
+    nj_plan_add_launch(pp, zero, 256, per, 256, 0);
+    nj_plan_role(pp, NJ_ROLE_ZERO);
+    nj_plan_add_launch(pp, main_kernel, pp->block, per * split * 2, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    int64_t base = (int64_t)(pp->workspace_per_row / sizeof(float));
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, base);
+    nj_plan_ws(pp, NJ_WS_MEANS, 0, base + per * split * pq);
+    nj_plan_ws(pp, NJ_WS_FLAGS, 0, base + per * split * pq + per * mq);
+    pp->workspace_per_row += (uint64_t)(per * split * pq + per * mq + per) * sizeof(float);
 }
 
 void nj_plan_grid_loop(nj_plan_params *pp, int64_t elems, const nj_device_props *dev)

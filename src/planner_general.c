@@ -13,6 +13,13 @@
  *    run: deterministic without atomics. */
 #include "planner_impl.h"
 
+/* A pipelined split backward (nj_plan_split_pipe) where gamma/beta are absent or constant over each set
+ * (InstanceNorm's 128^3 voxels): pieces of 4 elements a thread (its walk is scalar), statistics of at most
+ * NJ_PIPE_BWD_BYTES of x, dy and dx. The second read of x and dy is that far back, plus the blocks in
+ * flight: InstanceNorm f32 (24 MB) past half the L2 of an H200, some of it misses. */
+#define NJ_PIPE_BWD_ITERS 4
+#define NJ_PIPE_BWD_BYTES (24 << 20)
+
 bool nj_general_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
     (void)dev; /* the test does not depend on the device */
@@ -46,7 +53,15 @@ nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_
     pp->split = 1;
     pp->regs_cache = 0;
     pp->block = nj_plan_walk_block(c->reduce_size);
-    if (c->reduce_size >= NJ_SPLIT_MIN) {
+    bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0;
+    int64_t es = (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]) +
+                 (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DX]);
+    if (c->reduce_size >= NJ_SPLIT_MIN && (!params || nj_pgrad_sets_ok(c)) && c->reduce_size <= NJ_PIPE_BWD_BYTES / es &&
+        !nj_plan_switched_off("SPLIT_PIPE")) {
+        /* pipelined (nj_plan_split_pipe): [statistic][piece][WQ] sums, [statistic][s1, s2, dl] */
+        int32_t wq = (c->flags & NJ_FLAG_CENTER) ? 3 : 2;
+        nj_plan_split_pipe(c, dev, (int64_t)pp->block * NJ_PIPE_BWD_ITERS, wq, 3, "nj_bwd_dx_zero", "nj_bwd_dx", pp);
+    } else if (c->reduce_size >= NJ_SPLIT_MIN) {
         pp->split = nj_plan_split_pieces(c->reduce_size, c->kept_inner);
         nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0);
         nj_plan_role(pp, NJ_ROLE_PART);
@@ -65,7 +80,7 @@ nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_
     else if ((run = nj_pgrad_pieces_run(c, pp->split)) > 0) nj_plan_pgrad_pieces(c, run, pp);
     else nj_plan_pgrad(c, dev, pp);
     /* [statistic][piece][WQ] sums, after the fixed region of the dgamma/dbeta launches */
-    if (pp->split > 1) nj_plan_ws(pp, NJ_WS_PARTS, (int64_t)(pp->workspace_fixed / sizeof(float)), 0);
-    if (pp->split > 1) nj_plan_pgrad_dx(c, pp); /* the pieces' dx launch then only merges their sums */
+    if (pp->split > 1 && !pp->lag) nj_plan_ws(pp, NJ_WS_PARTS, (int64_t)(pp->workspace_fixed / sizeof(float)), 0);
+    if (pp->split > 1 && !pp->lag) nj_plan_pgrad_dx(c, pp); /* the pieces' dx launch then only merges their sums */
     return NJ_OK;
 }

@@ -33,6 +33,18 @@ NJ_HIDDEN int32_t nj_plan_split_pieces(int64_t n, int64_t stats);
  * in order and normalizing its piece. */
 NJ_HIDDEN void nj_plan_fwd_split(const nj_canon *c, const char *part, const char *main_kernel, nj_plan_params *pp);
 
+/* A split pass pipelined in one launch (P.lag: fwd_row.cu, bwd_general.cu): pieces of `piece` elements,
+ * a block each, lag pieces between a piece's two reads (the statistic's pieces and half a wave of
+ * resident blocks), so that the second finds x (and dy) in L2: by then the statistic is whole (its last
+ * piece's block is done) and what came between, under half the L2 for statistics of at most
+ * NJ_PIPE_BYTES of the tensors a piece reads and writes. Launches: `zero` (a thread a statistic's counter:
+ * the workspace is the caller's, its contents unknown), then `main_kernel`, 2 blocks a piece. Workspace,
+ * from pp->workspace_per_row on: PARTS [statistic][piece][pq floats], MEANS [statistic][mq floats], FLAGS
+ * [statistic] ints. NORMJIT_PLAN_NO_SPLIT_PIPE=1: the part and main launches. */
+#define NJ_PIPE_BYTES (16 << 20)
+NJ_HIDDEN void nj_plan_split_pipe(const nj_canon *c, const nj_device_props *dev, int64_t piece, int32_t pq, int32_t mq,
+                                  const char *zero, const char *main_kernel, nj_plan_params *pp);
+
 /* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then
  * caps the grids of its launches that scale with the batch at two waves of resident blocks. */
 #define NJ_LOOP_ELEMS 2048

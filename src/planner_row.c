@@ -330,6 +330,22 @@ static void plan_fwd_row_wide(const nj_canon *c, nj_plan_params *pp)
     if (plan_fwd_persist(c, &q, false) >= 2) *pp = q;
 }
 
+/* A split forward pipelined in one launch (P.lag, nj_plan_split_pipe): pieces of NJ_PIPE_ITERS vectors
+ * a thread, statistics of at most NJ_PIPE_BYTES of x, the residual and y (docs/architecture.md). Rows
+ * longer than that (nv_norms' 10 x 10^7: 80 MB) keep the two launches and read x twice. */
+#define NJ_PIPE_ITERS 2
+static bool plan_fwd_pipe(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    static const nj_operand opds[] = {NJ_OPD_X, NJ_OPD_Y, NJ_OPD_RES, NJ_OPD_RESOUT};
+    int64_t es = 0;
+    for (size_t i = 0; i < NJ_ARRAY_LEN(opds); i++)
+        if (plan_fwd_uses(c, opds[i])) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
+    if (nj_plan_switched_off("SPLIT_PIPE") || c->reduce_size > NJ_PIPE_BYTES / es) return false;
+    /* [statistic][piece][sum, m2], [statistic][shifted mean, rstd] */
+    nj_plan_split_pipe(c, dev, (int64_t)pp->block * pp->vec * NJ_PIPE_ITERS, 2, 2, "nj_fwd_row_zero", "nj_fwd_row", pp);
+    return true;
+}
+
 nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t n = c->reduce_size;
@@ -340,8 +356,8 @@ nj_status nj_plan_fwd_row(const nj_canon *c, const nj_device_props *dev, nj_plan
         if (vec > 1) pp->align_opds = plan_fwd_row_align(c);
     }
     if (pp->regs_cache == 0 && n >= NJ_SPLIT_MIN) {
-        /* x is read twice, as a streamed row is anyway */
-        nj_plan_fwd_split(c, "nj_fwd_row_part", "nj_fwd_row", pp);
+        /* x is read twice, as a streamed row is anyway: from L2 when pipelined */
+        if (!plan_fwd_pipe(c, dev, pp)) nj_plan_fwd_split(c, "nj_fwd_row_part", "nj_fwd_row", pp);
         return NJ_OK;
     }
     if (!staged) staged = plan_fwd_row_xstage(c, dev, pp);

@@ -53,6 +53,7 @@ char *nj_plan_text(const nj_plan_params *pp)
     if (pp->copy_vec) nj_buf_printf(&b, "copy_vec=%d ", pp->copy_vec);
     if (pp->persist) nj_buf_printf(&b, "persist=%d ", pp->persist);
     if (pp->reverse) nj_buf_printf(&b, "reverse=%d ", pp->reverse);
+    if (pp->lag) nj_buf_printf(&b, "lag=%d ", pp->lag);
     /* the named fields templates read (planner.h): in the signature like every other decision */
     if (pp->pgrad != NJ_PGRAD_NONE) nj_buf_printf(&b, "pgrad=%s:%d ", nj_pgrad_name(pp->pgrad), pp->pgrad_parts);
     nj_buf_append(&b, "roles=", 6);

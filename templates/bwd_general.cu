@@ -12,7 +12,10 @@
    Split statistics (P.split > 1: long rows): the reduction is cut into NJ_SPLIT pieces of contiguous
    walk indices, a block per (statistic, piece). nj_bwd_dx_part writes each piece's two sums to the
    workspace (after the parameter-gradient launches' fixed region); nj_bwd_dx's warp 0 adds the
-   statistic's pieces in order, then the block writes dx over its piece. #}
+   statistic's pieces in order, then the block writes dx over its piece. Pipelined (P.lag > 0, as
+   fwd_row.cu's): one launch after a zero launch; the block of a statistic's last piece merges its
+   pieces' sums into the workspace's means region, and the blocks that write dx, P.lag pieces behind,
+   wait for them: x and dy come from L2 the second time. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -24,6 +27,8 @@ local B = P.block
 local NW = B // 32
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
+local PIPE = P.lag > 0
+if PIPE and (SPLIT < 2 or not (P.pgrad == "none" or P.pgrad == "sets")) then error("bwd_general: a pipe needs split sets") end
 -- the correction of the saved mean (bwd_lib.cuh): where a block walks its whole set, or (split) from
 -- the pieces' sums of the uncorrected xhat, a third partial a piece (WQ floats a piece)
 local WQ = F.center and 3 or 2
@@ -55,10 +60,52 @@ local GS = (SETS and F.scale) and "gs_ * " or ""
 #define NJ_WS_DX ((float *)A.workspace{{ ws_plus("parts") }})
 #define NJ_WQ {{ WQ }}
 {% end %}
+{% if PIPE then %}
+#define NJ_LAG {{ P.lag }}LL
+{% end %}
 {% if SETS or PIECES or PDX then %}
 /* a statistic's (or piece's) (sum dz * xhat, sum dz): its shares of dgamma and dbeta, for the column sum;
    tiles_dx: a row's two means, for the column tiles' dx */
 #define NJ_WS_SETS ((float *)A.workspace{{ ws_plus("sets") }})
+{% end %}
+
+{# The statistic's sums from its pieces' (nj_bwd_dx_part's), warp 0, a fixed order: s1, s2 (and dl) in the
+   block's registers. pipe: stored by other SMs' blocks during this launch (read from L2) #}
+{% function merge_pieces(pipe) %}
+{% local function W(i) return pipe and ("nj_load_cg(NJ_WS_DX + " .. i .. ")") or ("NJ_WS_DX[" .. i .. "]") end %}
+        /* the statistic's two sums from its pieces' (nj_bwd_dx_part), warp 0, a fixed order */
+        __syncthreads(); /* nj_scratch: the previous piece's readers are done */
+        if (threadIdx.x < 32) {
+            float t1 = 0.0f, t2 = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
+                t1 += {{ W("(st * NJ_SPLIT + q) * NJ_WQ") }};
+                t2 += {{ W("(st * NJ_SPLIT + q) * NJ_WQ + 1") }};
+            }
+            nj_warp_sum2(t1, t2);
+{% if F.center then %}
+            /* the pieces summed (x - mean) * rstd: its mean dl corrects xhat (bwd_lib.cuh), and
+               sum(g * xhat) = sum(g * (x - mean) * rstd) - dl * sum(g) (exact without an activation,
+               to first order in dl with one) */
+            float t3 = 0.0f;
+#pragma unroll 1
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) t3 += {{ W("(st * NJ_SPLIT + q) * NJ_WQ + 2") }};
+            const float dl = nj_warp_sum(t3) * (1.0f / (float)NJ_N);
+            t2 -= dl * t1;
+            if (threadIdx.x == 0) {
+                nj_scratch[2] = dl;
+{% if bwd_dl_store() and not pipe then %}
+                if (piece == 0 && fabsf(mean) * rstd > NJ_FIX_RATIO) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma walks */
+{% end %}
+            }
+{% end %}
+            if (threadIdx.x == 0) nj_scratch[0] = t1, nj_scratch[1] = t2;
+        }
+        __syncthreads();
+        const float s1 = nj_scratch[0], s2 = nj_scratch[1];
+{% if F.center then %}
+        const float dl = nj_scratch[2];
+{% end %}
 {% end %}
 
 {% local function dx_kernel(name, mode) %}
@@ -69,14 +116,25 @@ local GS = (SETS and F.scale) and "gs_ * " or ""
 {% local PRE = F.center and (SPLIT == 1 or (mode == "part" and P.act ~= "none")) %}
 {% local XU = (mode == "part" and PRE) and "(xh + dl)" or "xh" %}
 {% BWD_DL = (mode ~= "part" or PRE) and "dl" or nil %}
+{% if PIPE then %}
+/* block wi_'s piece (the kernel's pipe order) */
+NJ_DEVICE void {{ name }}_body(const nj_kargs &A, float *nj_scratch, nj_i64 wi_)
+{
+{% else %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
     nj_grid_enter();
     NJ_SHARED(float, nj_scratch, {{ math.max(2 * NW, 4) }});
+{% end %}
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
 {{ bwd_pointers() }}
 {% if SPLIT > 1 then %}
+{% if PIPE then %}
+    {
+        const nj_i64 wi = wi_;
+{% else %}
     {{ block_item("wi", "nstat * NJ_SPLIT", nil, nil, mode ~= "part" and P.reverse == 1) }}
+{% end %}
 {% if PDX and mode == "part" then %}
         /* piece-major: the rows' blocks of one piece side by side, so the piece's gamma (beta) come from
            DRAM once, not once a row (LayerNorm f32 10 x 10^7: 400 of the 1216 MB this launch read); the
@@ -86,6 +144,10 @@ NJ_KERNEL({{ name }}, {{ B }})
         const nj_i64 st = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
 {% end %}
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
+{% if PIPE then %}
+        int *const FLAG = (int *)((float *)A.workspace{{ ws_plus("flags") }}) + st;
+        float *const MEANS = (float *)A.workspace{{ ws_plus("means") }} + 3 * st;
+{% end %}
 {% else %}
     {{ block_item("st", "nstat") }}
 {% end %}
@@ -118,40 +180,19 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
         }
 {% end %}
-{% if mode == "dx" then %}
-        /* the statistic's two sums from its pieces' (nj_bwd_dx_part), warp 0, a fixed order */
-        __syncthreads(); /* nj_scratch: the previous piece's readers are done */
-        if (threadIdx.x < 32) {
-            float t1 = 0.0f, t2 = 0.0f;
-#pragma unroll 1
-            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) {
-                t1 += NJ_WS_DX[(st * NJ_SPLIT + q) * NJ_WQ];
-                t2 += NJ_WS_DX[(st * NJ_SPLIT + q) * NJ_WQ + 1];
-            }
-            nj_warp_sum2(t1, t2);
-{% if F.center then %}
-            /* the pieces summed (x - mean) * rstd: its mean dl corrects xhat (bwd_lib.cuh), and
-               sum(g * xhat) = sum(g * (x - mean) * rstd) - dl * sum(g) (exact without an activation,
-               to first order in dl with one) */
-            float t3 = 0.0f;
-#pragma unroll 1
-            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) t3 += NJ_WS_DX[(st * NJ_SPLIT + q) * NJ_WQ + 2];
-            const float dl = nj_warp_sum(t3) * (1.0f / (float)NJ_N);
-            t2 -= dl * t1;
-            if (threadIdx.x == 0) {
-                nj_scratch[2] = dl;
-{% if bwd_dl_store() then %}
-                if (piece == 0 && fabsf(mean) * rstd > NJ_FIX_RATIO) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma walks */
-{% end %}
-            }
-{% end %}
-            if (threadIdx.x == 0) nj_scratch[0] = t1, nj_scratch[1] = t2;
-        }
+{% if mode == "dx" and PIPE then %}
+        /* the statistic's sums, once the block of its last piece has merged them */
+        if (threadIdx.x == 0) nj_pipe_wait(FLAG, NJ_SPLIT + 1);
         __syncthreads();
-        const float s1 = nj_scratch[0], s2 = nj_scratch[1];
+        const float s1 = nj_load_cg(MEANS), s2 = nj_load_cg(MEANS + 1);
 {% if F.center then %}
-        const float dl = nj_scratch[2];
+        const float dl = nj_load_cg(MEANS + 2);
+{% if bwd_dl_store() then %}
+        if (threadIdx.x == 0 && piece == 0 && fabsf(mean) * rstd > NJ_FIX_RATIO) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma walks */
 {% end %}
+{% end %}
+{% elseif mode == "dx" then %}
+{% merge_pieces(false) %}
 {% else %}
         float s1 = 0.0f, s2 = 0.0f;
 {% if mode == "part" and F.center then %}
@@ -183,6 +224,21 @@ NJ_KERNEL({{ name }}, {{ B }})
             NJ_WS_DX[wq + 2] = s3;
 {% end %}
         }
+{% if PIPE then %}
+        /* the block whose add completes the count merges the statistic's pieces */
+        if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FLAG) == NJ_SPLIT - 1)) {
+            nj_fence_gpu();
+{% merge_pieces(true) %}
+            if (threadIdx.x == 0) {
+                MEANS[0] = s1;
+                MEANS[1] = s2;
+{% if F.center then %}
+                MEANS[2] = dl;
+{% end %}
+                nj_pipe_arrive(FLAG);
+            }
+        }
+{% end %}
     }
 }
 {% do return end %}
@@ -234,7 +290,34 @@ NJ_KERNEL({{ name }}, {{ B }})
 }
 {% end %}
 
-{% if SPLIT > 1 then %}
+{% if PIPE then %}
+{% dx_kernel("nj_bwd_dx_part", "part") %}
+
+{% dx_kernel("nj_bwd_dx", "dx") %}
+
+NJ_KERNEL({{ P.role.zero.kernel }}, 256)
+{
+    nj_grid_enter();
+    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
+    if (i < A.rows * {{ P.kept_inner }}LL) ((int *)((float *)A.workspace{{ ws_plus("flags") }}))[i] = 0;
+}
+
+/* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag pieces' sums, then blocks
+   alternate piece q's dx and piece q + lag's sums, and the last lag blocks write the last lag pieces' dx. */
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
+{
+    nj_grid_enter();
+    NJ_SHARED(float, nj_scratch, {{ math.max(2 * NW, 4) }});
+    const nj_i64 total = A.rows * {{ P.kept_inner }}LL * NJ_SPLIT, lag = total < NJ_LAG ? total : NJ_LAG;
+    const nj_i64 b = nj_block_item();
+    if (b >= 2 * total) return;
+    const nj_i64 m = b - lag;
+    const bool dx = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
+    const nj_i64 wi = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    if (dx) nj_bwd_dx_body(A, nj_scratch, wi);
+    else nj_bwd_dx_part_body(A, nj_scratch, wi);
+}
+{% elseif SPLIT > 1 then %}
 {% dx_kernel(P.role.part.kernel, "part") %}
 
 {% dx_kernel(P.role.main.kernel, "dx") %}

@@ -118,13 +118,16 @@ end
    through scratch[0..1]; piece 0 writes the saved statistics. ws: the statistic's partials; plen, total:
    a piece's and the walk's length in units of `unit` elements. The partials are of the scaled shifted
    values (sh in scope, the same for every piece). Leaves md and rstd in scope. #}
-{% function fwd_split_stats(ws, plen, total, unit, scratch, kept) %}
+{# pipe (P.lag): the pieces' sums were stored by other SMs' blocks during this launch (read from L2), and
+   this block, whichever piece it holds, saves the statistics #}
+{% function fwd_split_stats(ws, plen, total, unit, scratch, kept, pipe) %}
+{% local function W(i) return pipe and ("nj_load_cg(WS + " .. i .. ")") or ("WS[" .. i .. "]") end %}
         __syncthreads(); /* {{ scratch }}: the previous piece's readers are done */
         if (threadIdx.x < 32) {
             const float *WS = {{ ws }};
             float s = 0.0f;
 #pragma unroll 1
-            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) s += WS[2 * q];
+            for (int q = threadIdx.x; q < NJ_SPLIT; q += 32) s += {{ W("2 * q") }};
 {% if P.flags.center then %}
             const float mean_s = nj_warp_sum(s) * (1.0f / (float)NJ_N);
             float m2 = 0.0f;
@@ -133,8 +136,8 @@ end
                 const nj_i64 plo = q * {{ plen }}, phi = plo + {{ plen }} < {{ total }} ? plo + {{ plen }} : {{ total }};
                 if (phi > plo) {
                     const float nq = (float)((phi - plo) * {{ unit }});
-                    const float d = __fdividef(WS[2 * q], nq) - mean_s;
-                    m2 += WS[2 * q + 1] + nq * d * d;
+                    const float d = __fdividef({{ W("2 * q") }}, nq) - mean_s;
+                    m2 += {{ W("2 * q + 1") }} + nq * d * d;
                 }
             }
             const float var_s = nj_warp_sum(m2) * (1.0f / (float)NJ_N);
@@ -147,7 +150,7 @@ end
                 {{ scratch }}[0] = md;
                 {{ scratch }}[1] = rstd;
 {% if P.flags.stats then %}
-                if (piece == 0) {
+                if ({{ pipe and "true" or "piece == 0" }}) {
                     const nj_i64 os = {{ offset("stats", kept, "k") }};
 {% if P.flags.center then %}
                     A.mean[os] = sh.k + md;

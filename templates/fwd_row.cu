@@ -11,7 +11,12 @@
    Split rows (P.split > 1, streamed, a block per piece of a row): nj_fwd_row_part writes each piece's
    (sum, squared deviations from the piece mean) to the workspace; nj_fwd_row's warp 0 combines the
    row's pieces in a fixed order (m2 = sum(m2_q + n_q * (mean_q - mean)^2): nothing cancels), then the
-   block normalizes its piece. #}
+   block normalizes its piece. Pipelined (P.lag > 0): one launch, after a zero launch that clears a counter
+   a statistic. Its blocks alternate a piece's partial sums and, P.lag pieces behind, a piece's
+   normalization (nj_fwd_row's pipe_item); a piece's block adds one to its statistic's counter, the one
+   that completes it merges the pieces (fwd_split_stats) into the workspace's means region and adds one
+   more; a normalizing block waits for that. The lag puts a statistic's whole x (and half a wave of
+   blocks) between a piece's two reads: x is read again from L2, not DRAM. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -75,7 +80,8 @@ if PERSIST then
     if has_param and P.axes[a].stride.param ~= 0 then error("fwd_row: persist needs one gamma/beta for all rows") end
   end
 end
-if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or not P.role.part) then error("fwd_row: split rows are streamed, a block a piece") end
+local PIPE = P.lag > 0
+if SPLIT > 1 and (P.regs_cache > 0 or RPB ~= 1 or not (P.role.part or PIPE)) then error("fwd_row: split rows are streamed, a block a piece") end
 -- the chunk range a thread streams: the whole row, or its piece of a split row
 local LO = SPLIT > 1 and "ch_lo + lane" or "lane"
 local HI = SPLIT > 1 and "ch_hi" or GROUPS and "(live ? NCH : 0)" or "NCH"
@@ -106,6 +112,9 @@ NJ_DEVICE void nj_prefetch_l1(const void *p)
 {% end %}
 {% if SPLIT > 1 then %}
 #define NJ_SPLIT {{ SPLIT }}
+{% end %}
+{% if PIPE then %}
+#define NJ_LAG {{ P.lag }}LL
 {% end %}
 
 {# PERSIST: the loop over the rows a block walks, its gamma/beta's words loaded before it (gw_, bw_),
@@ -177,7 +186,7 @@ NJ_DEVICE void nj_prefetch_l1(const void *p)
 {% local compact = P.unaligned %}
 {% local stream_unroll = walk_unroll(F.residual and 2 or 1) .. "\n        " %}
 /* One thread's share of the row: chunks of V elements at chunk index lane, lane + TPR, ... */
-NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratch)
+NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratch{{ PIPE and ", nj_i64 wi_" or "" }})
 {
     constexpr int V = {{ V }};
     constexpr nj_i64 NCH = NJ_N / V;
@@ -188,8 +197,17 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% persist_head() %}
 {% elseif SPLIT > 1 then %}
     constexpr nj_i64 CPS = (NCH + NJ_SPLIT - 1) / NJ_SPLIT; /* chunks a piece */
+{% if PIPE then %}
+    {
+        const nj_i64 wi = wi_; /* the kernel's pipe_item: pieces in row order */
+        const nj_i64 row = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
+        int *const FLAG = (int *)((float *)A.workspace{{ ws_plus("flags") }}) + row;
+        float *const MEANS = (float *)A.workspace{{ ws_plus("means") }} + 2 * row;
+{% else %}
     {{ block_item("wi", "nrows * NJ_SPLIT", nil, nil, mode == "norm" and P.reverse == 1) }}
-{% if mode == "norm" or P.reverse == 1 then %}
+{% end %}
+{% if PIPE then %}
+{% elseif mode == "norm" or P.reverse == 1 then %}
         /* piece-major: the blocks of one piece of every row run side by side, so the piece's gamma/beta
            come from DRAM once, not once a row (LayerNorm f32 10 x 10^7: 800 of the 2000 MB read); the
            part kernel alike when the normalizing one walks back over its pieces (P.reverse) */
@@ -243,7 +261,12 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             }
 {% end %}
 {% end %}
-{% if mode == "norm" then %}
+{% if mode == "norm" and PIPE then %}
+        /* the statistic's shifted mean and rstd, once the block of its last piece has merged them */
+        if (threadIdx.x == 0) nj_pipe_wait(FLAG, NJ_SPLIT + 1);
+        __syncthreads();
+        const float md = nj_load_cg(MEANS), rstd = nj_load_cg(MEANS + 1);
+{% elseif mode == "norm" then %}
         /* the row's statistics from its pieces' (nj_fwd_row_part) */
 {% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept) %}
 {% elseif cache then %}
@@ -384,6 +407,18 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             WS[0] = p_sum;
             WS[1] = p_m2;
         }
+{% if PIPE then %}
+        /* the block whose add completes the count merges the statistic's pieces */
+        if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FLAG) == NJ_SPLIT - 1)) {
+            nj_fence_gpu();
+{% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept, true) %}
+            if (threadIdx.x == 0) {
+                MEANS[0] = md;
+                MEANS[1] = rstd;
+                nj_pipe_arrive(FLAG);
+            }
+        }
+{% end %}
     }
 }
 {% do return end %}
@@ -473,6 +508,31 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% row_body("nj_fwd_row_part_body", P.vec, false, "part") %}
 {% row_body("nj_fwd_row_body", P.vec, false, "norm") %}
 
+{% if PIPE then %}
+NJ_KERNEL({{ P.role.zero.kernel }}, 256)
+{
+    nj_grid_enter();
+    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
+    if (i < A.rows * {{ P.kept_inner }}LL) ((int *)((float *)A.workspace{{ ws_plus("flags") }}))[i] = 0;
+}
+
+/* Block b's work: the first lag blocks take the first lag pieces' sums, then blocks alternate piece q's
+   normalization and piece q + lag's sums, and the last lag blocks normalize the last lag pieces. */
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
+{
+    nj_grid_enter();
+    NJ_SHARED(float, nj_scratch, {{ NW }});
+    NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
+    const nj_i64 total = A.rows * {{ P.kept_inner }}LL * NJ_SPLIT, lag = total < NJ_LAG ? total : NJ_LAG;
+    const nj_i64 b = nj_block_item();
+    if (b >= 2 * total) return;
+    const nj_i64 m = b - lag;
+    const bool norm = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
+    const nj_i64 wi = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    if (norm) nj_fwd_row_body(A, nj_scratch, 0, wi);
+    else nj_fwd_row_part_body(A, nj_scratch, nj_wscratch, wi);
+}
+{% else %}
 NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {
     nj_grid_enter();
@@ -487,6 +547,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
     NJ_SHARED(float, nj_scratch, 2);
     nj_fwd_row_body(A, nj_scratch, 0);
 }
+{% end %}
 {% else %}
 {% row_body("nj_fwd_row_body", P.vec, P.regs_cache > 0) %}
 

@@ -74,6 +74,35 @@ static __device__ __forceinline__ void nj_grid_enter()
 #else
 static __device__ __forceinline__ void nj_grid_enter() {}
 #endif
+/* A pipelined launch's counters (P.lag, fwd_row.cu): blocks announce a piece's partial sums with an add to
+ * their statistic's counter, and the blocks that need the statistic whole wait on it. Inline PTX (no
+ * includes). Waiting blocks rely on the hardware dispatching a grid's blocks in index order, as
+ * single-pass scans do: the plan puts every block a counter waits on well before its waiters. */
+static __device__ __forceinline__ void nj_fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+/* the count before this block's add: this block's stores (the partial sums) ordered before it */
+static __device__ __forceinline__ int nj_pipe_arrive(int *p)
+{
+    int old;
+    nj_fence_gpu();
+    asm volatile("atom.add.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+    return old;
+}
+static __device__ __forceinline__ void nj_pipe_wait(const int *p, int want)
+{
+    int v;
+    for (;;) {
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+        if (v >= want) break;
+        asm volatile("nanosleep.u32 64;");
+    }
+}
+/* a value another SM's block stored during this launch: from L2 (an L1 line of a neighbour's could be old) */
+static __device__ __forceinline__ float nj_load_cg(const float *p)
+{
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
 #endif
 
 typedef long long nj_i64;

@@ -653,6 +653,18 @@ static void test_plan_shape(void **state)
     assert_int_equal(pp.launch[2].lib, NJ_LIB_COLSUM);
     assert_true(pp.split >= 2);
     assert_int_equal(pp.workspace_fixed, 0);
+    /* pipelined (x, dy and dx of a channel: 9.6 MB): the zero launch first, then the pieces' sums, a
+     * channel's merged three and its counter before the pairs */
+    assert_true(pp.lag > 0);
+    assert_string_equal(pp.launch[0].kernel, "nj_bwd_dx_zero");
+    assert_int_equal(pp.workspace_per_row, 64 * ((uint64_t)pp.split * 3 + 3 + 1 + 2) * sizeof(float));
+    assert_int_equal(pp.ws[NJ_WS_SETS].per_row, 64 * (pp.split * 3 + 3 + 1));
+    assert_int_equal(pp.ws[NJ_WS_FLAGS].per_row, 64 * (pp.split * 3 + 3));
+    setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1); /* the part and dx launches */
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &s->dev, &pp), NJ_OK);
+    unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
+    assert_int_equal(pp.lag, 0);
+    assert_string_equal(pp.launch[1].kernel, "nj_bwd_dx");
     assert_int_equal(pp.workspace_per_row, 64 * ((uint64_t)pp.split * 3 + 2) * sizeof(float));
     assert_int_equal(pp.ws[NJ_WS_SETS].per_row, 64 * pp.split * 3);
     assert_int_equal(nj_launch_grid(&pp.launch[2], 1, 0, g1), NJ_OK);

@@ -481,13 +481,15 @@ static void test_forward_variants(void **state)
         assert_non_null(strstr(src, "struct nj_kargs"));
         char want[128];
         char regs[128]; /* the kernel macro: NJ_KERNEL, or NJ_KERNEL_REGS where registers matter more */
-        snprintf(want, sizeof want, "NJ_KERNEL(%s, %d)", pp.launch[0].kernel, pp.block);
-        snprintf(regs, sizeof regs, "NJ_KERNEL_REGS(%s, %d)", pp.launch[0].kernel, pp.block);
-        if (pp.persist) snprintf(want, sizeof want, "NJ_KERNEL_OCC(%s, %d, %d)", pp.launch[0].kernel, pp.block,
+        /* the main kernel (a pipelined split's first launch is the zero launch's 256 threads) */
+        const char *mk = pp.launch[pp.role[NJ_ROLE_MAIN] - 1].kernel;
+        snprintf(want, sizeof want, "NJ_KERNEL(%s, %d)", mk, pp.block);
+        snprintf(regs, sizeof regs, "NJ_KERNEL_REGS(%s, %d)", mk, pp.block);
+        if (pp.persist) snprintf(want, sizeof want, "NJ_KERNEL_OCC(%s, %d, %d)", mk, pp.block,
                                  pp.persist);
         /* an image block is held to 64 registers a thread (the blocks an SM its shared memory allows) */
         if (pp.family == NJ_FAMILY_IMAGE)
-            snprintf(want, sizeof want, "NJ_KERNEL_OCC(%s, %d, %d)", pp.launch[0].kernel, pp.block, 1024 / pp.block);
+            snprintf(want, sizeof want, "NJ_KERNEL_OCC(%s, %d, %d)", mk, pp.block, 1024 / pp.block);
         /* a channels-last main kernel of at most 512 threads is held to two blocks an SM (a fused image's
            of at most 96 KB) */
         int64_t image = fwd[i].c.reduce_size * fwd[i].c.axes[2].extent * (int64_t)nj_dtype_size((nj_dtype)fwd[i].c.dtype[NJ_OPD_X]);

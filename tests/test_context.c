@@ -312,7 +312,11 @@ static void test_split_rows(void **state)
     fixture *f = *state;
     split_rows(f->dir, 0);
     setenv("NORMJIT_PLAN_NO_CLUSTER", "1", 1);
-    split_rows(f->dir, 3 * 32 * 2 * sizeof(float)); /* 32 pieces of 2^13 a row: (sum, m2) each */
+    /* pipelined (P.lag): 64 pieces of 512 x 4 x 2 a row, (sum, m2) each, a row's (mean, rstd) and counter */
+    split_rows(f->dir, 3 * (64 * 2 + 3) * sizeof(float));
+    setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1);
+    split_rows(f->dir, 3 * 32 * 2 * sizeof(float)); /* two launches: 32 pieces of 2^13 a row: (sum, m2) each */
+    unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
     unsetenv("NORMJIT_PLAN_NO_CLUSTER");
 }
 

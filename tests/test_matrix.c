@@ -357,6 +357,31 @@ static void test_cluster(void **state)
  * 4-element vectors where 8 do not divide the image (RMS), a scalar copy for an odd image, a vector
  * spanning three channels of 3 pixels, a wider y, and a NaN that must stay in its pixel; backward
  * passes alike (check_line runs both). */
+/* Split rows pipelined in one launch (P.lag, fwd_row.cu, bwd_general.cu): statistics past what a cluster keeps (sm_90),
+   more pieces than the lag (blocks alternate sums and normalization), the saved statistics and an
+   activation at an offset, gamma/beta a channel within the row, the residual, and its unaligned variant
+   (2 bytes off: vec 1). The emulator stops a launch whose block waits on a counter no earlier block
+   raised. */
+static void test_pipe(void **state)
+{
+    matrix_state *m = *state;
+    int before = m->failed;
+    regime fwd = {"fwd", 1e3, 1.0, 1e-5, 0, NJ_PASS_FORWARD, 0};
+    check_regime(m, "instancenorm f32 ncdhw 2x3x64x64x128 flags=scale,bias,stats act=silu", &fwd, 154);
+    fwd.offset = 0.0;
+    check_regime(m, "groupnorm f32 nchw 2x64x128x128 groups=2 flags=scale,bias", &fwd, 155);
+    check_regime(m, "layernorm f16 6x300000 flags=scale,bias,residual,resout", &fwd, 156);
+    fwd.shift = 2;
+    check_regime(m, "layernorm f16 6x300000 flags=scale,bias,residual,resout", &fwd, 157);
+    /* the backward (bwd_general.cu, gamma/beta a set's: their sums from the pipe's merged sums): an
+       activation and the saved mean's correction at an offset, none without gamma/beta */
+    regime bwd = {"bwd", 1e3, 1.0, 1e-5, 0, NJ_PASS_BACKWARD, 0};
+    check_regime(m, "instancenorm f32 ncdhw 2x3x64x64x128 flags=scale,bias,stats act=silu", &bwd, 158);
+    bwd.offset = 0.0;
+    check_regime(m, "instancenorm bf16 ncdhw 2x3x64x64x128", &bwd, 159);
+    assert_int_equal(m->failed - before, 0);
+}
+
 static void test_image(void **state)
 {
     matrix_state *m = *state;
@@ -757,6 +782,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_row_persist),
         cmocka_unit_test(test_image), cmocka_unit_test(test_tile), cmocka_unit_test(test_cluster),
+        cmocka_unit_test(test_pipe),
         cmocka_unit_test(test_instancenorm), cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_batchnorm),   cmocka_unit_test(test_general),
         cmocka_unit_test(test_flags_by_activation), cmocka_unit_test(test_special_values),

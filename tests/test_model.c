@@ -167,10 +167,50 @@ static double norm_dram_read(const char *text, bool reverse)
 static void test_reverse_meets_l2(void **state)
 {
     (void)state;
-    const char *text = "layernorm f32 8x1000000 flags=scale,bias";
-    double x = 8.0 * 1e6 * 4, fwd = norm_dram_read(text, false), rev = norm_dram_read(text, true);
+    /* a context keeps the plan it made first for a problem, whatever the switches say later: a problem
+       of its own for each plan (gamma alone, beta alone: x and y as before) */
+    setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1); /* the two launches (else one pipelined: test_pipe_twins) */
+    double x = 8.0 * 1e6 * 4, fwd = norm_dram_read("layernorm f32 8x1000000 flags=scale", false),
+           rev = norm_dram_read("layernorm f32 8x1000000 flags=bias", true);
+    unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
     assert_true(fwd >= 0.9 * x);
     assert_true(rev <= fwd - 0.25 * x);
+}
+
+/* The pipelined split (P.lag): block b's twin handles the same piece in the other role, every block has
+   one, the sums' block comes first and the normalizing one at most lag + the piece's row away. The model
+   traces twins together and finds the second read of a piece as far back as the grid's bytes between
+   them: InstanceNorm f32 over 128^3 voxels (8 MB a statistic) reads x once from DRAM, as its two launches
+   read it twice (the second launch's reversed walk finds ~50 MB of it in L2). */
+static void test_pipe_twins(void **state)
+{
+    (void)state;
+    for (uint64_t total = 1; total < 40; total += 3)
+        for (uint64_t lag = 1; lag < 50; lag += 7) {
+            uint64_t sums = 0, l = lag < total ? lag : total;
+            for (uint64_t b = 0; b < 2 * total; b++) {
+                uint64_t w = nj_pipe_twin(b, total, lag);
+                assert_true(w < 2 * total && w != b);
+                assert_int_equal(nj_pipe_twin(w, total, lag), b);
+                if (b < w) sums++, assert_true(w - b <= 2 * l);
+            }
+            assert_int_equal(sums, total);
+            assert_int_equal(nj_pipe_twin(2 * total, total, lag), UINT64_MAX);
+        }
+    const char *text = "instancenorm f32 ncdhw 2x32x128x128x128 flags=scale,bias";
+    double x = 2.0 * 32 * (1 << 21) * 4;
+    nj_model_result r = model_of(text, NJ_PASS_FORWARD, 8);
+    const nj_model_pass *ps = &r.pass[0];
+    assert_non_null(strstr(ps->plan_text, "lag="));
+    assert_int_equal(ps->nlaunch, 2);
+    assert_true(ps->launch[1].t.run < ps->launch[1].t.clusters);
+    assert_true(ps->launch[1].t.dram_read <= 1.03 * x && ps->launch[1].t.dram_read >= 0.97 * x);
+    setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1); /* another problem: the context keeps its first plan */
+    r = model_of("instancenorm f32 ncdhw 2x32x128x128x128 flags=scale", NJ_PASS_FORWARD, 8);
+    unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
+    ps = &r.pass[0];
+    assert_null(strstr(ps->plan_text, "lag="));
+    assert_true(ps->launch[0].t.dram_read + ps->launch[1].t.dram_read >= 1.8 * x);
 }
 
 /* InstanceNorm f32 over 64^3 voxels backward (sm_90): a cluster of 8 blocks a row, each staging its
@@ -531,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_row_f32_forward), cmocka_unit_test(test_sample_scales),
         cmocka_unit_test(test_row_backward),    cmocka_unit_test(test_counting_off),
         cmocka_unit_test(test_param_reads_capped), cmocka_unit_test(test_reverse_meets_l2),
+        cmocka_unit_test(test_pipe_twins),
         cmocka_unit_test(test_cluster_rereads_l2), cmocka_unit_test(test_image_parts_grouped), cmocka_unit_test(test_l1_hits_spare_l2), cmocka_unit_test(test_partial_last_block), cmocka_unit_test(test_short_tile_runs), cmocka_unit_test(test_param_once_piece_major),
         cmocka_unit_test(test_l2_ramp),         cmocka_unit_test(test_last_wave),
         cmocka_unit_test(test_devices),

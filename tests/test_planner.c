@@ -164,9 +164,48 @@ static void test_row_long(void **state)
     assert_int_equal(pp.block, 512);
     assert_int_equal(pp.rows_per_block, 1);
     assert_int_equal(pp.split, 1);
-    /* 2^20 elements: 32 pieces of 2^15, a block each; per-piece (sum, m2) in the workspace */
+    /* 2^20 elements (4 MB of x and of y, under NJ_PIPE_BYTES): one pipelined launch after the zero launch,
+       256 pieces of 512 threads x 4 x 2, the lag a row's pieces and half a wave of 132 x 4 blocks; per
+       piece (sum, m2), per row (mean, rstd) and a counter in the workspace */
     tc_row(&c, NJ_F32, 1 << 20, 0);
     nj_status st = nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp);
+    assert_int_equal(st, NJ_OK);
+    assert_int_equal(pp.split, 256);
+    assert_int_equal(pp.lag, 256 + 132 * 4 / 2);
+    assert_int_equal(pp.nlaunch, 2);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_row_zero");
+    assert_int_equal(pp.role[NJ_ROLE_ZERO], 1);
+    assert_int_equal(pp.role[NJ_ROLE_PART], 0);
+    assert_int_equal(pp.launch[1].row_mult, 2 * 256);
+    assert_int_equal(pp.workspace_per_row, (256 * 2 + 3) * sizeof(float));
+    assert_int_equal(pp.reverse, 0);
+    /* the two launches without it; with the residual (x, the residual, y: 12 MB) still pipelined, not
+       with 2^21 of them (24 MB) */
+    setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1);
+    st = nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp);
+    unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
+    assert_int_equal(pp.lag, 0);
+    assert_int_equal(st, NJ_OK);
+    assert_int_equal(pp.regs_cache, 0);
+    assert_int_equal(pp.block, 512);
+    assert_int_equal(pp.split, 32);
+    assert_int_equal(pp.nlaunch, 2);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_row_part");
+    assert_string_equal(pp.launch[1].kernel, "nj_fwd_row");
+    assert_int_equal(pp.launch[0].row_mult, 32);
+    assert_int_equal(pp.launch[1].row_mult, 32);
+    assert_int_equal(pp.workspace_per_row, 32 * 2 * sizeof(float));
+    tc_row(&c, NJ_F32, 1 << 20, NJ_FLAG_RESIDUAL);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_true(pp.lag > 0);
+    tc_row(&c, NJ_F32, 1 << 21, NJ_FLAG_RESIDUAL);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.lag, 0);
+    assert_int_equal(pp.split, 64);
+    tc_row(&c, NJ_F32, 1 << 20, 0);
+    setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1);
+    st = nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp);
+    unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
     assert_int_equal(st, NJ_OK);
     assert_int_equal(pp.regs_cache, 0);
     assert_int_equal(pp.block, 512);
@@ -1288,12 +1327,14 @@ static void test_reverse(void **state)
         nj_pass pass;
         int32_t reverse;
     } want[] = {
-        {"layernorm f32 8x1000000 flags=scale,bias", NJ_PASS_FORWARD, 1},        /* row, split */
+        {"layernorm f32 4x10000000 flags=scale,bias", NJ_PASS_FORWARD, 1},       /* row, split */
+        {"layernorm f32 8x1000000 flags=scale,bias", NJ_PASS_FORWARD, 0},        /* pipelined */
         {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 1},  /* tiles */
         {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1},
         {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 0},    /* fused */
         {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 0},   /* staged */
-        {"instancenorm f32 ncdhw 1x2x128x128x128 flags=scale,bias", NJ_PASS_BACKWARD, 1},   /* general */
+        {"groupnorm f32 nchw 2x64x128x128 groups=2 flags=scale,bias", NJ_PASS_BACKWARD, 1},  /* general */
+        {"instancenorm f32 ncdhw 1x2x128x128x128 flags=scale,bias", NJ_PASS_BACKWARD, 0},   /* pipelined */
         {"instancenorm f32 ndhwc 2x64x64x64x64 flags=scale,bias", NJ_PASS_FORWARD, 1},      /* column */
         {"layernorm bf16 4096x4096 flags=scale,bias", NJ_PASS_FORWARD, 0},
         {"layernorm bf16 4096x4096 flags=scale,bias", NJ_PASS_BACKWARD, 0},

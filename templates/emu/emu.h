@@ -6,7 +6,7 @@
 #ifndef NJ_EMU_H
 #define NJ_EMU_H
 
-#define NJ_EMU_ABI 4 /* bump with any change to nj_emu_runtime (src/emu_fibers.c keeps a twin) */
+#define NJ_EMU_ABI 5 /* bump with any change to nj_emu_runtime (src/emu_fibers.c keeps a twin) */
 
 typedef __SIZE_TYPE__ nj_emu_size;
 
@@ -32,6 +32,8 @@ struct nj_emu_runtime {
     void (*misaligned)(const void *p, unsigned bytes, int line); /* ends the launch, as a GPU would */
     /* a memory access of a kernel built for counting (below); site: the instruction's return address */
     void (*access)(const void *p, unsigned bytes, int store, const void *site);
+    /* nj_pipe_wait found the counter short: ends the launch (a GPU would hang), unless blocks are skipped */
+    void (*unmet)(const int *p, int want, int line);
 };
 
 static const nj_emu_runtime *nj_emu_rt_;
@@ -121,6 +123,21 @@ static inline int __syncthreads_or(int p, int line = __builtin_LINE())
 }
 static inline void __threadfence(void) { __asm__ __volatile__("" ::: "memory"); }
 static inline void __threadfence_block(void) { __asm__ __volatile__("" ::: "memory"); }
+
+/* ---- a pipelined launch's counters (prelude: nj_pipe_arrive, nj_pipe_wait, nj_load_cg). Blocks run in
+ * order, one after another: a counter a block waits on was raised by blocks before it, or never will be. */
+static inline void nj_fence_gpu(void) { __asm__ __volatile__("" ::: "memory"); }
+static inline int nj_pipe_arrive(int *p)
+{
+    int o = *p; /* fibers never run at the same time */
+    *p = o + 1;
+    return o;
+}
+static inline void nj_pipe_wait(const int *p, int want, int line = __builtin_LINE())
+{
+    if (*(volatile const int *)p < want) nj_emu_rt_->unmet(p, want, line);
+}
+static inline float nj_load_cg(const float *p) { return *p; }
 
 /* ---- launches: one at a time, each finished before the next starts (prelude: nj_grid_enter) ---- */
 static inline void nj_grid_enter(void) {}
