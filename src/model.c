@@ -407,7 +407,9 @@ static void m_period(const nj_canon *c, const nj_plan_params *pp, const nj_launc
         int64_t hw = c->axes[1].extent;
         per = pp->split, full = pp->tile, last = hw - (per - 1) * pp->tile;
     }
-    if (per > 1 && full > 0 && last > 0 && last < full && l->row_mult == per && l->row_div == 1 && l->grid_x == 0) {
+    /* a pipelined launch: two blocks a tile (its sums, its y), the tile pipe_piece finds (model_trace.c) */
+    int64_t blocks = per * (pp->lag > 0 ? 2 : 1);
+    if (per > 1 && full > 0 && last > 0 && last < full && l->row_mult == blocks && l->row_div == 1 && l->grid_x == 0) {
         k->period = (uint64_t)per;
         k->period_share = (double)last / (double)full;
     }
@@ -491,7 +493,7 @@ static nj_status m_pass(nj_context *ctx, nj_plan *plan, const nj_problem_desc *p
         bool fwd_pm = pp->family == NJ_FAMILY_ROW && pp->pass == NJ_PASS_FORWARD && pp->split > 1 && main_launch &&
                       pp->lag == 0;
         if (pp->lag > 0 && main_launch) { /* the pipelined split: twins traced together */
-            k.pipe_total = (uint64_t)(plan->rows * plan->canon.kept_inner * pp->split);
+            k.pipe_total = (uint64_t)(m->blocks / 2); /* two blocks a piece (a split row's, an image's tile) */
             k.pipe_lag = (uint64_t)pp->lag;
         }
         bool bwd_pm = pp->family == NJ_FAMILY_GENERAL && pp->pass == NJ_PASS_BACKWARD && pp->split > 1 &&

@@ -205,14 +205,23 @@ static void tr_launch(void *u, const nj_emu_launch *l)
                                                .one_wave = (double)r->clusters <= t->k.resident};
 }
 
-uint64_t nj_pipe_twin(uint64_t b, uint64_t total, uint64_t lag)
+/* Block b's piece of a pipelined launch, and whether b normalizes it (b < 2 * total). */
+static uint64_t pipe_piece(uint64_t b, uint64_t total, uint64_t lag, bool *norm)
 {
     if (lag > total) lag = total;
-    if (b >= 2 * total) return UINT64_MAX;
     /* block b: the sums of piece b (b < lag); then, alternately, piece m / 2's normalization and piece
        lag + m / 2's sums (m = b - lag); the last lag blocks normalize the last lag pieces */
-    bool norm = b >= lag && (b >= 2 * total - lag || (b - lag) % 2 == 0);
-    uint64_t m = b - lag, q = b < lag ? b : b >= 2 * total - lag ? b - total : m % 2 == 0 ? m / 2 : lag + m / 2;
+    *norm = b >= lag && (b >= 2 * total - lag || (b - lag) % 2 == 0);
+    uint64_t m = b - lag;
+    return b < lag ? b : b >= 2 * total - lag ? b - total : m % 2 == 0 ? m / 2 : lag + m / 2;
+}
+
+uint64_t nj_pipe_twin(uint64_t b, uint64_t total, uint64_t lag)
+{
+    if (b >= 2 * total) return UINT64_MAX;
+    bool norm;
+    uint64_t q = pipe_piece(b, total, lag, &norm);
+    if (lag > total) lag = total;
     if (norm) return q < lag ? q : 2 * q - lag + 1;
     return q < total - lag ? lag + 2 * q : q + total;
 }
@@ -596,6 +605,8 @@ static void tr_cluster_done(void *u, uint64_t cluster)
     t->scale = r->run ? (double)r->clusters / (double)r->run : 1;
     if (r->period > 1) { /* runs of period clusters, the last of each short (a reversed walk: its mirror) */
         uint64_t item = t->k.reverse ? r->clusters - 1 - cluster : cluster;
+        bool norm;
+        if (t->k.pipe_total) item = pipe_piece(cluster, t->k.pipe_total, t->k.pipe_lag, &norm); /* its tile */
         bool short_one = item % r->period == r->period - 1 && item / r->period < r->clusters / r->period;
         r->work_run += short_one ? r->period_share : 1;
         t->scale = r->work_total / r->work_run;

@@ -81,7 +81,8 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     /* a pipelined split (P.lag): a forward row walk or a backward general one whose counters a zero launch clears, a region for them
      * and for the merged statistics */
     bool pipe_ok = pp->split > 1 &&
-                   ((pp->pass == NJ_PASS_FORWARD && pp->family == NJ_FAMILY_ROW) ||
+                   ((pp->pass == NJ_PASS_FORWARD &&
+                     (pp->family == NJ_FAMILY_ROW || pp->family == NJ_FAMILY_CHANNELS_LAST)) ||
                     (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_GENERAL &&
                      (pp->pgrad == NJ_PGRAD_NONE || pp->pgrad == NJ_PGRAD_SETS))) &&
                    pp->role[NJ_ROLE_ZERO] && !pp->role[NJ_ROLE_PART] && (pp->ws_used & (1u << NJ_WS_FLAGS)) &&

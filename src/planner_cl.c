@@ -210,6 +210,42 @@ static int64_t cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props 
     return k;
 }
 
+/* The forward of an image of several tiles, pipelined in one launch (P.lag; docs/architecture.md, as a split
+ * row's): a zero launch clears a counter an image, then the tiles' blocks alternate a tile's group sums
+ * and, lag tiles behind, a tile's y; the block of an image's last tile merges its tiles' sums (as the
+ * library's merge would) and the normalizing blocks wait for it. The lag is an image's tiles and half a
+ * wave of resident blocks (two an SM where blocks of up to 512 threads are held to two), images of at most
+ * 24 MB of x and y (UNet f16 64 x 64 x 1280: 21 MB; model, H200: 60.2 -> 80.5% of copy, 1.02x the ideal
+ * bytes: a tile's second read an image and half a wave after its first, past half the L2 a little). Per image: each tile's (sum, m2) per group, the image's (mean, rstd) per group, its
+ * counter (two floats' room: the means stay 8-byte aligned). NORMJIT_PLAN_NO_CL_PIPE=1: three launches. */
+#define NJ_PIPE_CL_BYTES (24 << 20)
+static bool cl_fwd_pipe(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    const nj_operand *opds;
+    size_t n;
+    cl_opds(c, NJ_PASS_FORWARD, &opds, &n);
+    int64_t es = 0;
+    for (size_t i = 0; i < n; i++) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
+    /* not with the residual: its loads beside the statistics' code spilled 56-88 B at the 64 registers of
+     * two blocks an SM (bf16 2 x 96 x 40 x 40, GELU erf, the residual written) */
+    if (nj_plan_switched_off("CL_PIPE") || (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) ||
+        c->reduce_size * c->axes[2].extent > NJ_PIPE_CL_BYTES / es)
+        return false;
+    int64_t groups = c->axes[2].extent, tiles = pp->split, image = (tiles + 1) * groups * 2 + 2;
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    pp->lag = (int32_t)(tiles + (int64_t)sms * (pp->block <= 512 ? 2 : 1) / 2);
+    nj_plan_add_launch(pp, "nj_fwd_cl_zero", 256, 1, 256, 0);
+    nj_plan_role(pp, NJ_ROLE_ZERO);
+    nj_plan_add_launch(pp, "nj_fwd_cl_norm", pp->block, 2 * tiles, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+    pp->ws_stride = image;
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
+    nj_plan_ws(pp, NJ_WS_MEANS, tiles * groups * 2, 0);
+    nj_plan_ws(pp, NJ_WS_FLAGS, (tiles + 1) * groups * 2, 0);
+    pp->workspace_per_row = (uint64_t)image * sizeof(float);
+    return true;
+}
+
 nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
@@ -230,6 +266,7 @@ nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *de
         return NJ_OK;
     }
     int64_t groups = c->axes[2].extent, tiles = pp->split, image = (tiles + 1) * groups * 2;
+    if (cl_fwd_pipe(c, dev, pp)) return NJ_OK;
     nj_plan_add_launch(pp, "nj_fwd_cl_stats", pp->block, pp->split, 1, 0);
     nj_plan_role(pp, NJ_ROLE_PART);
     /* per image: each tile's (sum, m2) per group, then the image's (mean, rstd) per group; tile t counts

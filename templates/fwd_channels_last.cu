@@ -14,7 +14,11 @@
    One launch instead (no part role): nj_fwd_cl_fused, an image of one tile (S 1), its statistics in the
    block; nj_fwd_cl_cluster (sm_90), a thread-block cluster of the image's S tiles, each block staging its
    tile's x in shared memory as the statistics walk reads it, the tiles' group sums combined through
-   distributed shared memory in tile order (as the library's merge would), then y from the staged tile. #}
+   distributed shared memory in tile order (as the library's merge would), then y from the staged tile.
+   Pipelined (P.lag > 0; docs/architecture.md): nj_fwd_cl_zero clears a counter an image, then one launch
+   nj_fwd_cl_norm whose blocks alternate a tile's statistics (as nj_fwd_cl_stats) and, P.lag tiles
+   behind, a tile's y; the block of an image's last tile merges its tiles (nj_cl_merge, as the library's
+   merge) into the means, and the normalizing blocks wait for it: x's second read finds it in L2. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -26,7 +30,8 @@ cl_setup("fwd_channels_last")
 -- kernel, which then reads its tile again (an L1 or L2 hit), not the image's x a second time from DRAM;
 -- or a cluster of the image's tiles (CLUSTER), each staging its tile (STAGE; the unaligned variant, a
 -- vector of one, reads its tile again instead)
-local ONE = P.role.part == nil
+local PIPE = P.lag > 0
+local ONE = P.role.part == nil and not PIPE
 FUSED = ONE and S == 1
 CLUSTER = ONE and S > 1
 STAGE = CLUSTER and P.stage == 1
@@ -199,6 +204,14 @@ NJ_DEVICE_CALL void nj_cl_group_sums(const float *part, float *chan, float *out)
         }
         nj_cl_group_sums(nj_part, nj_chan, nj_gm2);
 {% end %}
+{% local function stats_write() %}
+        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }} + tile * (2 * NJ_G);
+#pragma unroll 1
+        for (int g = t; g < NJ_G; g += {{ B }}) {
+            WS[2 * g] = nj_gsum[g];
+            WS[2 * g + 1] = nj_gm2[g];
+        }
+{% end %}
 {% if P.role.part then %}
 /* plain launch bounds: at most 64 registers on sm_80 leave room for two ~512-thread blocks an SM (no
  * spills: it holds two Welford values a channel, not the normalize's constants and activation) */
@@ -218,12 +231,7 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
     {{ block_item("w", "A.rows * NJ_S") }}
         {{ cl_tile_item() }}
 {% tile_stats() %}
-        float *WS = (float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }} + tile * (2 * NJ_G);
-#pragma unroll 1
-        for (int g = t; g < NJ_G; g += {{ B }}) {
-            WS[2 * g] = nj_gsum[g];
-            WS[2 * g + 1] = nj_gm2[g];
-        }
+{% stats_write() %}
     }
 }
 
@@ -238,35 +246,7 @@ NJ_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {%
 local TWO = B <= 512 and not CLUSTER and (not FUSED or HW * C * (P.dtype.x == "f32" and 4 or 2) <= 96 * 1024)
 %}
-{% if CLUSTER then %}
-NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
-{% elseif TWO then %}
-NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, 2)
-{% else %}
-NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
-{% end %}
-{
-    nj_grid_enter();
-    /* each group's shift, mean of x - shift and rstd, finished once a block: a thread's CH channels
-       read them from shared memory, not CH shift loads and 2 * CH workspace loads of their own */
-{% if ONE then %}
-{% stats_shared() %}
-{% else %}
-    NJ_SHARED(float, nj_gk, {{ G }});
-{% end %}
-{% if CLUSTER then %}
-    NJ_SHARED(float, nj_csum, {{ G }}); /* the image's group sums, combined from the cluster's tiles */
-    NJ_SHARED(float, nj_cm2, {{ G }});
-{% end %}
-{% if STAGE then %}
-    NJ_DYN_SHARED(nj_tx, nj_stage); /* the tile's x, [pixel][channel] */
-{% end %}
-    NJ_SHARED(float, nj_gm, {{ G }});
-    NJ_SHARED(float, nj_gr, {{ G }});
-{% fwd_pointers() %}
-    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
-    const bool active = t < NJ_LT * NJ_R;
-    {{ main_item("w", "A.rows * NJ_S") }}
+{% local function norm_item() %}
         {{ cl_tile_item() }}
 {% if ONE then %}
         /* the image is this tile (or, CLUSTER, this cluster's tiles): its statistics here, finished as the
@@ -301,6 +281,10 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {% end %}
 {% else %}
         const float *ST = (const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("means") }};
+{% if PIPE then %}
+        /* the image's merged moments, once the block of its last tile has written them */
+        if (t == 0) nj_pipe_wait((const int *)((const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("flags") }}), NJ_S + 1);
+{% end %}
 {% end %}
         /* the group's shift and scale (its first channel at pixel 0) finish the merged moments */
         const nj_i64 oimg = {{ offset("x", {1}, "k") }};
@@ -316,7 +300,13 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
             const float gmean = {{ GS }}[k3] * inv_n, gd = __fdividef({{ GS }}[k3], (float)NJ_N) - gmean;
 {% fwd_finish("gmean", "(" .. GM .. "[k3] + (float)NJ_N * gd * gd) * inv_n") %}
 {% else %}
+{% if PIPE then %}
+            float2 st2; /* stored by another SM's block in this launch: from L2 */
+            st2.x = nj_load_cg(ST + 2 * k3);
+            st2.y = nj_load_cg(ST + 2 * k3 + 1);
+{% else %}
             const float2 st2 = *(const float2 *)(ST + 2 * k3); /* one 8-byte load: whole sectors a warp */
+{% end %}
 {% fwd_finish("st2.x", "st2.y") %}
 {% end %}
             nj_gk[k3] = sh.k;
@@ -385,5 +375,137 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
             }
 {% end %}
         }
+{% end %}
+{% if PIPE then %}
+/* The image's tiles' (sum, m2) per group combined into its (mean, m2 / n) per group, in the library
+   merge's order (lib_merge.cu): lane l of each warp owns group g0 + l, warp w adds tiles w, w + NW, ...,
+   warp 0 then the warps' sums; written in O's [group][2]. W: tile t's pairs at t * 2G, read from L2 (the
+   other tiles' blocks stored them in this launch). red: B + 32 floats of shared memory. */
+NJ_DEVICE_CALL void nj_cl_merge(const float *W, float *O, float *red)
+{
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    constexpr int NWP = {{ B // 32 }};
+    const float inv_n = 1.0f / (float)NJ_N;
+#pragma unroll 1
+    for (int g0 = 0; g0 < NJ_G; g0 += 32) {
+        const int g = g0 + lane;
+        const bool ok = g < NJ_G;
+        float a = 0.0f;
+        if (ok) {
+#pragma unroll 4
+            for (int q = wp; q < NJ_S; q += NWP) a += nj_load_cg(W + q * (2 * NJ_G) + 2 * g);
+        }
+        red[threadIdx.x] = a;
+        __syncthreads();
+        if (wp == 0) {
+#pragma unroll 1
+            for (int v = 1; v < NWP; v++) a += red[v * 32 + lane];
+            red[{{ B }} + lane] = a * inv_n;
+        }
+        __syncthreads();
+        const float mean = red[{{ B }} + lane];
+        float m2 = 0.0f;
+        if (ok) {
+#pragma unroll 1
+            for (int q = wp; q < NJ_S; q += NWP) {
+                const float nq = (float)(nj_cl_tile_pixels(q) * NJ_CG);
+                const float d = __fdividef(nj_load_cg(W + q * (2 * NJ_G) + 2 * g), nq) - mean;
+                m2 += nj_load_cg(W + q * (2 * NJ_G) + 2 * g + 1) + nq * d * d;
+            }
+        }
+        __syncthreads(); /* warp 0 read the sums */
+        red[threadIdx.x] = m2;
+        __syncthreads();
+        if (wp == 0) {
+#pragma unroll 1
+            for (int v = 1; v < NWP; v++) m2 += red[v * 32 + lane];
+            if (ok) {
+                O[2 * g] = mean;
+                O[2 * g + 1] = m2 * inv_n;
+            }
+        }
+        __syncthreads();
     }
 }
+
+NJ_KERNEL({{ P.role.zero.kernel }}, 256)
+{
+    nj_grid_enter();
+    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
+    if (i < A.rows) *(int *)((float *)A.workspace + i * NJ_WS_IMAGE{{ ws_plus("flags") }}) = 0;
+}
+
+/* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag tiles' statistics, then
+   blocks alternate tile q's y and tile q + lag's statistics, and the last lag blocks the last tiles' y. */
+{% if TWO then %}
+NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, 2)
+{% else %}
+NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
+{% end %}
+{
+    nj_grid_enter();
+{% stats_shared() %}
+    NJ_SHARED(float, nj_gm, {{ G }});
+    NJ_SHARED(float, nj_gr, {{ G }});
+    NJ_SHARED(float, nj_red, {{ B + 32 }});
+{% fwd_pointers() %}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    const bool active = t < NJ_LT * NJ_R;
+    const nj_i64 total = A.rows * NJ_S, lag = total < {{ P.lag }}LL ? total : {{ P.lag }}LL;
+    const nj_i64 b = nj_block_item();
+    if (b >= 2 * total) return;
+    const nj_i64 m = b - lag;
+    const bool norm = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
+    const nj_i64 w = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    if (!norm) {
+        {{ cl_tile_item() }}
+        {
+{% tile_stats() %}
+        }
+{% stats_write() %}
+        /* the block whose add completes the image's count merges its tiles */
+        int *const FLAG = (int *)((float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("flags") }});
+        if (__syncthreads_or(t == 0 && nj_pipe_arrive(FLAG) == NJ_S - 1)) {
+            nj_fence_gpu();
+            nj_cl_merge((const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }},
+                        (float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("means") }}, nj_red);
+            if (t == 0) nj_pipe_arrive(FLAG);
+        }
+    } else {
+{% norm_item() %}
+    }
+}
+{% else %}
+{% if CLUSTER then %}
+NJ_CLUSTER_KERNEL({{ P.role.main.kernel }}, {{ B }}, {{ S }}, 1, 1)
+{% elseif TWO then %}
+NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, 2)
+{% else %}
+NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
+{% end %}
+{
+    nj_grid_enter();
+    /* each group's shift, mean of x - shift and rstd, finished once a block: a thread's CH channels
+       read them from shared memory, not CH shift loads and 2 * CH workspace loads of their own */
+{% if ONE then %}
+{% stats_shared() %}
+{% else %}
+    NJ_SHARED(float, nj_gk, {{ G }});
+{% end %}
+{% if CLUSTER then %}
+    NJ_SHARED(float, nj_csum, {{ G }}); /* the image's group sums, combined from the cluster's tiles */
+    NJ_SHARED(float, nj_cm2, {{ G }});
+{% end %}
+{% if STAGE then %}
+    NJ_DYN_SHARED(nj_tx, nj_stage); /* the tile's x, [pixel][channel] */
+{% end %}
+    NJ_SHARED(float, nj_gm, {{ G }});
+    NJ_SHARED(float, nj_gr, {{ G }});
+{% fwd_pointers() %}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    const bool active = t < NJ_LT * NJ_R;
+    {{ main_item("w", "A.rows * NJ_S") }}
+{% norm_item() %}
+    }
+}
+{% end %}

@@ -256,10 +256,19 @@ static void test_channels_last_variants(void **state)
     assert_true(run_groupnorm_nhwc_at(cc, 0) < 1.0);
     assert_true(run_groupnorm_nhwc_at(cc, 1) < 1.0);
     nj_context_destroy(cc);
-    /* the three launches and their workspace */
+    /* pipelined: one source (the zero launch and the tiles' launch), no library merge; shifted, its
+       unaligned variant */
     setenv("NORMJIT_PLAN_NO_CLUSTER", "1", 1);
-    nj_context *ctx = emu_context(f->dir, NJ_CTX_EMU_POISON | NJ_CTX_EMU_SHUFFLE);
+    nj_context *pc = emu_context(f->dir, NJ_CTX_EMU_POISON | NJ_CTX_EMU_SHUFFLE);
     nj_cache_stats st = {.struct_size = sizeof st};
+    assert_true(run_groupnorm_nhwc_at(pc, 0) < 1.0);
+    assert_int_equal(nj_context_cache_stats(pc, &st), NJ_OK);
+    assert_int_equal(st.compiles, 1);
+    assert_true(run_groupnorm_nhwc_at(pc, 1) < 1.0);
+    nj_context_destroy(pc);
+    /* the three launches and their workspace */
+    setenv("NORMJIT_PLAN_NO_CL_PIPE", "1", 1);
+    nj_context *ctx = emu_context(f->dir, NJ_CTX_EMU_POISON | NJ_CTX_EMU_SHUFFLE);
     assert_true(run_groupnorm_nhwc_at(ctx, 0) < 1.0);
     assert_int_equal(nj_context_cache_stats(ctx, &st), NJ_OK);
     assert_int_equal(st.compiles, 2); /* the pass's source and the library's merge */
@@ -284,6 +293,7 @@ static void test_channels_last_variants(void **state)
     free(work), free(x), free(y);
     nj_context_destroy(ctx);
     unsetenv("NORMJIT_PLAN_NO_CLUSTER");
+    unsetenv("NORMJIT_PLAN_NO_CL_PIPE");
 }
 
 /* Rows of 2^18 elements and more are split over blocks (two launches, the pieces' statistics in the

@@ -357,7 +357,8 @@ static void test_cluster(void **state)
  * 4-element vectors where 8 do not divide the image (RMS), a scalar copy for an odd image, a vector
  * spanning three channels of 3 pixels, a wider y, and a NaN that must stay in its pixel; backward
  * passes alike (check_line runs both). */
-/* Split rows pipelined in one launch (P.lag, fwd_row.cu, bwd_general.cu): statistics past what a cluster keeps (sm_90),
+/* Split rows and channels-last images pipelined in one launch (P.lag, fwd_row.cu, bwd_general.cu,
+   fwd_channels_last.cu): statistics past what a cluster keeps (sm_90),
    more pieces than the lag (blocks alternate sums and normalization), the saved statistics and an
    activation at an offset, gamma/beta a channel within the row, the residual, and its unaligned variant
    (2 bytes off: vec 1). The emulator stops a launch whose block waits on a counter no earlier block
@@ -375,6 +376,15 @@ static void test_pipe(void **state)
     check_regime(m, "layernorm f16 6x300000 flags=scale,bias,residual,resout", &fwd, 157);
     /* the backward (bwd_general.cu, gamma/beta a set's: their sums from the pipe's merged sums): an
        activation and the saved mean's correction at an offset, none without gamma/beta */
+    /* channels-last images of several tiles past a cluster (fwd_channels_last.cu: the last tile's block
+       merges the image's tiles): an offset, the saved statistics, the unaligned variant */
+    fwd.shift = 0;
+    fwd.offset = 1e2;
+    check_regime(m, "groupnorm f16 nhwc 2x320x64x64 groups=32 act=silu flags=scale,bias", &fwd, 160);
+    fwd.offset = 0.0;
+    check_regime(m, "groupnorm f16 nhwc 1x1280x64x64 groups=32 act=gelu_erf flags=scale,bias,stats", &fwd, 161);
+    fwd.shift = 2;
+    check_regime(m, "groupnorm f16 nhwc 2x320x64x64 groups=32 act=silu flags=scale,bias", &fwd, 162);
     regime bwd = {"bwd", 1e3, 1.0, 1e-5, 0, NJ_PASS_BACKWARD, 0};
     check_regime(m, "instancenorm f32 ncdhw 2x3x64x64x128 flags=scale,bias,stats act=silu", &bwd, 158);
     bwd.offset = 0.0;

@@ -1152,7 +1152,20 @@ static void test_channels_last(void **state)
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, aff), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
     nj_plan_params pp;
+    /* pipelined (P.lag): the zero launch, then one launch of two blocks a tile; per image the tiles'
+       pairs, the means and the counter (two floats' room) */
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.nlaunch, 2);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_cl_zero");
+    assert_string_equal(pp.launch[1].kernel, "nj_fwd_cl_norm");
+    assert_int_equal(pp.launch[1].row_mult, 2 * pp.split);
+    assert_int_equal(pp.lag, pp.split + 132);
+    assert_int_equal(pp.ws_stride, (pp.split + 1) * 32 * 2 + 2);
+    assert_int_equal(pp.ws[NJ_WS_FLAGS].fixed, (pp.split + 1) * 32 * 2);
+    assert_int_equal(pp.ws[NJ_WS_MEANS].fixed, pp.split * 32 * 2);
+    setenv("NORMJIT_PLAN_NO_CL_PIPE", "1", 1); /* the three launches, to the unaligned variant's checks */
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.lag, 0);
     assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
     assert_int_equal(pp.vec, 8); /* 16 bytes of f16 channels */
     assert_int_equal(pp.chans, 8);
@@ -1191,6 +1204,7 @@ static void test_channels_last(void **state)
     assert_int_equal(up.tile, pp.tile);
     assert_int_equal(up.block, pp.block);
     assert_int_equal(up.workspace_per_row, pp.workspace_per_row);
+    unsetenv("NORMJIT_PLAN_NO_CL_PIPE");
     /* Flux's GroupNorm(128, 32) on 256x256 f32 images: float4 channels, 512 threads, at most 256 tiles */
     int64_t flux[4] = {16, 128, 256, 256};
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F32, 4, flux, 32, 1, aff), NJ_OK);
@@ -1329,7 +1343,8 @@ static void test_reverse(void **state)
     } want[] = {
         {"layernorm f32 4x10000000 flags=scale,bias", NJ_PASS_FORWARD, 1},       /* row, split */
         {"layernorm f32 8x1000000 flags=scale,bias", NJ_PASS_FORWARD, 0},        /* pipelined */
-        {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 1},  /* tiles */
+        {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 0},  /* pipelined */
+        {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias,residual", NJ_PASS_FORWARD, 1}, /* tiles */
         {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1},
         {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 0},    /* fused */
         {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 0},   /* staged */
