@@ -84,7 +84,8 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                    ((pp->pass == NJ_PASS_FORWARD &&
                      (pp->family == NJ_FAMILY_ROW || pp->family == NJ_FAMILY_CHANNELS_LAST)) ||
                     (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_GENERAL &&
-                     (pp->pgrad == NJ_PGRAD_NONE || pp->pgrad == NJ_PGRAD_SETS))) &&
+                     (pp->pgrad == NJ_PGRAD_NONE || pp->pgrad == NJ_PGRAD_SETS)) ||
+                    (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_CHANNELS_LAST)) &&
                    pp->role[NJ_ROLE_ZERO] && !pp->role[NJ_ROLE_PART] && (pp->ws_used & (1u << NJ_WS_FLAGS)) &&
                    (pp->ws_used & (1u << NJ_WS_MEANS));
     NJ_RETURN_IF(pp->lag < 0 || (pp->lag > 0 && !pipe_ok) || (pp->lag == 0 && pp->role[NJ_ROLE_ZERO]), NJ_ERR_INTERNAL,

@@ -343,7 +343,26 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
      * (from `chans` on). The merge takes 2 * groups items an image. */
     int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
     int64_t parts = tiles;
-    if (k > 0) { /* one launch: the tiles' group sums through the cluster, not the workspace and a merge */
+    const nj_operand *opds;
+    size_t n;
+    cl_opds(c, NJ_PASS_BACKWARD, &opds, &n);
+    int64_t es = 0;
+    for (size_t i = 0; i < n; i++) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
+    if (k == 0 && tiles > 1 && c->reduce_size * groups <= NJ_PIPE_CL_BYTES / es && !nj_plan_switched_off("CL_PIPE")) {
+        /* pipelined (cl_fwd_pipe's scheme): the dx blocks wait for the image's merged means; its counter
+           after the partials (two floats' room). The lag an image's tiles and half a wave: one block an
+           SM past ~340 threads (the dx kernel's ~90-100 registers), two under it (88 at 320) */
+        int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+        image += 2;
+        pp->lag = (int32_t)(tiles + (int64_t)sms * (pp->block <= 340 ? 2 : 1) / 2);
+        nj_plan_add_launch(pp, "nj_bwd_cl_zero", 256, 1, 256, 0);
+        nj_plan_role(pp, NJ_ROLE_ZERO);
+        nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, 2 * tiles, 1, 0);
+        nj_plan_role(pp, NJ_ROLE_MAIN);
+        nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
+        nj_plan_ws(pp, NJ_WS_MEANS, means, 0);
+        nj_plan_ws(pp, NJ_WS_FLAGS, image - 2, 0);
+    } else if (k > 0) { /* one launch: the tiles' group sums through the cluster, not the workspace and a merge */
         /* and their dgamma/dbeta pairs added there too: one pair a channel an image for the column sum
            (UNet f16 *x1280x16x16: 8 tiles' pairs were 80 KB an image beside its 1.97 MB, and the column
            sum read them all) */

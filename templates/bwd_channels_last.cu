@@ -9,7 +9,9 @@
    The library's merge (lib_merge.cu) adds each (image, group)'s tile sums in order into its means.
    nj_bwd_cl_dx: dx of the tile.
    With gamma/beta, the library's column sum (lib_colsum.cu) adds every (image, tile) partial of a
-   channel in a fixed order: deterministic without atomics. #}
+   channel in a fixed order: deterministic without atomics.
+   Pipelined (P.lag > 0): nj_bwd_cl_zero, then nj_bwd_cl_dx alone does both kernels' work, a tile's sums
+   and another's dx, the merge in the block of an image's last tile (nj_cl_merge_sums). #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
@@ -23,7 +25,11 @@ local PARAMS = P.pgrad == "fused" -- the tiles' dgamma/dbeta partials, added by 
 -- its tile's x and dy (STAGE; the unaligned variant reads them again), the tiles' group sums combined
 -- through distributed shared memory instead of the workspace and the library's merge; S = 1: an image
 -- whose x and dy fit one block, no cluster (any architecture)
-CLUSTER = P.role.part == nil
+-- pipelined (P.lag > 0; docs/architecture.md): one launch whose blocks alternate a tile's sums (the
+-- part kernel's) and, P.lag tiles behind, a tile's dx; the image's last tile's block merges its tiles
+-- (nj_cl_merge_sums, as the library's merge in SUMS mode) and the dx blocks wait for it
+PIPE = P.lag > 0
+CLUSTER = P.role.part == nil and not PIPE
 STAGE = CLUSTER and P.stage == 1
 -- The staged walks read the tile from shared memory: rolled, their loads wait ~30 cycles, which the
 -- other warps' arithmetic (an activation's derivative over CH channels a pixel) hides; unrolled twice
@@ -244,18 +250,9 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
 #else
 #define NJ_CL_PART_KERNEL(name, b) extern "C" __global__ void __launch_bounds__(b, 2) name(const nj_kargs A)
 #endif
-NJ_CL_PART_KERNEL({{ P.role.part.kernel }}, {{ B }})
-{
-    nj_grid_enter();
-    NJ_SHARED(float, nj_part, {{ R * C }});
-    NJ_SHARED(float, nj_chan, {{ C }});
-    NJ_SHARED(float, nj_gmean, {{ G }});
-    NJ_SHARED(float, nj_grstd, {{ G }});
-{{ bwd_pointers() }}
-    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
-    const bool active = t < NJ_LT * NJ_R;
-{% load_params() %}
-    {{ block_item("w", "A.rows * NJ_S") }}
+{% end %}
+{% local function part_item() %}
+{% DLK = P.act ~= "none" %}
         {{ cl_tile_item() }}
         {{ cl_tile_offsets({"x", "dy"}) }}
 {% load_stats() %}
@@ -293,36 +290,34 @@ NJ_CL_PART_KERNEL({{ P.role.part.kernel }}, {{ B }})
 {% to_channels("p1", 0) %}
 {% to_channels("p2", 1) %}
 {% end %}
-    }
-}
-
+{% end %}
+{% local function dx_item() %}
 {% DLK = true %}
-NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
-{
-    nj_grid_enter();
-    NJ_SHARED(float, nj_gmean, {{ G }});
-    NJ_SHARED(float, nj_grstd, {{ G }});
-    /* each group's mean of g, mean of g * xhat less dl * mean(g), and dl (the tiles' mean of xhat) */
-    NJ_SHARED(float, nj_gm1, {{ G }});
-    NJ_SHARED(float, nj_gm2, {{ G }});
-    NJ_SHARED(float, nj_gdl, {{ G }});
-{{ bwd_pointers() }}
-    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
-    const bool active = t < NJ_LT * NJ_R;
-{% load_params() %}
-    {{ main_item("w", "A.rows * NJ_S") }}
         {{ cl_tile_item() }}
         {{ cl_tile_offsets({"x", "dy", "dx"}) }}
-{% if P.role.merge then %}
+{% if PIPE then %}
+        const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS;
+        /* the image's merged means, once the block of its last tile has written them */
+        if (t == 0) nj_pipe_wait((const int *)((const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("flags") }}), NJ_S + 1);
+{% elseif P.role.merge then %}
         const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS;
 {% else %}
         /* one tile an image, no merge launch: its sums, scaled as the library's merge scales one part */
         const float *MS = (const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }};
         const float inv_n = 1.0f / (float)NJ_N;
 {% end %}
-{% local SC = P.role.merge and "" or " * inv_n" %}
+{% local SC = (P.role.merge or PIPE) and "" or " * inv_n" %}
         /* the tiles' mean of (x - mean) * rstd corrects xhat, and the mean of g * xhat by dl * mean(g)
            (exact without an activation, to first order in dl with one) */
+{% if PIPE then %}
+{% load_stats([[
+            /* stored by another SM's block in this launch: from L2 */
+            const float m1_ = nj_load_cg(MS + 2 * k3), m2_ = nj_load_cg(MS + 2 * k3 + 1);
+            const float dl_ = nj_load_cg(MS + 2 * (NJ_G + k3));
+            nj_gm1[k3] = m1_;
+            nj_gdl[k3] = dl_;
+            nj_gm2[k3] = m2_ - dl_ * m1_;]]) %}
+{% else %}
 {% load_stats([[
             const float2 m_ = *(const float2 *)(MS + 2 * k3); /* 8-byte loads: whole sectors a warp */
             const float m1_ = m_.x]] .. SC .. [[, m2_ = m_.y]] .. SC .. [[;
@@ -330,6 +325,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
             nj_gm1[k3] = m1_;
             nj_gdl[k3] = dl_;
             nj_gm2[k3] = m2_ - dl_ * m1_;]]) %}
+{% end %}
         float m1k[NJ_CH], m2k[NJ_CH], dlk[NJ_CH];
 #pragma unroll
         for (int k = 0; k < NJ_CH; k++) {
@@ -344,10 +340,133 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 #pragma unroll 1
         for (int c = t; c < NJ_C; c += {{ B }}) {
             const int k3 = c / NJ_CG;
+{% if PIPE then %}
+            /* the pair another SM's block stored in this launch: from L2 */
+            if (fabsf(nj_gmean[k3]) * nj_grstd[k3] > NJ_FIX_RATIO) PW[2 * c] = nj_load_cg(PW + 2 * c) - nj_gdl[k3] * nj_load_cg(PW + 2 * c + 1);
+{% else %}
             if (fabsf(nj_gmean[k3]) * nj_grstd[k3] > NJ_FIX_RATIO) PW[2 * c] -= nj_gdl[k3] * PW[2 * c + 1];
+{% end %}
         }
 {% end %}
 {% dx_walk() %}
+{% end %}
+{% if not CLUSTER and not PIPE then %}
+NJ_CL_PART_KERNEL({{ P.role.part.kernel }}, {{ B }})
+{
+    nj_grid_enter();
+    NJ_SHARED(float, nj_part, {{ R * C }});
+    NJ_SHARED(float, nj_chan, {{ C }});
+    NJ_SHARED(float, nj_gmean, {{ G }});
+    NJ_SHARED(float, nj_grstd, {{ G }});
+{{ bwd_pointers() }}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    const bool active = t < NJ_LT * NJ_R;
+{% load_params() %}
+    {{ block_item("w", "A.rows * NJ_S") }}
+{% part_item() %}
+    }
+}
+
+NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
+{
+    nj_grid_enter();
+    NJ_SHARED(float, nj_gmean, {{ G }});
+    NJ_SHARED(float, nj_grstd, {{ G }});
+    /* each group's mean of g, mean of g * xhat less dl * mean(g), and dl (the tiles' mean of xhat) */
+    NJ_SHARED(float, nj_gm1, {{ G }});
+    NJ_SHARED(float, nj_gm2, {{ G }});
+    NJ_SHARED(float, nj_gdl, {{ G }});
+{{ bwd_pointers() }}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    const bool active = t < NJ_LT * NJ_R;
+{% load_params() %}
+    {{ main_item("w", "A.rows * NJ_S") }}
+{% dx_item() %}
+    }
+}
+{% end %}
+{% if PIPE then %}
+/* An image's tiles' pairs combined into its pairs of means (the library's merge in SUMS mode, lib_merge.cu,
+   its order): 2G items (g's (sum g, sum g * xhat), then G + g's (sum (x - mean) * rstd, 0)), lane l of
+   each warp item i0 + l, warp w adding tiles w, w + NW, ..., warp 0 then the warps' sums; into O's
+   [item][2]. W: tile t's at t * 4G, from L2 (other SMs' blocks stored them in this launch). */
+NJ_DEVICE_CALL void nj_cl_merge_sums(const float *W, float *O, float *red)
+{
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    constexpr int NWP = {{ B // 32 }};
+    const float inv_n = 1.0f / (float)NJ_N;
+#pragma unroll 1
+    for (int i0 = 0; i0 < 2 * NJ_G; i0 += 32) {
+        const int i = i0 + lane;
+        float a = 0.0f, b = 0.0f;
+        if (i < 2 * NJ_G) {
+#pragma unroll 4
+            for (int q = wp; q < NJ_S; q += NWP) {
+                a += nj_load_cg(W + q * (4 * NJ_G) + 2 * i);
+                b += nj_load_cg(W + q * (4 * NJ_G) + 2 * i + 1);
+            }
+        }
+        red[threadIdx.x] = a;
+        red[{{ B }} + threadIdx.x] = b;
+        __syncthreads();
+        if (wp == 0) {
+#pragma unroll 1
+            for (int v = 1; v < NWP; v++) {
+                a += red[v * 32 + lane];
+                b += red[{{ B }} + v * 32 + lane];
+            }
+            if (i < 2 * NJ_G) {
+                O[2 * i] = a * inv_n;
+                O[2 * i + 1] = b * inv_n;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+NJ_KERNEL({{ P.role.zero.kernel }}, 256)
+{
+    nj_grid_enter();
+    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
+    if (i < A.rows) *(int *)((float *)A.workspace + i * NJ_WS_IMAGE{{ ws_plus("flags") }}) = 0;
+}
+
+/* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag tiles' sums, then blocks
+   alternate tile q's dx and tile q + lag's sums, and the last lag blocks the last tiles' dx. One block an
+   SM: the dx kernel's registers. */
+NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
+{
+    nj_grid_enter();
+    NJ_SHARED(float, nj_part, {{ R * C }});
+    NJ_SHARED(float, nj_chan, {{ C }});
+    NJ_SHARED(float, nj_gmean, {{ G }});
+    NJ_SHARED(float, nj_grstd, {{ G }});
+    NJ_SHARED(float, nj_gm1, {{ G }});
+    NJ_SHARED(float, nj_gm2, {{ G }});
+    NJ_SHARED(float, nj_gdl, {{ G }});
+    NJ_SHARED(float, nj_red, {{ 2 * B }});
+{{ bwd_pointers() }}
+    const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
+    const bool active = t < NJ_LT * NJ_R;
+{% load_params() %}
+    const nj_i64 total = A.rows * NJ_S, lag = total < {{ P.lag }}LL ? total : {{ P.lag }}LL;
+    const nj_i64 b = nj_block_item();
+    if (b >= 2 * total) return;
+    const nj_i64 m = b - lag;
+    const bool dx = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
+    const nj_i64 w = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    if (!dx) {
+{% part_item() %}
+        /* the block whose add completes the image's count merges its tiles */
+        int *const FLAG = (int *)((float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("flags") }});
+        if (__syncthreads_or(t == 0 && nj_pipe_arrive(FLAG) == NJ_S - 1)) {
+            nj_fence_gpu();
+            nj_cl_merge_sums((const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }},
+                             (float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS, nj_red);
+            if (t == 0) nj_pipe_arrive(FLAG);
+        }
+    } else {
+{% dx_item() %}
     }
 }
 {% end %}

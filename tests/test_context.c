@@ -535,11 +535,11 @@ static void test_library_module_shared(void **state)
     nj_context *ctx = emu_context(f->dir, 0);
     assert_int_equal(warm_bwd(ctx, "rmsnorm f32 *x96 flags=scale"), 2); /* its own module and the library's */
     assert_int_equal(warm_bwd(ctx, "layernorm f32 *x160 flags=scale,bias"), 1);
-    /* channels-last GroupNorm of images in several tiles (past NJ_CL_FUSE, and past the x and dy a
-       cluster of 8 SMs stages: one launch on sm_90) also launches the library's merge of its tiles: one
-       module for all */
-    assert_int_equal(warm_bwd(ctx, "groupnorm f32 nhwc *x64x96x96 groups=8 flags=scale,bias"), 2);
-    assert_int_equal(warm_bwd(ctx, "groupnorm f16 nhwc *x32x144x144 groups=4 param=f32"), 1);
+    /* channels-last GroupNorm of images in several tiles (past NJ_CL_FUSE, past the x and dy a cluster
+       of 8 SMs stages: one launch on sm_90, and past the 24 MB of x, dy and dx a pipelined launch merges
+       itself) also launches the library's merge of its tiles: one module for all */
+    assert_int_equal(warm_bwd(ctx, "groupnorm f32 nhwc *x64x384x384 groups=8 flags=scale,bias"), 2);
+    assert_int_equal(warm_bwd(ctx, "groupnorm f16 nhwc *x32x512x512 groups=4 param=f32"), 1);
     assert_int_equal(warm_bwd(ctx, "rmsnorm bf16 *x96 flags=scale param=bf16"), 2); /* another gamma dtype */
     assert_int_equal(warm_bwd(ctx, "rmsnorm f32 *x96"), 1); /* no dgamma: no library module */
     nj_context_destroy(ctx);

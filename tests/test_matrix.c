@@ -389,6 +389,15 @@ static void test_pipe(void **state)
     check_regime(m, "instancenorm f32 ncdhw 2x3x64x64x128 flags=scale,bias,stats act=silu", &bwd, 158);
     bwd.offset = 0.0;
     check_regime(m, "instancenorm bf16 ncdhw 2x3x64x64x128", &bwd, 159);
+    /* channels-last backward (bwd_channels_last.cu): the saved mean's correction of the dgamma partials
+       at an offset (f32), an activation, none without gamma/beta, the unaligned variant */
+    bwd.offset = 3e4;
+    check_regime(m, "groupnorm f32 nhwc 2x64x64x64 groups=8 flags=scale,bias", &bwd, 163);
+    bwd.offset = 0.0;
+    check_regime(m, "groupnorm f16 nhwc 2x320x64x64 groups=32 act=silu flags=scale,bias", &bwd, 164);
+    check_regime(m, "groupnorm bf16 nhwc 2x640x32x32 groups=32 act=gelu_erf", &bwd, 165);
+    bwd.shift = 2;
+    check_regime(m, "groupnorm f16 nhwc 2x320x64x64 groups=32 act=silu flags=scale,bias", &bwd, 166);
     assert_int_equal(m->failed - before, 0);
 }
 

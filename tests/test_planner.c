@@ -1244,11 +1244,23 @@ static void test_channels_last(void **state)
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
     assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
     assert_int_equal(pp.align_opds, 1u << NJ_OPD_X | 1u << NJ_OPD_Y);
-    /* the backward takes the same tiles with 8-byte vectors (f16: 4 channels) and four launches; the
-     * dgamma/dbeta one has a grid fixed by the channels (a block per 32), not by the batch */
+    /* the backward takes the same tiles with 8-byte vectors (f16: 4 channels), pipelined: the zero launch,
+     * the tiles' (sums, then dx) and the dgamma/dbeta column sum; the counter after the partials */
     assert_int_equal(nj_preset_groupnorm(&p, NJ_F16, 4, unet, 32, 1, aff), NJ_OK);
     assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.nlaunch, 3);
+    assert_string_equal(pp.launch[0].kernel, "nj_bwd_cl_zero");
+    assert_string_equal(pp.launch[1].kernel, "nj_bwd_cl_dx");
+    assert_int_equal(pp.launch[1].row_mult, 2 * pp.split);
+    assert_int_equal(pp.lag, pp.split + 66); /* 480 threads: one block an SM */
+    assert_int_equal(pp.ws_stride, (pp.split + 1) * 32 * 4 + (int64_t)pp.split * 320 * 2 + 2);
+    assert_int_equal(pp.ws[NJ_WS_FLAGS].fixed, pp.ws_stride - 2);
+    /* and without it four launches; the dgamma/dbeta one has a grid fixed by the channels (a block per
+     * 32), not by the batch */
+    setenv("NORMJIT_PLAN_NO_CL_PIPE", "1", 1);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &pp), NJ_OK);
+    unsetenv("NORMJIT_PLAN_NO_CL_PIPE");
     assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
     assert_string_equal(pp.template_name, "bwd_channels_last.cu");
     assert_int_equal(pp.vec, 4);
@@ -1345,7 +1357,8 @@ static void test_reverse(void **state)
         {"layernorm f32 8x1000000 flags=scale,bias", NJ_PASS_FORWARD, 0},        /* pipelined */
         {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 0},  /* pipelined */
         {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias,residual", NJ_PASS_FORWARD, 1}, /* tiles */
-        {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1},
+        {"groupnorm f16 nhwc 2x320x64x64 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 0}, /* pipelined */
+        {"groupnorm f16 nhwc 2x640x128x128 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 1}, /* tiles */
         {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_FORWARD, 0},    /* fused */
         {"groupnorm f16 nhwc 2x320x8x8 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, 0},   /* staged */
         {"groupnorm f32 nchw 2x64x128x128 groups=2 flags=scale,bias", NJ_PASS_BACKWARD, 1},  /* general */
