@@ -331,6 +331,11 @@ static void cl_bwd_cluster(const nj_canon *c, int64_t k, nj_plan_params *pp)
     if (cv > pp->vec && channels % cv == 0 && !nj_plan_switched_off("CL_COPY16")) pp->copy_vec = cv;
 }
 
+/* A pipelined backward's images: at most this many bytes of x, dy and dx. Past half the L2, some of the
+ * second reads miss, and at worst the pipe moves what the four launches do (they read x and dy twice
+ * anyway) with one launch and one merge fewer: UNet f16 64 x 64 x 1280 (31 MB an image; model, H200:
+ * 48.9 -> 62.1% of copy, 1.38x the ideal bytes). */
+#define NJ_PIPE_CL_BWD_BYTES (32 << 20)
 nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
@@ -348,7 +353,7 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
     cl_opds(c, NJ_PASS_BACKWARD, &opds, &n);
     int64_t es = 0;
     for (size_t i = 0; i < n; i++) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
-    if (k == 0 && tiles > 1 && c->reduce_size * groups <= NJ_PIPE_CL_BYTES / es && !nj_plan_switched_off("CL_PIPE")) {
+    if (k == 0 && tiles > 1 && c->reduce_size * groups <= NJ_PIPE_CL_BWD_BYTES / es && !nj_plan_switched_off("CL_PIPE")) {
         /* pipelined (cl_fwd_pipe's scheme): the dx blocks wait for the image's merged means; its counter
            after the partials (two floats' room). The lag an image's tiles and half a wave: one block an
            SM past ~340 threads (the dx kernel's ~90-100 registers), two under it (88 at 320) */
