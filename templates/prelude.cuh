@@ -74,7 +74,8 @@ static __device__ __forceinline__ void nj_grid_enter()
 #else
 static __device__ __forceinline__ void nj_grid_enter() {}
 #endif
-/* A pipelined launch's counters (P.lag, fwd_row.cu): blocks announce a piece's partial sums with an add to
+{% if (P.lag or 0) > 0 then %}
+/* A pipelined launch's counters (P.lag: only its sources carry them; fwd_row.cu): blocks announce a piece's partial sums with an add to
  * their statistic's counter, and the blocks that need the statistic whole wait on it. Inline PTX (no
  * includes). Waiting blocks rely on the hardware dispatching a grid's blocks in index order, as
  * single-pass scans do: the plan puts every block a counter waits on well before its waiters. */
@@ -103,6 +104,7 @@ static __device__ __forceinline__ float nj_load_cg(const float *p)
     asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
 }
+{% end %}
 #endif
 
 typedef long long nj_i64;
