@@ -266,7 +266,7 @@ int32_t nj_plan_walk_block(int64_t n) { return n >= 8192 ? 512 : n >= 1024 ? 256
 
 int32_t nj_plan_split_pieces(int64_t n, int64_t stats)
 {
-    if (n < NJ_SPLIT_MIN) return 1;
+    if (n < 2 * NJ_SPLIT_PIECE_MIN) return 1; /* callers split from NJ_SPLIT_MIN, or fewer statistics earlier */
     int64_t pieces = nj_ceil_div64(n, NJ_SPLIT_PIECE);
     /* under half NJ_SPLIT_FEW blocks a batch row: NJ_SPLIT_FEW, pieces of NJ_SPLIT_PIECE_MIN and more */
     int64_t few = nj_ceil_div64(NJ_SPLIT_FEW, stats > 0 ? stats : 1);

@@ -398,6 +398,9 @@ static void test_pipe(void **state)
     check_regime(m, "groupnorm bf16 nhwc 2x640x32x32 groups=32 act=gelu_erf", &bwd, 165);
     bwd.shift = 2;
     check_regime(m, "groupnorm f16 nhwc 2x320x64x64 groups=32 act=silu flags=scale,bias", &bwd, 166);
+    /* BatchNorm of few channels, split below 2^18 (planner_general.c): forward part and main launches,
+       the backward pipelined */
+    check_line(m, "batchnorm f16 nchw 48x64x28x28 flags=scale,bias", 1e2, 167);
     assert_int_equal(m->failed - before, 0);
 }
 
