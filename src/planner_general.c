@@ -14,7 +14,7 @@
 #include "planner_impl.h"
 
 /* A pipelined split backward (nj_plan_split_pipe) where gamma/beta are absent or constant over each set
- * (InstanceNorm's 128^3 voxels): pieces of 4 elements a thread (its walk is scalar), statistics of at most
+ * (InstanceNorm's 128^3 voxels), and the forward: pieces of 4 elements a thread (its walk is scalar), backward statistics of at most
  * NJ_PIPE_BWD_BYTES of x, dy and dx. The second read of x and dy is that far back, plus the blocks in
  * flight: InstanceNorm f32 (24 MB) past half the L2 of an H200, some of it misses. */
 #define NJ_PIPE_BWD_ITERS 4
@@ -48,8 +48,16 @@ nj_status nj_plan_fwd_general(const nj_canon *c, const nj_device_props *dev, nj_
     int64_t n = c->reduce_size;
     pp->block = nj_plan_walk_block(n);
     if (general_split(c, dev)) {
-        /* BatchNorm over N x H x W: a block per channel left most SMs idle */
-        nj_plan_fwd_split(c, "nj_fwd_general_part", "nj_fwd_general", pp);
+        /* BatchNorm over N x H x W: a block per channel left most SMs idle. Pipelined (nj_plan_split_pipe)
+           where a statistic's x, residual and y fit NJ_PIPE_BYTES: [statistic][piece][sum, m2], then
+           [statistic][shifted mean, rstd] */
+        int64_t es = (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_Y]);
+        if (c->flags & NJ_FLAG_RESIDUAL) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_RES]);
+        if (c->flags & NJ_FLAG_RESIDUAL_OUT) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_RESOUT]);
+        if (n <= NJ_PIPE_BYTES / es && !nj_plan_switched_off("SPLIT_PIPE"))
+            nj_plan_split_pipe(c, dev, (int64_t)pp->block * NJ_PIPE_BWD_ITERS, 2, 2, "nj_fwd_general_zero",
+                               "nj_fwd_general", pp);
+        else nj_plan_fwd_split(c, "nj_fwd_general_part", "nj_fwd_general", pp);
         return NJ_OK;
     }
     nj_plan_add_launch(pp, "nj_fwd_general", pp->block, c->kept_inner, 1, 0);

@@ -7,7 +7,10 @@
    cut into NJ_SPLIT pieces of contiguous walk indices, a block per (statistic, piece).
    nj_fwd_general_part writes each piece's (sum, squared deviations from the piece mean) to the
    workspace; nj_fwd_general's warp 0 combines the statistic's pieces in order (m2 = sum(m2_q + n_q *
-   (mean_q - mean)^2): nothing cancels), then the block normalizes its piece. #}
+   (mean_q - mean)^2): nothing cancels), then the block normalizes its piece. Pipelined (P.lag > 0, as
+   fwd_row.cu's): one launch after a zero launch, its blocks alternating a piece's sums and, P.lag pieces
+   behind, a piece's normalization; the block of a statistic's last piece merges it into the means
+   region, and the normalizing blocks wait for it: x comes from L2 the second time. #}
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
@@ -21,6 +24,8 @@ local NW = B // 32
 -- 32-bit walk indices when the reduction fits: 64-bit division by a constant costs several times more
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
+local PIPE = P.lag > 0
+if PIPE and SPLIT < 2 then error("fwd_general: a pipe needs split statistics") end
 -- the walk indices a block covers: the whole reduction, or its piece
 local LO = SPLIT > 1 and "(" .. IT .. ")lo + threadIdx.x" or "threadIdx.x"
 local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
@@ -33,6 +38,9 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 #define NJ_SPLIT {{ SPLIT }}
 #define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
 {% end %}
+{% if PIPE then %}
+#define NJ_LAG {{ P.lag }}LL
+{% end %}
 
 {% local function load_x(dst) %}
             {{ split_index("i", red, "r", IT) }}
@@ -44,6 +52,11 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 {# mode: "full" (statistics and normalization), "part" (a piece's partial statistics) or "norm" (the
    statistic from its pieces', then normalization of the piece) #}
 {% local function stat_kernel(name, mode) %}
+{% if PIPE then %}
+/* block wi_'s piece (the kernel's pipe order) */
+NJ_DEVICE void {{ name }}_body(const nj_kargs &A, float *nj_scratch, nj_welford *nj_wscratch, nj_i64 wi_)
+{
+{% else %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
     nj_grid_enter();
@@ -54,19 +67,34 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% else %}
     NJ_SHARED(float, nj_scratch, {{ NW }});
 {% end %}
+{% end %}
     const nj_i64 nstat = A.rows * {{ P.kept_inner }}LL;
 {% fwd_pointers() %}
 {% if SPLIT > 1 then %}
+{% if PIPE then %}
+    {
+        const nj_i64 wi = wi_;
+{% else %}
     {{ block_item("wi", "nstat * NJ_SPLIT", nil, nil, mode ~= "part" and P.reverse == 1) }}
+{% end %}
         const nj_i64 st = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
+{% if PIPE then %}
+        int *const FLAG = (int *)((float *)A.workspace{{ ws_plus("flags") }}) + st;
+        float *const MEANS = (float *)A.workspace{{ ws_plus("means") }} + 2 * st;
+{% end %}
 {% else %}
     {{ block_item("st", "nstat") }}
 {% end %}
         {{ split_index("st", kept, "k") }}
 {% fwd_offsets(kept, "k") %}
 {% fwd_shift() %}
-{% if mode == "norm" then %}
+{% if mode == "norm" and PIPE then %}
+        /* the statistic's shifted mean and rstd, once the block of its last piece has merged them */
+        if (threadIdx.x == 0) nj_pipe_wait(FLAG, NJ_SPLIT + 1);
+        __syncthreads();
+        const float md = nj_load_cg(MEANS), rstd = nj_load_cg(MEANS + 1);
+{% elseif mode == "norm" then %}
         /* the statistic from its pieces' (nj_fwd_general_part) */
 {% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept) %}
 {% else %}
@@ -97,6 +125,18 @@ NJ_KERNEL({{ name }}, {{ B }})
             WS[0] = {{ F.center and "w.n * w.mean" or "s" }};
             WS[1] = {{ F.center and "w.m2" or "0.0f" }};
         }
+{% if PIPE then %}
+        /* the block whose add completes the count merges the statistic's pieces */
+        if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FLAG) == NJ_SPLIT - 1)) {
+            nj_fence_gpu();
+{% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept, true) %}
+            if (threadIdx.x == 0) {
+                MEANS[0] = md;
+                MEANS[1] = rstd;
+                nj_pipe_arrive(FLAG);
+            }
+        }
+{% end %}
     }
 }
 {% do return end %}
@@ -123,7 +163,36 @@ NJ_KERNEL({{ name }}, {{ B }})
     }
 }
 {% end %}
-{% if SPLIT > 1 then %}
+{% if PIPE then %}
+{% stat_kernel("nj_fwd_general_part", "part") %}
+
+{% stat_kernel("nj_fwd_general", "norm") %}
+
+NJ_KERNEL({{ P.role.zero.kernel }}, 256)
+{
+    nj_grid_enter();
+    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
+    if (i < A.rows * {{ P.kept_inner }}LL) ((int *)((float *)A.workspace{{ ws_plus("flags") }}))[i] = 0;
+}
+
+/* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag pieces' sums, then blocks
+   alternate piece q's normalization and piece q + lag's sums, and the last lag blocks normalize the last
+   lag pieces. */
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
+{
+    nj_grid_enter();
+    NJ_SHARED(float, nj_scratch, {{ math.max(NW, 2) }});
+    NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
+    const nj_i64 total = A.rows * {{ P.kept_inner }}LL * NJ_SPLIT, lag = total < NJ_LAG ? total : NJ_LAG;
+    const nj_i64 b = nj_block_item();
+    if (b >= 2 * total) return;
+    const nj_i64 m = b - lag;
+    const bool norm = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
+    const nj_i64 wi = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    if (norm) nj_fwd_general_body(A, nj_scratch, nj_wscratch, wi);
+    else nj_fwd_general_part_body(A, nj_scratch, nj_wscratch, wi);
+}
+{% elseif SPLIT > 1 then %}
 {% stat_kernel(P.role.part.kernel, "part") %}
 
 {% stat_kernel(P.role.main.kernel, "norm") %}

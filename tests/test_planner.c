@@ -616,13 +616,21 @@ static void test_column_general(void **state)
     c.axes[3].extent = 70, c.reduce_size = 6 * 70;
     assert_int_equal(plan_fwd(&c).block, 128);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_general");
-    /* BatchNorm NCHW over 256 x 56 x 56 (802816 a channel): 25 pieces a channel, a block each */
+    /* BatchNorm NCHW over 256 x 56 x 56 (802816 a channel): pipelined (6.4 MB of x and y a channel), 392
+     * pieces of 512 x 4; without the pipe 25 pieces a channel, a block each */
     tc_begin(&c, NJ_F32, NJ_F32, NJ_FLAG_CENTER | NJ_FLAG_SCALE | NJ_FLAG_BIAS, NJ_ACT_NONE, 1);
     tc_axis(&c, 256, true, false);
     tc_axis(&c, 64, false, true);
     tc_axis(&c, 3136, true, false);
     tc_finish(&c);
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    assert_int_equal(pp.split, 392);
+    assert_true(pp.lag > pp.split);
+    assert_string_equal(pp.launch[1].kernel, "nj_fwd_general");
+    assert_int_equal(pp.launch[1].row_mult, 64 * 392 * 2);
+    setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1);
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev90, &pp), NJ_OK);
+    unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
     assert_int_equal(pp.split, 25);
     assert_int_equal(pp.nlaunch, 2);
@@ -1342,14 +1350,20 @@ static nj_plan_params plan_line(const char *line, nj_pass pass, const nj_device_
 
 /* The general family splits a statistic from 2^15 elements where a batch row's statistics are fewer than
  * the SMs (BatchNorm, a statistic a channel): 128 blocks of 100352 elements had left the f16 128 x 128 x
- * 28 x 28 forward at 18% of copy in the model. 4 pieces of 2^15 forward; the backward pipelined. 256
- * channels fill the SMs: no split. */
+ * 28 x 28 forward at 18% of copy in the model. Pipelined both ways (4 pieces of 2^15 forward without
+ * the pipe). 256 channels fill the SMs: no split. */
 static void test_general_few(void **state)
 {
     (void)state;
     nj_plan_params pp = plan_line("batchnorm f16 nchw 128x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
     assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
-    assert_int_equal(pp.split, 4);
+    assert_int_equal(pp.split, 49); /* pipelined: pieces of 512 threads x 4 */
+    assert_int_equal(pp.lag, 49 + 132 * 4 / 2);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_general_zero");
+    setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1);
+    pp = plan_line("batchnorm f16 nchw 128x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
+    assert_int_equal(pp.split, 4); /* the part and main launches: pieces of 2^15 */
     assert_int_equal(pp.nlaunch, 2);
     pp = plan_line("batchnorm f16 nchw 128x128x28x28 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
     assert_true(pp.split > 1 && pp.lag > pp.split);
