@@ -424,12 +424,7 @@ NJ_DEVICE_CALL void nj_cl_merge_sums(const float *W, float *O, float *red)
     }
 }
 
-NJ_KERNEL({{ P.role.zero.kernel }}, 256)
-{
-    nj_grid_enter();
-    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
-    if (i < A.rows) *(int *)((float *)A.workspace + i * NJ_WS_IMAGE{{ ws_plus("flags") }}) = 0;
-}
+{{ pipe_zero_kernel("A.rows", "(float *)A.workspace + i * NJ_WS_IMAGE" .. ws_plus("flags")) }}
 
 /* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag tiles' sums, then blocks
    alternate tile q's dx and tile q + lag's sums, and the last lag blocks the last tiles' dx. One block an
@@ -449,12 +444,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
     const bool active = t < NJ_LT * NJ_R;
 {% load_params() %}
-    const nj_i64 total = A.rows * NJ_S, lag = total < {{ P.lag }}LL ? total : {{ P.lag }}LL;
-    const nj_i64 b = nj_block_item();
-    if (b >= 2 * total) return;
-    const nj_i64 m = b - lag;
-    const bool dx = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
-    const nj_i64 w = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    {{ pipe_item("A.rows * NJ_S", "w", "dx") }}
     if (!dx) {
 {% part_item() %}
         /* the block whose add completes the image's count merges its tiles */

@@ -60,9 +60,6 @@ local GS = (SETS and F.scale) and "gs_ * " or ""
 #define NJ_WS_DX ((float *)A.workspace{{ ws_plus("parts") }})
 #define NJ_WQ {{ WQ }}
 {% end %}
-{% if PIPE then %}
-#define NJ_LAG {{ P.lag }}LL
-{% end %}
 {% if SETS or PIECES or PDX then %}
 /* a statistic's (or piece's) (sum dz * xhat, sum dz): its shares of dgamma and dbeta, for the column sum;
    tiles_dx: a row's two means, for the column tiles' dx */
@@ -295,12 +292,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 
 {% dx_kernel("nj_bwd_dx", "dx") %}
 
-NJ_KERNEL({{ P.role.zero.kernel }}, 256)
-{
-    nj_grid_enter();
-    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
-    if (i < A.rows * {{ P.kept_inner }}LL) ((int *)((float *)A.workspace{{ ws_plus("flags") }}))[i] = 0;
-}
+{{ pipe_zero_kernel("A.rows * " .. P.kept_inner .. "LL", "(float *)A.workspace" .. ws_plus("flags") .. " + i") }}
 
 /* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag pieces' sums, then blocks
    alternate piece q's dx and piece q + lag's sums, and the last lag blocks write the last lag pieces' dx. */
@@ -308,12 +300,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
     nj_grid_enter();
     NJ_SHARED(float, nj_scratch, {{ math.max(2 * NW, 4) }});
-    const nj_i64 total = A.rows * {{ P.kept_inner }}LL * NJ_SPLIT, lag = total < NJ_LAG ? total : NJ_LAG;
-    const nj_i64 b = nj_block_item();
-    if (b >= 2 * total) return;
-    const nj_i64 m = b - lag;
-    const bool dx = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
-    const nj_i64 wi = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    {{ pipe_item("A.rows * " .. P.kept_inner .. "LL * NJ_SPLIT", "wi", "dx") }}
     if (dx) nj_bwd_dx_body(A, nj_scratch, wi);
     else nj_bwd_dx_part_body(A, nj_scratch, wi);
 }

@@ -428,12 +428,7 @@ NJ_DEVICE_CALL void nj_cl_merge(const float *W, float *O, float *red)
     }
 }
 
-NJ_KERNEL({{ P.role.zero.kernel }}, 256)
-{
-    nj_grid_enter();
-    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
-    if (i < A.rows) *(int *)((float *)A.workspace + i * NJ_WS_IMAGE{{ ws_plus("flags") }}) = 0;
-}
+{{ pipe_zero_kernel("A.rows", "(float *)A.workspace + i * NJ_WS_IMAGE" .. ws_plus("flags")) }}
 
 /* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag tiles' statistics, then
    blocks alternate tile q's y and tile q + lag's statistics, and the last lag blocks the last tiles' y. */
@@ -451,12 +446,7 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {% fwd_pointers() %}
     const int t = threadIdx.x, r = t / NJ_LT, c0 = (t % NJ_LT) * NJ_CH;
     const bool active = t < NJ_LT * NJ_R;
-    const nj_i64 total = A.rows * NJ_S, lag = total < {{ P.lag }}LL ? total : {{ P.lag }}LL;
-    const nj_i64 b = nj_block_item();
-    if (b >= 2 * total) return;
-    const nj_i64 m = b - lag;
-    const bool norm = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
-    const nj_i64 w = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    {{ pipe_item("A.rows * NJ_S", "w", "norm") }}
     if (!norm) {
         {{ cl_tile_item() }}
         {

@@ -38,9 +38,6 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 #define NJ_SPLIT {{ SPLIT }}
 #define NJ_PIECE ((NJ_N + NJ_SPLIT - 1) / NJ_SPLIT)
 {% end %}
-{% if PIPE then %}
-#define NJ_LAG {{ P.lag }}LL
-{% end %}
 
 {% local function load_x(dst) %}
             {{ split_index("i", red, "r", IT) }}
@@ -126,16 +123,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             WS[1] = {{ F.center and "w.m2" or "0.0f" }};
         }
 {% if PIPE then %}
-        /* the block whose add completes the count merges the statistic's pieces */
-        if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FLAG) == NJ_SPLIT - 1)) {
-            nj_fence_gpu();
-{% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept, true) %}
-            if (threadIdx.x == 0) {
-                MEANS[0] = md;
-                MEANS[1] = rstd;
-                nj_pipe_arrive(FLAG);
-            }
-        }
+{% fwd_pipe_merge("(const float *)A.workspace" .. ws_plus("parts") .. " + st * (2 * NJ_SPLIT)", "NJ_PIECE", "NJ_N", "1", "nj_scratch", kept) %}
 {% end %}
     }
 }
@@ -168,12 +156,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 
 {% stat_kernel("nj_fwd_general", "norm") %}
 
-NJ_KERNEL({{ P.role.zero.kernel }}, 256)
-{
-    nj_grid_enter();
-    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
-    if (i < A.rows * {{ P.kept_inner }}LL) ((int *)((float *)A.workspace{{ ws_plus("flags") }}))[i] = 0;
-}
+{{ pipe_zero_kernel("A.rows * " .. P.kept_inner .. "LL", "(float *)A.workspace" .. ws_plus("flags") .. " + i") }}
 
 /* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag pieces' sums, then blocks
    alternate piece q's normalization and piece q + lag's sums, and the last lag blocks normalize the last
@@ -183,12 +166,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
     nj_grid_enter();
     NJ_SHARED(float, nj_scratch, {{ math.max(NW, 2) }});
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
-    const nj_i64 total = A.rows * {{ P.kept_inner }}LL * NJ_SPLIT, lag = total < NJ_LAG ? total : NJ_LAG;
-    const nj_i64 b = nj_block_item();
-    if (b >= 2 * total) return;
-    const nj_i64 m = b - lag;
-    const bool norm = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
-    const nj_i64 wi = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    {{ pipe_item("A.rows * " .. P.kept_inner .. "LL * NJ_SPLIT", "wi", "norm") }}
     if (norm) nj_fwd_general_body(A, nj_scratch, nj_wscratch, wi);
     else nj_fwd_general_part_body(A, nj_scratch, nj_wscratch, wi);
 }

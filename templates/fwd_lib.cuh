@@ -118,6 +118,20 @@ end
    through scratch[0..1]; piece 0 writes the saved statistics. ws: the statistic's partials; plen, total:
    a piece's and the walk's length in units of `unit` elements. The partials are of the scaled shifted
    values (sh in scope, the same for every piece). Leaves md and rstd in scope. #}
+{# A pipelined forward's sums block, once its piece's sums are stored (fwd_row.cu, fwd_general.cu): adds one
+   to its statistic's counter (FLAG), and the block whose add completes the count merges the pieces
+   (fwd_split_stats' arguments) into MEANS (md, rstd), then adds one more for the normalizing blocks #}
+{% function fwd_pipe_merge(ws, plen, total, unit, scratch, kept) %}
+        if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FLAG) == NJ_SPLIT - 1)) {
+            nj_fence_gpu();
+{% fwd_split_stats(ws, plen, total, unit, scratch, kept, true) %}
+            if (threadIdx.x == 0) {
+                MEANS[0] = md;
+                MEANS[1] = rstd;
+                nj_pipe_arrive(FLAG);
+            }
+        }
+{% end %}
 {# pipe (P.lag): the pieces' sums were stored by other SMs' blocks during this launch (read from L2), and
    this block, whichever piece it holds, saves the statistics #}
 {% function fwd_split_stats(ws, plen, total, unit, scratch, kept, pipe) %}

@@ -116,9 +116,6 @@ NJ_DEVICE void nj_prefetch_l1(const void *p)
 {% if SPLIT > 1 then %}
 #define NJ_SPLIT {{ SPLIT }}
 {% end %}
-{% if PIPE then %}
-#define NJ_LAG {{ P.lag }}LL
-{% end %}
 
 {# PERSIST: the loop over the rows a block walks, its gamma/beta's words loaded before it (gw_, bw_),
    row r + 1's words (xw_) and first element (k_n) fetched before row r's work; opens the loop's body. #}
@@ -439,16 +436,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
             WS[1] = p_m2;
         }
 {% if PIPE then %}
-        /* the block whose add completes the count merges the statistic's pieces */
-        if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FLAG) == NJ_SPLIT - 1)) {
-            nj_fence_gpu();
-{% fwd_split_stats("(const float *)A.workspace" .. ws_plus("parts") .. " + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept, true) %}
-            if (threadIdx.x == 0) {
-                MEANS[0] = md;
-                MEANS[1] = rstd;
-                nj_pipe_arrive(FLAG);
-            }
-        }
+{% fwd_pipe_merge("(const float *)A.workspace" .. ws_plus("parts") .. " + row * (2 * NJ_SPLIT)", "CPS", "NCH", "V", "scratch", kept) %}
 {% end %}
     }
 }
@@ -540,12 +528,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% row_body("nj_fwd_row_body", P.vec, false, "norm") %}
 
 {% if PIPE then %}
-NJ_KERNEL({{ P.role.zero.kernel }}, 256)
-{
-    nj_grid_enter();
-    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
-    if (i < A.rows * {{ P.kept_inner }}LL) ((int *)((float *)A.workspace{{ ws_plus("flags") }}))[i] = 0;
-}
+{{ pipe_zero_kernel("A.rows * " .. P.kept_inner .. "LL", "(float *)A.workspace" .. ws_plus("flags") .. " + i") }}
 
 /* Block b's work: the first lag blocks take the first lag pieces' sums, then blocks alternate piece q's
    normalization and piece q + lag's sums, and the last lag blocks normalize the last lag pieces. */
@@ -554,12 +537,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
     nj_grid_enter();
     NJ_SHARED(float, nj_scratch, {{ PS + 5 }});
     NJ_SHARED(nj_welford, nj_wscratch, {{ NW }});
-    const nj_i64 total = A.rows * {{ P.kept_inner }}LL * NJ_SPLIT, lag = total < NJ_LAG ? total : NJ_LAG;
-    const nj_i64 b = nj_block_item();
-    if (b >= 2 * total) return;
-    const nj_i64 m = b - lag;
-    const bool norm = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);
-    const nj_i64 wi = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);
+    {{ pipe_item("A.rows * " .. P.kept_inner .. "LL * NJ_SPLIT", "wi", "norm") }}
     if (norm) nj_fwd_row_body(A, nj_scratch, 0, wi);
     else nj_fwd_row_part_body(A, nj_scratch, nj_wscratch, wi);
 }

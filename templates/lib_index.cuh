@@ -118,6 +118,32 @@ end
 -- The main launch's walk over the items its part launch walked first (block_item without per).
 function main_item(var, count) return block_item(var, count, nil, nil, P.reverse == 1) end
 
+-- A pipelined launch (P.lag; docs/architecture.md): declares `item` (the piece) and `second` (true where the
+-- block normalizes it or writes its dx, false where it sums it) of block nj_block_item() among 2 * total
+-- (a C expression of the pieces), returning past them. The first lag blocks sum the first lag pieces,
+-- then blocks alternate piece q's second walk and piece q + lag's sums, and the last lag blocks take the
+-- last pieces' second walks (model_trace.c's pipe_piece: the same order).
+function pipe_item(total, item, second)
+  return table.concat({
+    string.format("const nj_i64 total = %s, lag = total < %dLL ? total : %dLL;", total, P.lag, P.lag),
+    "const nj_i64 b = nj_block_item();",
+    "if (b >= 2 * total) return;",
+    "const nj_i64 m = b - lag;",
+    string.format("const bool %s = b >= lag && (b >= 2 * total - lag || (m & 1) == 0);", second),
+    string.format("const nj_i64 %s = b < lag ? b : b >= 2 * total - lag ? b - total : (m & 1) == 0 ? m >> 1 : lag + (m >> 1);", item),
+  }, "\n    ")
+end
+-- The zero launch of a pipelined pass (P.role.zero): a thread a counter, the int at `at` (a C expression
+-- of i, the counter's number) for i < count: the workspace is the caller's, its contents unknown.
+function pipe_zero_kernel(count, at)
+  return string.format([[NJ_KERNEL(%s, 256)
+{
+    nj_grid_enter();
+    const nj_i64 i = nj_block_item() * 256 + threadIdx.x;
+    if (i < %s) *(int *)(%s) = 0;
+}]], P.role.zero.kernel, count, at)
+end
+
 -- The pragma before a walk over global memory that reads `streams` tensors an iteration (x, the
 -- residual, dy; default 1): unrolled until two of those loads are in flight per thread (about 64 KB with
 -- a full SM, enough to cover memory latency), and no further: NVVM's default unroll of 4 cost 10 to 30 ms
