@@ -22,8 +22,9 @@
 /* Whether the walks split: from NJ_SPLIT_MIN elements a statistic, or from NJ_GENERAL_SPLIT_FEW where the
  * statistics a batch row are fewer than the SMs (BatchNorm: a statistic a channel, N x H x W elements
  * each; f16 128 x 128 x 28 x 28 forward had 128 blocks of 100352 elements on 132 SMs, 18% of copy in the
- * model). */
-#define NJ_GENERAL_SPLIT_FEW (1 << 15)
+ * model). Two pieces of NJ_SPLIT_PIECE at least, so that the part and main launches (without the pipe)
+ * have pieces to split. */
+#define NJ_GENERAL_SPLIT_FEW (2 * NJ_SPLIT_PIECE)
 static bool general_split(const nj_canon *c, const nj_device_props *dev)
 {
     int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;

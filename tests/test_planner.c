@@ -1348,7 +1348,7 @@ static nj_plan_params plan_line(const char *line, nj_pass pass, const nj_device_
     return plan_line_v(line, pass, dev, NULL);
 }
 
-/* The general family splits a statistic from 2^15 elements where a batch row's statistics are fewer than
+/* The general family splits a statistic from 2^16 elements where a batch row's statistics are fewer than
  * the SMs (BatchNorm, a statistic a channel): 128 blocks of 100352 elements had left the f16 128 x 128 x
  * 28 x 28 forward at 18% of copy in the model. Pipelined both ways (4 pieces of 2^15 forward without
  * the pipe). 256 channels fill the SMs: no split. */
@@ -1369,8 +1369,15 @@ static void test_general_few(void **state)
     assert_true(pp.split > 1 && pp.lag > pp.split);
     pp = plan_line("batchnorm f16 nchw 128x256x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
     assert_int_equal(pp.split, 1);
-    pp = plan_line("batchnorm f16 nchw 40x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90); /* 31360 */
+    pp = plan_line("batchnorm f16 nchw 83x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90); /* 65072 */
     assert_int_equal(pp.split, 1);
+    /* 84 images (65856): pieces of 2^15 without the pipe (3), never one piece in a part launch */
+    setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1);
+    pp = plan_line("batchnorm f16 nchw 84x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    assert_int_equal(pp.split, 3);
+    pp = plan_line("batchnorm f16 nchw 84x128x28x28 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.split, 3);
+    unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
     setenv("NORMJIT_PLAN_NO_GENERAL_FEW", "1", 1);
     pp = plan_line("batchnorm f16 nchw 128x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
     unsetenv("NORMJIT_PLAN_NO_GENERAL_FEW");
