@@ -139,14 +139,30 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% fwd_finish("mean_s", "var_s") %}
 {% fwd_save_stats("threadIdx.x == 0", kept) %}
 {% end %}
+{# gamma/beta constant over the statistic (BatchNorm's channel): loaded once, not an element at a time (y
+   may alias them, so the compiler kept the loads in the walk: two one-sector requests beside each of
+   x's, BatchNorm f16 NCHW 128 x 128 x 28 x 28 at 69% sector efficiency in the model) #}
+{% local PSET = has_param and offset("param", red, "r") == "0" %}
+{% if PSET then %}
+{% if F.scale then %}
+        const float g_set = nj_load_f32(GAMMA, op);
+{% end %}
+{% if F.bias then %}
+        const float b_set = nj_load_f32(BETA, op);
+{% end %}
+{% end %}
 {{ walk_unroll(F.residual and 2 or 1) }}
         for ({{ IT }} i = {{ LO }}; i < {{ HI }}; i += {{ B }}) {
 {% load_x("v") %}
             float u = {{ fwd_centered("v") }} * rstd;
+{% if PSET then %}
+{% fwd_epilogue("            ", F.scale and "g_set", F.bias and "b_set", {y = offset("y", red, "r")}) %}
+{% else %}
 {% if has_param then %}
             const nj_i64 opi = op + {{ offset("param", red, "r") }};
 {% end %}
 {% fwd_epilogue("            ", F.scale and "nj_load_f32(GAMMA, opi)", F.bias and "nj_load_f32(BETA, opi)", {y = offset("y", red, "r")}) %}
+{% end %}
         }
     }
 }

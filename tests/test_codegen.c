@@ -635,6 +635,34 @@ static void test_general_renders_row(void **state)
     free(src);
 }
 
+/* BatchNorm's gamma/beta are constant over the statistic: the general forward loads them once a block,
+ * not once an element (y may alias them, so the compiler kept such loads in the walk); LayerNorm over
+ * axes 0 and 2 (gamma along the reduction) loads them where used. */
+static void test_general_param_once(void **state)
+{
+    (void)state;
+    static const struct { const char *line; int once; } want[] = {
+        {"batchnorm f16 nchw 128x128x28x28 flags=scale,bias", 1},
+        {"layernorm f32 2x6x5x4 axes=0,2 flags=scale,bias", 0},
+    };
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        nj_problem_desc p;
+        nj_canon c;
+        nj_plan_params pp;
+        char *src = NULL;
+        assert_int_equal(nj_problem_from_text(want[i].line, 4, &p), NJ_OK);
+        assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+        assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+        assert_string_equal(pp.template_name, "fwd_general.cu");
+        assert_int_equal(nj_codegen(&c, &pp, &src), NJ_OK);
+        assert_int_equal(strstr(src, "const float g_set = nj_load_f32(GAMMA, op);") != NULL, want[i].once);
+        assert_int_equal(strstr(src, "nj_load_f32(GAMMA, opi)") == NULL, want[i].once);
+        free(src);
+    }
+}
+
 static void test_codegen_fail(void **state)
 {
     (void)state;
@@ -1121,7 +1149,7 @@ int main(void)
     };
     const struct CMUnitTest kernels[] = {
         cmocka_unit_test(test_forward_variants),
-        cmocka_unit_test(test_general_renders_row),
+        cmocka_unit_test(test_general_renders_row), cmocka_unit_test(test_general_param_once),
         cmocka_unit_test(test_codegen_fail),
         cmocka_unit_test(test_library_render),
         cmocka_unit_test(test_template_contract),
