@@ -126,7 +126,7 @@ typedef struct nj_trace_kernel {
      * between them. 0: none */
     uint64_t pipe_total, pipe_lag;
 } nj_trace_kernel;
-/* The block of a pipelined launch that handles the same piece as block b in the other role (fwd_row.cu's
+/* The block of a pipelined launch that handles the same piece as block b in the other role (pipe_item's
  * block order), or UINT64_MAX when b is past the grid. */
 NJ_HIDDEN uint64_t nj_pipe_twin(uint64_t b, uint64_t total, uint64_t lag);
 NJ_HIDDEN void nj_trace_set_kernel(nj_trace *t, const char *kernel, const nj_trace_kernel *k);

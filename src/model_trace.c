@@ -205,13 +205,13 @@ static void tr_launch(void *u, const nj_emu_launch *l)
                                                .one_wave = (double)r->clusters <= t->k.resident};
 }
 
-/* Block b's piece of a pipelined launch, and whether b normalizes it (b < 2 * total). */
+/* Block b's piece of a pipelined launch, and (norm, where not NULL) whether b normalizes it (b < 2 * total). */
 static uint64_t pipe_piece(uint64_t b, uint64_t total, uint64_t lag, bool *norm)
 {
     if (lag > total) lag = total;
     /* block b: the sums of piece b (b < lag); then, alternately, piece m / 2's normalization and piece
        lag + m / 2's sums (m = b - lag); the last lag blocks normalize the last lag pieces */
-    *norm = b >= lag && (b >= 2 * total - lag || (b - lag) % 2 == 0);
+    if (norm) *norm = b >= lag && (b >= 2 * total - lag || (b - lag) % 2 == 0);
     uint64_t m = b - lag;
     return b < lag ? b : b >= 2 * total - lag ? b - total : m % 2 == 0 ? m / 2 : lag + m / 2;
 }
@@ -605,8 +605,7 @@ static void tr_cluster_done(void *u, uint64_t cluster)
     t->scale = r->run ? (double)r->clusters / (double)r->run : 1;
     if (r->period > 1) { /* runs of period clusters, the last of each short (a reversed walk: its mirror) */
         uint64_t item = t->k.reverse ? r->clusters - 1 - cluster : cluster;
-        bool norm;
-        if (t->k.pipe_total) item = pipe_piece(cluster, t->k.pipe_total, t->k.pipe_lag, &norm); /* its tile */
+        if (t->k.pipe_total) item = pipe_piece(cluster, t->k.pipe_total, t->k.pipe_lag, NULL); /* its tile */
         bool short_one = item % r->period == r->period - 1 && item / r->period < r->clusters / r->period;
         r->work_run += short_one ? r->period_share : 1;
         t->scale = r->work_total / r->work_run;

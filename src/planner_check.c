@@ -78,8 +78,8 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                                   pp->copy_vec * (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]) > 16 ||
                                   !pp->stage || pp->unaligned),
                  NJ_ERR_INTERNAL, "planner: copy vector %d beside vector %d", (int)pp->copy_vec, (int)pp->vec);
-    /* a pipelined split (P.lag): a forward row walk or a backward general one whose counters a zero launch clears, a region for them
-     * and for the merged statistics */
+    /* a pipelined split (P.lag): the families that have one, a zero launch that clears its counters, a
+     * region for them and for the merged statistics */
     bool pipe_ok = pp->split > 1 &&
                    ((pp->pass == NJ_PASS_FORWARD &&
                      (pp->family == NJ_FAMILY_ROW || pp->family == NJ_FAMILY_CHANNELS_LAST ||

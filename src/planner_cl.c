@@ -221,23 +221,13 @@ static int64_t cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props 
 #define NJ_PIPE_CL_BYTES (24 << 20)
 static bool cl_fwd_pipe(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    const nj_operand *opds;
-    size_t n;
-    cl_opds(c, NJ_PASS_FORWARD, &opds, &n);
-    int64_t es = 0;
-    for (size_t i = 0; i < n; i++) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
     /* not with the residual: its loads beside the statistics' code spilled 56-88 B at the 64 registers of
      * two blocks an SM (bf16 2 x 96 x 40 x 40, GELU erf, the residual written) */
     if (nj_plan_switched_off("CL_PIPE") || (c->flags & (NJ_FLAG_RESIDUAL | NJ_FLAG_RESIDUAL_OUT)) ||
-        c->reduce_size * c->axes[2].extent > NJ_PIPE_CL_BYTES / es)
+        c->reduce_size * c->axes[2].extent > NJ_PIPE_CL_BYTES / nj_plan_elem_bytes(c, NJ_PASS_FORWARD))
         return false;
     int64_t groups = c->axes[2].extent, tiles = pp->split, image = (tiles + 1) * groups * 2 + 2;
-    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
-    pp->lag = (int32_t)(tiles + (int64_t)sms * (pp->block <= 512 ? 2 : 1) / 2);
-    nj_plan_add_launch(pp, "nj_fwd_cl_zero", 256, 1, 256, 0);
-    nj_plan_role(pp, NJ_ROLE_ZERO);
-    nj_plan_add_launch(pp, "nj_fwd_cl_norm", pp->block, 2 * tiles, 1, 0);
-    nj_plan_role(pp, NJ_ROLE_MAIN);
+    nj_plan_pipe(dev, tiles, pp->block <= 512 ? 2 : 1, "nj_fwd_cl_zero", 1, "nj_fwd_cl_norm", 2 * tiles, pp);
     pp->ws_stride = image;
     nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
     nj_plan_ws(pp, NJ_WS_MEANS, tiles * groups * 2, 0);
@@ -348,22 +338,13 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
      * (from `chans` on). The merge takes 2 * groups items an image. */
     int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
     int64_t parts = tiles;
-    const nj_operand *opds;
-    size_t n;
-    cl_opds(c, NJ_PASS_BACKWARD, &opds, &n);
-    int64_t es = 0;
-    for (size_t i = 0; i < n; i++) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
-    if (k == 0 && tiles > 1 && c->reduce_size * groups <= NJ_PIPE_CL_BWD_BYTES / es && !nj_plan_switched_off("CL_PIPE")) {
+    if (k == 0 && tiles > 1 && c->reduce_size * groups <= NJ_PIPE_CL_BWD_BYTES / nj_plan_elem_bytes(c, NJ_PASS_BACKWARD) &&
+        !nj_plan_switched_off("CL_PIPE")) {
         /* pipelined (cl_fwd_pipe's scheme): the dx blocks wait for the image's merged means; its counter
            after the partials (two floats' room). The lag an image's tiles and half a wave: one block an
            SM past ~340 threads (the dx kernel's ~90-100 registers), two under it (88 at 320) */
-        int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
         image += 2;
-        pp->lag = (int32_t)(tiles + (int64_t)sms * (pp->block <= 340 ? 2 : 1) / 2);
-        nj_plan_add_launch(pp, "nj_bwd_cl_zero", 256, 1, 256, 0);
-        nj_plan_role(pp, NJ_ROLE_ZERO);
-        nj_plan_add_launch(pp, "nj_bwd_cl_dx", pp->block, 2 * tiles, 1, 0);
-        nj_plan_role(pp, NJ_ROLE_MAIN);
+        nj_plan_pipe(dev, tiles, pp->block <= 340 ? 2 : 1, "nj_bwd_cl_zero", 1, "nj_bwd_cl_dx", 2 * tiles, pp);
         nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
         nj_plan_ws(pp, NJ_WS_MEANS, means, 0);
         nj_plan_ws(pp, NJ_WS_FLAGS, image - 2, 0);

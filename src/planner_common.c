@@ -228,18 +228,38 @@ nj_status nj_plan_library(int32_t lib, nj_plan_params *out)
     return NJ_OK;
 }
 
+void nj_plan_pipe(const nj_device_props *dev, int64_t pieces, int64_t per_sm, const char *zero,
+                  int64_t zero_mult, const char *main_kernel, int64_t main_mult, nj_plan_params *pp)
+{
+    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
+    pp->lag = (int32_t)(pieces + (int64_t)sms * per_sm / 2);
+    nj_plan_add_launch(pp, zero, 256, zero_mult, 256, 0);
+    nj_plan_role(pp, NJ_ROLE_ZERO);
+    nj_plan_add_launch(pp, main_kernel, pp->block, main_mult, 1, 0);
+    nj_plan_role(pp, NJ_ROLE_MAIN);
+}
+
+int64_t nj_plan_elem_bytes(const nj_canon *c, nj_pass pass)
+{
+    static const nj_operand fwd[] = {NJ_OPD_X, NJ_OPD_Y, NJ_OPD_RES, NJ_OPD_RESOUT};
+    static const nj_operand bwd[] = {NJ_OPD_X, NJ_OPD_DY, NJ_OPD_DX};
+    bool b = pass == NJ_PASS_BACKWARD;
+    int64_t es = 0;
+    for (size_t i = 0; i < (b ? NJ_ARRAY_LEN(bwd) : NJ_ARRAY_LEN(fwd)); i++) {
+        nj_operand o = b ? bwd[i] : fwd[i];
+        if ((o == NJ_OPD_RES && !(c->flags & NJ_FLAG_RESIDUAL)) || (o == NJ_OPD_RESOUT && !(c->flags & NJ_FLAG_RESIDUAL_OUT)))
+            continue;
+        es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[o]);
+    }
+    return es;
+}
+
 void nj_plan_split_pipe(const nj_canon *c, const nj_device_props *dev, int64_t piece, int32_t pq, int32_t mq,
                         const char *zero, const char *main_kernel, nj_plan_params *pp)
 {
     int64_t split = nj_ceil_div64(c->reduce_size, piece), per = c->kept_inner;
-    int32_t sms = dev->sm_count > 0 ? dev->sm_count : 132;
-    int64_t wave = (int64_t)sms * (2048 / pp->block);
     pp->split = (int32_t)split;
-    pp->lag = (int32_t)(split + wave / 2);
-    nj_plan_add_launch(pp, zero, 256, per, 256, 0);
-    nj_plan_role(pp, NJ_ROLE_ZERO);
-    nj_plan_add_launch(pp, main_kernel, pp->block, per * split * 2, 1, 0);
-    nj_plan_role(pp, NJ_ROLE_MAIN);
+    nj_plan_pipe(dev, split, 2048 / pp->block, zero, per, main_kernel, per * split * 2, pp);
     int64_t base = (int64_t)(pp->workspace_per_row / sizeof(float));
     nj_plan_ws(pp, NJ_WS_PARTS, 0, base);
     nj_plan_ws(pp, NJ_WS_MEANS, 0, base + per * split * pq);

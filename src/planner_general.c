@@ -13,11 +13,13 @@
  *    run: deterministic without atomics. */
 #include "planner_impl.h"
 
-/* A pipelined split backward (nj_plan_split_pipe) where gamma/beta are absent or constant over each set
- * (InstanceNorm's 128^3 voxels), and the forward: pieces of 4 elements a thread (its walk is scalar), backward statistics of at most
- * NJ_PIPE_BWD_BYTES of x, dy and dx. The second read of x and dy is that far back, plus the blocks in
- * flight: InstanceNorm f32 (24 MB) past half the L2 of an H200, some of it misses. */
-#define NJ_PIPE_BWD_ITERS 4
+/* Pipelined split walks (nj_plan_split_pipe), forward, and backward where gamma/beta are absent or
+ * constant over each set (InstanceNorm's 128^3 voxels): pieces of NJ_PIPE_GENERAL_ITERS elements a thread
+ * (the walks are scalar); backward statistics of at most NJ_PIPE_BWD_BYTES of x, dy and dx. Their second
+ * read of x and dy is that far back, plus the blocks in flight: InstanceNorm f32 (24 MB) past half the L2
+ * of an H200, some of it misses. */
+#define NJ_PIPE_GENERAL_ITERS 4
+#define NJ_PIPE_BWD_BYTES (24 << 20)
 
 /* Whether the walks split: from NJ_SPLIT_MIN elements a statistic, or from NJ_GENERAL_SPLIT_FEW where the
  * statistics a batch row are fewer than the SMs (BatchNorm: a statistic a channel, N x H x W elements
@@ -31,7 +33,6 @@ static bool general_split(const nj_canon *c, const nj_device_props *dev)
     if (c->reduce_size >= NJ_SPLIT_MIN) return true;
     return c->reduce_size >= NJ_GENERAL_SPLIT_FEW && c->kept_inner < sms && !nj_plan_switched_off("GENERAL_FEW");
 }
-#define NJ_PIPE_BWD_BYTES (24 << 20)
 
 bool nj_general_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
@@ -52,11 +53,8 @@ nj_status nj_plan_fwd_general(const nj_canon *c, const nj_device_props *dev, nj_
         /* BatchNorm over N x H x W: a block per channel left most SMs idle. Pipelined (nj_plan_split_pipe)
            where a statistic's x, residual and y fit NJ_PIPE_BYTES: [statistic][piece][sum, m2], then
            [statistic][shifted mean, rstd] */
-        int64_t es = (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_Y]);
-        if (c->flags & NJ_FLAG_RESIDUAL) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_RES]);
-        if (c->flags & NJ_FLAG_RESIDUAL_OUT) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_RESOUT]);
-        if (n <= NJ_PIPE_BYTES / es && !nj_plan_switched_off("SPLIT_PIPE"))
-            nj_plan_split_pipe(c, dev, (int64_t)pp->block * NJ_PIPE_BWD_ITERS, 2, 2, "nj_fwd_general_zero",
+        if (n <= NJ_PIPE_BYTES / nj_plan_elem_bytes(c, NJ_PASS_FORWARD) && !nj_plan_switched_off("SPLIT_PIPE"))
+            nj_plan_split_pipe(c, dev, (int64_t)pp->block * NJ_PIPE_GENERAL_ITERS, 2, 2, "nj_fwd_general_zero",
                                "nj_fwd_general", pp);
         else nj_plan_fwd_split(c, "nj_fwd_general_part", "nj_fwd_general", pp);
         return NJ_OK;
@@ -75,14 +73,13 @@ nj_status nj_plan_bwd_general(const nj_canon *c, const nj_device_props *dev, nj_
     pp->regs_cache = 0;
     pp->block = nj_plan_walk_block(c->reduce_size);
     bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0;
-    int64_t es = (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]) +
-                 (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DX]);
     bool split = general_split(c, dev);
-    if (split && (!params || nj_pgrad_sets_ok(c)) && c->reduce_size <= NJ_PIPE_BWD_BYTES / es &&
+    if (split && (!params || nj_pgrad_sets_ok(c)) &&
+        c->reduce_size <= NJ_PIPE_BWD_BYTES / nj_plan_elem_bytes(c, NJ_PASS_BACKWARD) &&
         !nj_plan_switched_off("SPLIT_PIPE")) {
         /* pipelined (nj_plan_split_pipe): [statistic][piece][WQ] sums, [statistic][s1, s2, dl] */
         int32_t wq = (c->flags & NJ_FLAG_CENTER) ? 3 : 2;
-        nj_plan_split_pipe(c, dev, (int64_t)pp->block * NJ_PIPE_BWD_ITERS, wq, 3, "nj_bwd_dx_zero", "nj_bwd_dx", pp);
+        nj_plan_split_pipe(c, dev, (int64_t)pp->block * NJ_PIPE_GENERAL_ITERS, wq, 3, "nj_bwd_dx_zero", "nj_bwd_dx", pp);
     } else if (split) {
         pp->split = nj_plan_split_pieces(c->reduce_size, c->kept_inner);
         nj_plan_add_launch(pp, "nj_bwd_dx_part", pp->block, c->kept_inner * pp->split, 1, 0);

@@ -44,6 +44,14 @@ NJ_HIDDEN void nj_plan_fwd_split(const nj_canon *c, const char *part, const char
 #define NJ_PIPE_BYTES (16 << 20)
 NJ_HIDDEN void nj_plan_split_pipe(const nj_canon *c, const nj_device_props *dev, int64_t piece, int32_t pq, int32_t mq,
                                   const char *zero, const char *main_kernel, nj_plan_params *pp);
+/* The launches every pipelined pass has (nj_plan_split_pipe, the channels-last pipes): P.lag = `pieces` of a
+ * statistic plus half a wave of `per_sm` resident blocks an SM; `zero` (256 threads, a grid of rows *
+ * zero_mult / 256 blocks) and `main_kernel` (rows * main_mult blocks: two a piece), their roles marked. */
+NJ_HIDDEN void nj_plan_pipe(const nj_device_props *dev, int64_t pieces, int64_t per_sm, const char *zero,
+                            int64_t zero_mult, const char *main_kernel, int64_t main_mult, nj_plan_params *pp);
+/* Bytes of one element of the tensors a pass reads and writes along its statistics: forward x, y and (with
+ * the flags) the residual and its sum written out; backward x, dy and dx. A pipe's limits are in these. */
+NJ_HIDDEN int64_t nj_plan_elem_bytes(const nj_canon *c, nj_pass pass);
 
 /* Sets pp->grid_loop when a block's work item covers fewer than NJ_LOOP_ELEMS elements (elems), and then
  * caps the grids of its launches that scale with the batch at two waves of resident blocks. */

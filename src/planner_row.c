@@ -336,11 +336,8 @@ static void plan_fwd_row_wide(const nj_canon *c, nj_plan_params *pp)
 #define NJ_PIPE_ITERS 2
 static bool plan_fwd_pipe(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    static const nj_operand opds[] = {NJ_OPD_X, NJ_OPD_Y, NJ_OPD_RES, NJ_OPD_RESOUT};
-    int64_t es = 0;
-    for (size_t i = 0; i < NJ_ARRAY_LEN(opds); i++)
-        if (plan_fwd_uses(c, opds[i])) es += (int64_t)nj_dtype_size((nj_dtype)c->dtype[opds[i]]);
-    if (nj_plan_switched_off("SPLIT_PIPE") || c->reduce_size > NJ_PIPE_BYTES / es) return false;
+    if (nj_plan_switched_off("SPLIT_PIPE") || c->reduce_size > NJ_PIPE_BYTES / nj_plan_elem_bytes(c, NJ_PASS_FORWARD))
+        return false;
     /* [statistic][piece][sum, m2], [statistic][shifted mean, rstd] */
     nj_plan_split_pipe(c, dev, (int64_t)pp->block * pp->vec * NJ_PIPE_ITERS, 2, 2, "nj_fwd_row_zero", "nj_fwd_row", pp);
     return true;

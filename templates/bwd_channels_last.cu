@@ -426,9 +426,7 @@ NJ_DEVICE_CALL void nj_cl_merge_sums(const float *W, float *O, float *red)
 
 {{ pipe_zero_kernel("A.rows", "(float *)A.workspace + i * NJ_WS_IMAGE" .. ws_plus("flags")) }}
 
-/* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag tiles' sums, then blocks
-   alternate tile q's dx and tile q + lag's sums, and the last lag blocks the last tiles' dx. One block an
-   SM: the dx kernel's registers. */
+/* Tiles' sums and tiles' dx in pipe_item's order (lib_index.cuh); one block an SM: the dx kernel's registers */
 NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {
     nj_grid_enter();
@@ -447,14 +445,8 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
     {{ pipe_item("A.rows * NJ_S", "w", "dx") }}
     if (!dx) {
 {% part_item() %}
-        /* the block whose add completes the image's count merges its tiles */
-        int *const FLAG = (int *)((float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("flags") }});
-        if (__syncthreads_or(t == 0 && nj_pipe_arrive(FLAG) == NJ_S - 1)) {
-            nj_fence_gpu();
-            nj_cl_merge_sums((const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }},
-                             (float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS, nj_red);
-            if (t == 0) nj_pipe_arrive(FLAG);
-        }
+{% cl_pipe_merge("nj_cl_merge_sums((const float *)A.workspace + k1 * NJ_WS_IMAGE" .. ws_plus("parts") ..
+                  ", (float *)A.workspace + k1 * NJ_WS_IMAGE + NJ_WS_MEANS, nj_red)") %}
     } else {
 {% dx_item() %}
     }

@@ -294,8 +294,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 
 {{ pipe_zero_kernel("A.rows * " .. P.kept_inner .. "LL", "(float *)A.workspace" .. ws_plus("flags") .. " + i") }}
 
-/* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag pieces' sums, then blocks
-   alternate piece q's dx and piece q + lag's sums, and the last lag blocks write the last lag pieces' dx. */
+/* Pieces' sums and pieces' dx in pipe_item's order (lib_index.cuh) */
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
     nj_grid_enter();

@@ -33,6 +33,17 @@ function cl_tile_offsets(opds)
   return table.concat(t, "\n        ")
 end
 %}
+{# A pipelined launch's tile block, its sums stored (P.lag; fwd/bwd_channels_last.cu): adds one to image
+   k1's counter, and the block whose add completes the count runs `merge` (a C call merging the image's
+   tiles), then adds one more for the normalizing (dx) blocks #}
+{% function cl_pipe_merge(merge) %}
+        int *const FLAG = (int *)((float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("flags") }});
+        if (__syncthreads_or(t == 0 && nj_pipe_arrive(FLAG) == NJ_S - 1)) {
+            nj_fence_gpu();
+            {{ merge }};
+            if (t == 0) nj_pipe_arrive(FLAG);
+        }
+{% end %}
 {% function cl_defines() %}
 #define NJ_N {{ P.reduce_size }}LL
 #define NJ_HW {{ HW }}

@@ -430,8 +430,7 @@ NJ_DEVICE_CALL void nj_cl_merge(const float *W, float *O, float *red)
 
 {{ pipe_zero_kernel("A.rows", "(float *)A.workspace + i * NJ_WS_IMAGE" .. ws_plus("flags")) }}
 
-/* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag tiles' statistics, then
-   blocks alternate tile q's y and tile q + lag's statistics, and the last lag blocks the last tiles' y. */
+/* Tiles' statistics and tiles' y in pipe_item's order (lib_index.cuh) */
 {% if TWO then %}
 NJ_KERNEL_OCC({{ P.role.main.kernel }}, {{ B }}, 2)
 {% else %}
@@ -453,14 +452,8 @@ NJ_KERNEL_REGS({{ P.role.main.kernel }}, {{ B }})
 {% tile_stats() %}
         }
 {% stats_write() %}
-        /* the block whose add completes the image's count merges its tiles */
-        int *const FLAG = (int *)((float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("flags") }});
-        if (__syncthreads_or(t == 0 && nj_pipe_arrive(FLAG) == NJ_S - 1)) {
-            nj_fence_gpu();
-            nj_cl_merge((const float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("parts") }},
-                        (float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("means") }}, nj_red);
-            if (t == 0) nj_pipe_arrive(FLAG);
-        }
+{% cl_pipe_merge("nj_cl_merge((const float *)A.workspace + k1 * NJ_WS_IMAGE" .. ws_plus("parts") ..
+                  ", (float *)A.workspace + k1 * NJ_WS_IMAGE" .. ws_plus("means") .. ", nj_red)") %}
     } else {
 {% norm_item() %}
     }

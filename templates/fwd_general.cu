@@ -174,9 +174,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 
 {{ pipe_zero_kernel("A.rows * " .. P.kept_inner .. "LL", "(float *)A.workspace" .. ws_plus("flags") .. " + i") }}
 
-/* Block b's work (fwd_row.cu's order): the first lag blocks take the first lag pieces' sums, then blocks
-   alternate piece q's normalization and piece q + lag's sums, and the last lag blocks normalize the last
-   lag pieces. */
+/* Pieces' sums and pieces' normalization in pipe_item's order (lib_index.cuh) */
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
     nj_grid_enter();

@@ -530,8 +530,7 @@ NJ_DEVICE void {{ name }}(const nj_kargs &A, float *scratch, nj_welford *wscratc
 {% if PIPE then %}
 {{ pipe_zero_kernel("A.rows * " .. P.kept_inner .. "LL", "(float *)A.workspace" .. ws_plus("flags") .. " + i") }}
 
-/* Block b's work: the first lag blocks take the first lag pieces' sums, then blocks alternate piece q's
-   normalization and piece q + lag's sums, and the last lag blocks normalize the last lag pieces. */
+/* Pieces' sums and pieces' normalization in pipe_item's order (lib_index.cuh) */
 NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
 {
     nj_grid_enter();
