@@ -210,7 +210,7 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
         }
 {% end %}
 {# A thread's per-channel sums arr[] (its pixel rows and channels) -> per group (to_groups: into dst, a C
-   lvalue of g) or per channel (to_channels: the tile's dgamma/dbeta partial pair, slot 0 or 1; to_pairs:
+   lvalue of g) or per channel (to_channels below: the tile's dgamma/dbeta partial pairs; to_pairs:
    the cluster kernel's, into nj_pc for the cluster's combination). chan_sums: arr[] over the pixel rows
    into nj_chan. #}
 {% local function chan_sums(arr) %}
@@ -235,10 +235,23 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
 #pragma unroll 1
         for (int c = t; c < NJ_C; c += {{ B }}) nj_pc[2 * c + {{ slot }}] = nj_chan[c];
 {% end %}
-{% local function to_channels(arr, slot) %}
-{% chan_sums(arr) %}
+{# the tile's dgamma/dbeta partial pair a channel from p1[], p2[]: p1's over the pixel rows into nj_chan,
+   p2's added where the pair is stored, one 8-byte store a channel (two 4-byte passes a pair apart wrote
+   each sector twice, half of it each time) #}
+{% local function to_channels() %}
+{% chan_sums("p1") %}
+        if (active) {
+#pragma unroll
+            for (int k = 0; k < NJ_CH; k++) nj_part[r * NJ_C + c0 + k] = p2[k];
+        }
+        __syncthreads();
 #pragma unroll 1
-        for (int c = t; c < NJ_C; c += {{ B }}) WS[NJ_WS_CHANS + (tile * NJ_C + c) * 2 + {{ slot }}] = nj_chan[c];
+        for (int c = t; c < NJ_C; c += {{ B }}) {
+            float s = 0.0f;
+#pragma unroll 1
+            for (int r2 = 0; r2 < NJ_R; r2++) s += nj_part[r2 * NJ_C + c];
+            ((float2 *)(WS + NJ_WS_CHANS))[tile * NJ_C + c] = make_float2(nj_chan[c], s);
+        }
 {% end %}
 {% if not CLUSTER then %}
 {% DLK = P.act ~= "none" %}
@@ -287,8 +300,7 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
 #pragma unroll 1
         for (int g = t; g < NJ_G; g += {{ B }}) WS[tile * 4 * NJ_G + 2 * (NJ_G + g) + 1] = 0.0f; /* merged, unused */
 {% if PARAMS then %}
-{% to_channels("p1", 0) %}
-{% to_channels("p2", 1) %}
+{% to_channels() %}
 {% end %}
 {% end %}
 {% local function dx_item() %}
