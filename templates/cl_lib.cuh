@@ -35,9 +35,13 @@ end
 %}
 {# A pipelined launch's tile block, its sums stored (P.lag; fwd/bwd_channels_last.cu): adds one to image
    k1's counter, and the block whose add completes the count runs `merge` (a C call merging the image's
-   tiles), then adds one more for the normalizing (dx) blocks #}
+   tiles), then adds one more for the normalizing (dx) blocks. The tile's sums are stored by many threads
+   (a group or a channel a thread): the barrier first orders every thread's stores before thread 0's
+   gpu-scope fence and add (the fence is cumulative over what the barrier made visible to thread 0;
+   without it a store of another warp could still be in flight when the count completes) #}
 {% function cl_pipe_merge(merge) %}
         int *const FLAG = (int *)((float *)A.workspace + k1 * NJ_WS_IMAGE{{ ws_plus("flags") }});
+        __syncthreads();
         if (__syncthreads_or(t == 0 && nj_pipe_arrive(FLAG) == NJ_S - 1)) {
             nj_fence_gpu();
             {{ merge }};

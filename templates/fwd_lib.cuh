@@ -120,7 +120,9 @@ end
    values (sh in scope, the same for every piece). Leaves md and rstd in scope. #}
 {# A pipelined forward's sums block, once its piece's sums are stored (fwd_row.cu, fwd_general.cu): adds one
    to its statistic's counter (FLAG), and the block whose add completes the count merges the pieces
-   (fwd_split_stats' arguments) into MEANS (md, rstd), then adds one more for the normalizing blocks #}
+   (fwd_split_stats' arguments) into MEANS (md, rstd), then adds one more for the normalizing blocks.
+   The piece's sums must have been stored by thread 0 itself: its fence orders only its own stores (and
+   what a barrier showed it); stores of other threads need a barrier first (cl_lib.cuh: cl_pipe_merge) #}
 {% function fwd_pipe_merge(ws, plen, total, unit, scratch, kept) %}
         if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FLAG) == NJ_SPLIT - 1)) {
             nj_fence_gpu();
