@@ -83,7 +83,7 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
     bool pipe_ok = pp->split > 1 &&
                    ((pp->pass == NJ_PASS_FORWARD &&
                      (pp->family == NJ_FAMILY_ROW || pp->family == NJ_FAMILY_CHANNELS_LAST ||
-                      pp->family == NJ_FAMILY_GENERAL)) ||
+                      pp->family == NJ_FAMILY_GENERAL || pp->family == NJ_FAMILY_COLUMN)) ||
                     (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_GENERAL &&
                      (pp->pgrad == NJ_PGRAD_NONE || pp->pgrad == NJ_PGRAD_SETS)) ||
                     (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_CHANNELS_LAST)) &&

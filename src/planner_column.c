@@ -203,6 +203,49 @@ static bool col_param_vec(const nj_canon *c, int32_t v)
     return true;
 }
 
+/* A split walk pipelined in one launch (P.lag; docs/architecture.md "Pipelined split passes"): a zero
+ * launch clears a counter a tile, then blocks alternate a piece's partial sums and, lag pieces behind, a
+ * piece's normalization; the block of a tile's last piece merges the pieces (fwd_column.cu:
+ * nj_col_merge). Where a tile's x (with the residual) and y fit NJ_PIPE_BYTES, x's second read comes
+ * from L2: channels-last InstanceNorm of 32^3 volumes and 256 channels read x twice from DRAM (model,
+ * H200: 62.7% of copy). Its tiles are one 128-byte line a walk row (32 f32 columns, 64 16-bit: 4
+ * sub-rows a warp of 16-byte vectors), its pieces ~32 KB of x (half a wave of them in flight stays well
+ * inside the L2), and so a tile's S pieces leave S x tile pairs to merge, read as 16-byte vectors, about
+ * one L2 round trip a thread. NORMJIT_PLAN_NO_COL_PIPE=1: three launches. */
+#define NJ_COL_PIPE_LINE 128
+#define NJ_COL_PIPE_PIECE (32 * 1024)
+static bool col_fwd_pipe(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t ec = c->axes[c->rank - 1].extent, n = c->reduce_size;
+    int64_t ex = (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    int32_t tc = (int32_t)(NJ_COL_PIPE_LINE / ex), v = (int32_t)(16 / ex);
+    if (ec % tc != 0) tc /= 2; /* half a line (4 lanes a sub-row): BatchNorm NHWC of 32 f16 channels */
+    if (nj_plan_switched_off("COL_PIPE") || ec % tc != 0 || !col_vec_fits(c, NJ_PASS_FORWARD, v) ||
+        n * tc > NJ_PIPE_BYTES / nj_plan_elem_bytes(c, NJ_PASS_FORWARD))
+        return false;
+    int64_t s = nj_ceil_div64(n, NJ_COL_PIPE_PIECE / NJ_COL_PIPE_LINE);
+    if (s > NJ_COL_SPLIT_MAX) s = NJ_COL_SPLIT_MAX;
+    s = nj_ceil_div64(n, nj_ceil_div64(n, s)); /* pieces of ceil(n / s): none empty */
+    if (s < 2) return false;
+    int64_t tiles = c->kept_inner / ec * (ec / tc), q = 2 * (int64_t)tc;
+    pp->vec = v;
+    pp->rows_per_block = 32 * v / tc; /* 8 lanes a sub-row (4 for half a line) */
+    pp->tile = tc;
+    pp->split = (int32_t)s;
+    pp->unroll = col_unroll(c, v, false);
+    pp->block = 256;
+    pp->align_opds = col_align_opds(c, NJ_PASS_FORWARD);
+    if (col_param_vec(c, v)) pp->align_opds |= 1u << NJ_OPD_PARAM;
+    /* four blocks an SM: the normalizing walk's ~56 registers */
+    nj_plan_pipe(dev, s, 4, "nj_fwd_column_zero", tiles, "nj_fwd_column", tiles * s * 2, pp);
+    /* per batch row: [tile][piece][sum, m2][tc] partials, [tile][2][tc] merged moments, a counter a tile */
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, 0);
+    nj_plan_ws(pp, NJ_WS_MEANS, 0, tiles * s * q);
+    nj_plan_ws(pp, NJ_WS_FLAGS, 0, tiles * (s + 1) * q);
+    pp->workspace_per_row = (uint64_t)(tiles * ((s + 1) * q + 1)) * sizeof(float);
+    return true;
+}
+
 nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
@@ -213,6 +256,7 @@ nj_status nj_plan_fwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     if (pp->vec > 1 && col_param_vec(c, pp->vec)) pp->align_opds |= 1u << NJ_OPD_PARAM;
     int64_t tc = pp->tile, tiles = c->kept_inner / ec * nj_ceil_div64(ec, tc);
     pp->split = nj_plan_column_split(c, dev, pp->tile);
+    if (pp->split > 1 && col_fwd_pipe(c, dev, pp)) return NJ_OK;
     pp->unroll = col_unroll(c, pp->vec, pp->split == 1);
     pp->block = 256;
     if (pp->split == 1) {

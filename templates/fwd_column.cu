@@ -46,6 +46,12 @@ local STAGE = P.stage == 1
 if STAGE and P.split > 1 then error("fwd_column: a staged tile needs a whole walk") end
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
+-- PIPE (P.lag > 0; planner_column.c: col_fwd_pipe): one launch whose blocks alternate a piece's partials
+-- (the part kernel's) and, P.lag pieces behind, a piece's normalization (the main kernel's); the block of
+-- a tile's last piece merges its pieces (nj_col_merge), the normalizing blocks wait for it
+local PIPE = P.lag > 0
+if PIPE and (SPLIT < 2 or CPL % 4 ~= 0 or B % (TC // 4) ~= 0) then
+  error("fwd_column: a pipe needs split walks and whole 4-column vectors a lane") end
 -- the walk indices a block covers: the whole reduction, or its piece
 -- the sub-row's first walk index (ty itself with one sub-row: sr is 0)
 local LO = (SPLIT > 1 and "(" .. IT .. ")lo + " or "") .. "(ty * NJ_RW + sr)"
@@ -243,6 +249,14 @@ end
 {# mode: "full" (statistics and normalization), "part" (a piece's partials per column) or "norm" (a piece
    normalized with its tile's statistics) #}
 {% local function col_kernel(name, mode) %}
+{% if PIPE then %}
+/* block wi_'s piece (the pipelined kernel's order): its partials, or its normalization */
+NJ_DEVICE void {{ name }}_body(const nj_kargs &A, {{ F.center and "nj_welford" or "float" }} *nj_part, float *nj_first, float *nj_red, nj_i64 wi_)
+{
+    (void)nj_part;
+    (void)nj_first;
+    (void)nj_red;
+{% else %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
     nj_grid_enter();
@@ -258,6 +272,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if mode ~= "norm" then %}
     NJ_SHARED(float, nj_first, {{ TC }}); /* warp 0's columns' first elements, [column][lane] */
 {% end %}
+{% end %}
 {% if STAGE then %}
     typedef {{ F.residual and "float" or "nj_tx" }} nj_tstage;
     NJ_DYN_SHARED(nj_tstage, nj_stage); /* the tile's values, [walk index][column] (STAGE above) */
@@ -269,7 +284,13 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if PTAB and mode ~= "part" then %}
 {% param_table(F.scale, F.bias) %}
 {% end %}
-{% if SPLIT > 1 then %}
+{% if PIPE then %}
+    (void)ntask;
+    {
+        const nj_i64 wi = wi_;
+        const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
+        const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
+{% elseif SPLIT > 1 then %}
     {{ block_item("wi", "ntask * NJ_SPLIT", nil, nil, mode ~= "part" and P.reverse == 1) }}
         const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
@@ -297,6 +318,17 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if mode == "norm" then %}
         /* the tile's merged moments of the scaled values (lib_merge.cu) */
         const float *ST = (const float *)A.workspace{{ ws_plus("means") }} + task * {{ 2 * TC }};
+{% if PIPE then %}
+        /* ... once the block of the tile's last piece has stored them (another SM's block: from L2) */
+        if (threadIdx.x == 0) nj_pipe_wait((const int *)((const float *)A.workspace{{ ws_plus("flags") }}) + task, NJ_SPLIT + 1);
+        __syncthreads();
+        float stm[NJ_CPL], stv[NJ_CPL];
+#pragma unroll
+        for (int c = 0; c < NJ_CPL; c += 4) {
+            nj_load_cg4(ST + lx * NJ_CPL + c, &stm[c]);
+            nj_load_cg4(ST + NJ_TC + lx * NJ_CPL + c, &stv[c]);
+        }
+{% else %}
 {% local MV = P.ws.means.fixed % CPL == 0 and P.ws.means.per_row % CPL == 0 and CPL or 1 %}
         /* the lane's columns' pairs, a vector each where the region keeps them aligned (a scalar load a
            column, 2 * NJ_CPL floats apart, used half of each sector) */
@@ -306,6 +338,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             nj_load_vec<{{ MV }}>(ST, lx * NJ_CPL + c, &stm[c]);
             nj_load_vec<{{ MV }}>(ST + NJ_TC, lx * NJ_CPL + c, &stv[c]);
         }
+{% end %}
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) {
             const nj_shift sh = shc[c];
@@ -370,6 +403,19 @@ NJ_KERNEL({{ name }}, {{ B }})
                 WS[NJ_TC + tx * NJ_CPL + c] = {{ F.center and "m2" or "0.0f" }};
             }
         }
+{% if PIPE then %}
+        /* warp 0 stored the piece's partials: a barrier before thread 0 publishes them (cl_lib.cuh:
+           cl_pipe_merge); the block whose add completes the tile's count merges its pieces and adds one
+           more for the normalizing blocks */
+        int *const FLAG = (int *)((float *)A.workspace{{ ws_plus("flags") }}) + task;
+        __syncthreads();
+        if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FLAG) == NJ_SPLIT - 1)) {
+            nj_fence_gpu();
+            nj_col_merge((const float *)A.workspace{{ ws_plus("parts") }} + task * (NJ_SPLIT * 2 * NJ_TC),
+                         (float *)A.workspace{{ ws_plus("means") }} + task * (2 * NJ_TC), nj_red);
+            if (threadIdx.x == 0) nj_pipe_arrive(FLAG);
+        }
+{% end %}
     }
 }
 {% do return end %}
@@ -435,7 +481,111 @@ NJ_KERNEL({{ name }}, {{ B }})
     }
 }
 {% end %}
-{% if SPLIT > 1 then %}
+{% if PIPE then %}
+/* A tile's pieces combined a column at a time into what the library's merge would store (lib_merge.cu:
+   the moments of the scaled shifted values, O[c] and O[NJ_TC + c]): thread t takes the 4 columns of quad
+   t % NQ over the pieces t / NQ, t / NQ + NPL, ... (16-byte L2 loads of a piece's sums, then of its
+   m2s, 4 pieces' in flight), adding them in piece order: the sums, combined over the threads in order
+   into each column's mean, then m2 = sum(m2_q + n_q * (mean_q - mean)^2) the same way (nothing
+   cancels; the library merge's formula). W: the tile's pieces' pairs, stored by other SMs' blocks in
+   this launch. Ends with a barrier: the caller publishes O. Plain adds and constant piece lengths keep
+   it cheap to compile (Chan's combination a piece and column, unrolled, cost NVRTC ~40 ms). */
+NJ_DEVICE void nj_col_merge(const float *W, float *O, float *red)
+{
+    constexpr int NQ = NJ_TC / 4, NPL = {{ B }} / NQ;
+    const int j = threadIdx.x % NQ, pl = threadIdx.x / NQ;
+    const float inv_n = 1.0f / (float)NJ_N;
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+    for (int q0 = pl; q0 < NJ_SPLIT; q0 += 4 * NPL) {
+        float v[4][4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (q0 + u * NPL < NJ_SPLIT) nj_load_cg4(W + (q0 + u * NPL) * (2 * NJ_TC) + 4 * j, v[u]);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (q0 + u * NPL < NJ_SPLIT) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) a[k] += v[u][k];
+            }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) red[pl * NJ_TC + 4 * j + k] = a[k];
+    __syncthreads();
+    if (threadIdx.x < NJ_TC) {
+        float s = 0.0f;
+#pragma unroll 1
+        for (int v = 0; v < NPL; v++) s += red[v * NJ_TC + threadIdx.x];
+        red[NPL * NJ_TC + threadIdx.x] = s * inv_n;
+    }
+    __syncthreads();
+{% if F.center then %}
+    float mean[4], m2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < 4; k++) mean[k] = red[NPL * NJ_TC + 4 * j + k];
+    /* every piece counts NJ_PIECE walk rows but the last, which holds the rest */
+    const float nf = (float)NJ_PIECE, nl = (float)(NJ_N - (NJ_SPLIT - 1) * NJ_PIECE);
+#pragma unroll 1
+    for (int q0 = pl; q0 < NJ_SPLIT; q0 += 2 * NPL) {
+        float v[2][4], w[2][4];
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (q0 + u * NPL < NJ_SPLIT) {
+                nj_load_cg4(W + (q0 + u * NPL) * (2 * NJ_TC) + 4 * j, v[u]);
+                nj_load_cg4(W + (q0 + u * NPL) * (2 * NJ_TC) + NJ_TC + 4 * j, w[u]);
+            }
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (q0 + u * NPL < NJ_SPLIT) {
+                const float nq = q0 + u * NPL == NJ_SPLIT - 1 ? nl : nf;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float d = __fdividef(v[u][k], nq) - mean[k];
+                    m2[k] += w[u][k] + nq * d * d;
+                }
+            }
+    }
+    __syncthreads(); /* the sums' readers are done */
+#pragma unroll
+    for (int k = 0; k < 4; k++) red[pl * NJ_TC + 4 * j + k] = m2[k];
+    __syncthreads();
+    if (threadIdx.x < NJ_TC) {
+        float s = 0.0f;
+#pragma unroll 1
+        for (int v = 0; v < NPL; v++) s += red[v * NJ_TC + threadIdx.x];
+        O[threadIdx.x] = red[NPL * NJ_TC + threadIdx.x];
+        O[NJ_TC + threadIdx.x] = s * inv_n;
+    }
+{% else %}
+    /* the pieces' sums of squares (their m2 slots hold 0): the mean of the squares */
+    if (threadIdx.x < NJ_TC) {
+        O[threadIdx.x] = 0.0f;
+        O[NJ_TC + threadIdx.x] = red[NPL * NJ_TC + threadIdx.x];
+    }
+{% end %}
+    __syncthreads();
+}
+
+{% col_kernel(P.role.main.kernel .. "_part", "part") %}
+
+{% col_kernel(P.role.main.kernel .. "_norm", "norm") %}
+
+{{ pipe_zero_kernel("A.rows * " .. NTASK .. "LL", "(float *)A.workspace" .. ws_plus("flags") .. " + i") }}
+
+/* Pieces' partials and pieces' normalization in pipe_item's order (lib_index.cuh) */
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
+{
+    nj_grid_enter();
+    NJ_SHARED({{ F.center and "nj_welford" or "float" }}, nj_part, {{ B * CPL }}); /* [warp][column][lane] */
+    NJ_SHARED(float, nj_first, {{ TC }});
+    NJ_SHARED(float, nj_red, {{ 4 * B + TC }}); /* the merge's sums: [piece lane][column], then the means */
+    {{ pipe_item("A.rows * " .. NTASK .. "LL * NJ_SPLIT", "wi", "norm") }}
+    if (norm)
+        {{ P.role.main.kernel }}_norm_body(A, nj_part, nj_first, nj_red, wi);
+    else
+        {{ P.role.main.kernel }}_part_body(A, nj_part, nj_first, nj_red, wi);
+}
+{% elseif SPLIT > 1 then %}
 {% col_kernel(P.role.part.kernel, "part") %}
 
 {% col_kernel(P.role.main.kernel, "norm") %}

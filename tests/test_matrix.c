@@ -401,6 +401,20 @@ static void test_pipe(void **state)
     /* BatchNorm of few channels, split below 2^18 (planner_general.c): forward part and main launches,
        the backward pipelined */
     check_line(m, "batchnorm f16 nchw 48x64x28x28 flags=scale,bias", 1e2, 167);
+    /* split column walks (fwd_column.cu: the block of a tile's last piece merges its pieces, 16-byte
+       loads of their pairs): an offset and an activation, the residual through the unaligned variant,
+       RMS, BatchNorm NHWC's half-line tiles, a short last piece */
+    fwd.shift = 0;
+    fwd.offset = 1e3;
+    check_regime(m, "instancenorm f32 ndhwc 2x16x16x16x64 flags=scale,bias,stats act=silu", &fwd, 168);
+    fwd.offset = 0.0;
+    fwd.shift = 2;
+    check_regime(m, "instancenorm f16 ndhwc 2x16x16x16x128 flags=scale,bias,residual,resout", &fwd, 169);
+    fwd.shift = 0;
+    check_regime(m, "rmsnorm bf16 2x8192x64 axes=1 flags=scale", &fwd, 170);
+    check_regime(m, "batchnorm f16 nhwc 4x32x32x64 flags=scale,bias,stats", &fwd, 171);
+    fwd.offset = 1e2; /* 19 pieces of 244 walk rows, the last of 232: the merge's piece lengths */
+    check_regime(m, "instancenorm f32 ndhwc 1x17x16x17x32 flags=scale,bias", &fwd, 172);
     assert_int_equal(m->failed - before, 0);
 }
 

@@ -1384,6 +1384,56 @@ static void test_general_few(void **state)
     assert_int_equal(pp.split, 1);
 }
 
+/* A split column walk whose tile's x and y fit NJ_PIPE_BYTES is pipelined (planner_column.c: col_fwd_pipe):
+ * channels-last InstanceNorm of 32^3 voxels and 256 f32 channels takes tiles of one 128-byte line (32
+ * columns, 4 a lane, 8 lanes a sub-row), pieces of 256 walk rows (32 KB of x), a zero launch and one
+ * launch of two blocks a piece; 32 f16 channels (BatchNorm NHWC) half a line. A tile of 64^3 voxels (32
+ * MB of x) keeps three launches, and so does NORMJIT_PLAN_NO_COL_PIPE=1; the unaligned variant keeps
+ * the pipe, a column at a time. */
+static void test_column_pipe(void **state)
+{
+    (void)state;
+    nj_plan_params pp = plan_line("instancenorm f32 ndhwc 4x32x32x32x256 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
+    assert_int_equal(pp.tile, 32);
+    assert_int_equal(pp.vec, 4);
+    assert_int_equal(pp.rows_per_block, 4);
+    assert_int_equal(pp.split, 128);
+    assert_int_equal(pp.lag, 128 + 132 * 4 / 2);
+    assert_int_equal(pp.nlaunch, 2);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_column_zero");
+    assert_int_equal(pp.launch[0].row_mult, 8); /* a counter a tile: 8 tiles an image */
+    assert_string_equal(pp.launch[1].kernel, "nj_fwd_column");
+    assert_int_equal(pp.launch[1].row_mult, 8 * 128 * 2);
+    assert_int_equal(pp.role[NJ_ROLE_PART], 0);
+    assert_int_equal(pp.reverse, 0);
+    /* per image: 8 tiles x 128 pieces of 64 floats, 8 tiles' merged 64, a counter a tile */
+    assert_int_equal(pp.workspace_per_row, (8 * 129 * 64 + 8) * 4);
+    nj_plan_params un;
+    nj_problem_desc p;
+    nj_canon c;
+    assert_int_equal(nj_problem_from_text("instancenorm f32 ndhwc 4x32x32x32x256 flags=scale,bias", 4, &p), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_variant(&c, NJ_PASS_FORWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    assert_int_equal(un.vec, 1);
+    assert_int_equal(un.lag, pp.lag);
+    assert_int_equal(un.tile, 32);
+    pp = plan_line("batchnorm f16 nhwc 4x32x32x64 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    assert_true(pp.lag > 0);
+    assert_int_equal(pp.tile, 32);
+    assert_int_equal(pp.vec, 8);
+    assert_int_equal(pp.rows_per_block, 8);
+    pp = plan_line("instancenorm f32 ndhwc 2x64x64x64x64 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    assert_int_equal(pp.lag, 0);
+    assert_int_equal(pp.nlaunch, 3);
+    setenv("NORMJIT_PLAN_NO_COL_PIPE", "1", 1);
+    pp = plan_line("instancenorm f32 ndhwc 8x32x32x32x256 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    unsetenv("NORMJIT_PLAN_NO_COL_PIPE");
+    assert_int_equal(pp.lag, 0);
+    assert_int_equal(pp.nlaunch, 3);
+    assert_string_equal(pp.launch[0].kernel, "nj_fwd_column_part");
+}
+
 /* P.reverse: every plan whose part launch reads the items before its main launch reads them again walks
  * the main launch backwards (planner.c: plan_reverse), whatever the family; a plan of one launch, or
  * one whose second launch is the library's (a fused channels-last forward, a staged channels-last
@@ -2182,7 +2232,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_row_backward_two_chunks), cmocka_unit_test(test_row_backward_groups_wide), cmocka_unit_test(test_reverse), cmocka_unit_test(test_general_few),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_row_backward_two_chunks), cmocka_unit_test(test_row_backward_groups_wide), cmocka_unit_test(test_reverse), cmocka_unit_test(test_general_few), cmocka_unit_test(test_column_pipe),
         cmocka_unit_test(test_cluster_plan),
         cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
         cmocka_unit_test(test_cluster_fwd_slots),

@@ -298,6 +298,13 @@ NJ_EMU_VEC2_(int, int2, 8)
 NJ_EMU_VEC4_(int, int4, 16)
 NJ_EMU_VEC2_(unsigned, uint2, 8)
 NJ_EMU_VEC4_(unsigned, uint4, 16)
+/* prelude's nj_load_cg4: one 16-byte load, aligned as the GPU's must be */
+static inline void nj_load_cg4(const float *p, float *o)
+{
+    NJ_CHECK_ALIGN(p, 16);
+    const float4 v = *(const float4 *)p;
+    o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+}
 NJ_EMU_VEC2_(unsigned short, ushort2, 4)
 NJ_EMU_VEC4_(unsigned short, ushort4, 8)
 NJ_EMU_VEC2_(double, double2, 16)
