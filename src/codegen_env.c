@@ -5,7 +5,7 @@
  *   P.kind            "row" | "column" | "general"
  *   P.family          a family's name (family_list.h): "row" | "column" | "channels_last" | "general"
  *   P.block, P.vec, P.rows_per_block, P.split, P.regs_cache, P.chans, P.tile, P.unroll, P.stage, P.persist,
- *   P.copy_vec, P.reverse, P.lag, P.grid_loop   plan
+ *   P.copy_vec, P.reverse, P.lag, P.pipe_group, P.grid_loop   plan
  *                     parameters
  *   P.unaligned       true for the unaligned variant (vec 1; the launch picked it for misaligned arguments)
  *   P.rank            number of canonical axes, batch axis included
@@ -241,6 +241,7 @@ nj_status nj_codegen_push_env(lua_State *L, const nj_canon *c, const nj_plan_par
     env_int(L, "persist", pp->persist);
     env_int(L, "reverse", pp->reverse);
     env_int(L, "lag", pp->lag);
+    env_int(L, "pipe_group", pp->pipe_group);
     lua_pushboolean(L, pp->unaligned != 0);
     lua_setfield(L, -2, "unaligned");
     env_int(L, "rank", c->rank);

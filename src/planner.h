@@ -164,6 +164,8 @@ typedef struct nj_plan_params {
                             waits on its statistic's counter (the last piece's block merges the statistic).
                             x (and dy) is read again from L2, not DRAM: n pieces stand between the two
                             reads. 0 = the part and main launches */
+    int32_t pipe_group;  /* a pipelined split column backward: pieces a first-level merge adds (two-level
+                            merge, bwd_column.cu); 0 = one merge of all the pieces */
     uint32_t align_opds; /* bits (1 << nj_operand): operands whose base address must be a multiple of vec
                             elements, and whose batch stride a multiple of vec (PARAM has none), for the
                             launch to use these kernels; else the unaligned variant runs */

@@ -86,9 +86,13 @@ nj_status nj_plan_check(const nj_canon *c, const nj_plan_params *pp, const nj_de
                       pp->family == NJ_FAMILY_GENERAL || pp->family == NJ_FAMILY_COLUMN)) ||
                     (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_GENERAL &&
                      (pp->pgrad == NJ_PGRAD_NONE || pp->pgrad == NJ_PGRAD_SETS)) ||
-                    (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_CHANNELS_LAST)) &&
+                    (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_CHANNELS_LAST) ||
+                    (pp->pass == NJ_PASS_BACKWARD && pp->family == NJ_FAMILY_COLUMN &&
+                     (pp->pgrad == NJ_PGRAD_NONE || pp->pgrad == NJ_PGRAD_FUSED) && pp->pipe_group > 0)) &&
                    pp->role[NJ_ROLE_ZERO] && !pp->role[NJ_ROLE_PART] && (pp->ws_used & (1u << NJ_WS_FLAGS)) &&
                    (pp->ws_used & (1u << NJ_WS_MEANS));
+    NJ_RETURN_IF(pp->pipe_group < 0 || (pp->pipe_group > 0 && (pp->lag == 0 || pp->family != NJ_FAMILY_COLUMN)),
+                 NJ_ERR_INTERNAL, "planner: merge groups of %d pieces", (int)pp->pipe_group);
     NJ_RETURN_IF(pp->lag < 0 || (pp->lag > 0 && !pipe_ok) || (pp->lag == 0 && pp->role[NJ_ROLE_ZERO]), NJ_ERR_INTERNAL,
                  "planner: lag %d (split %d)", (int)pp->lag, (int)pp->split);
     NJ_RETURN_IF(pp->split < 1 || pp->rows_per_block < 1 || pp->regs_cache < 0, NJ_ERR_INTERNAL,

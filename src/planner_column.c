@@ -348,6 +348,51 @@ static bool bwd_column_rows_fused(const nj_canon *c)
 /* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_COLUMN_MIN neighbouring kept columns:
  * a block per tile of 32 x vec columns, 8 warps walking the reduction (coalesced), unroll loads deep. Long walks are split as the
  * forward's are (nj_plan_column_split): a piece's sums, a tile's means, a piece's dx. */
+/* The backward's split walk pipelined (col_fwd_pipe's scheme): a tile's x, dy and dx within
+ * NJ_PIPE_BWD_BYTES, pieces of ~32 KB of x and dy (up to 512 of them: at 25 MB a tile, pieces of 64 KB
+ * gave 68.2% of copy, of 32 KB 78.7; model, H200). A tile's pieces leave Q floats each (the sums of g, g * xhat
+ * and xhat a column), too many for one block to add while the tile's dx blocks wait (256 pieces of 32
+ * columns: 128 KB), so they merge in two levels: the block that
+ * completes a group of NJ_COL_PIPE_GROUP pieces adds the group's, and the one that completes the tile's
+ * groups adds theirs into the means (fwd: nj_col_merge; here bwd_column.cu's nj_col_sum_rows). Only where
+ * dgamma/dbeta are the fused partial rows or absent (the separate dgamma walks keep four launches). */
+#define NJ_COL_PIPE_GROUP 16
+static bool col_bwd_pipe(const nj_canon *c, const nj_device_props *dev, bool fused, nj_plan_params *pp)
+{
+    int64_t ec = c->axes[c->rank - 1].extent, n = c->reduce_size, eb = nj_plan_elem_bytes(c, NJ_PASS_BACKWARD);
+    if (nj_plan_switched_off("COL_PIPE") || (!fused && (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS))) || ec % 32 != 0)
+        return false;
+    /* the widest vector whose tile keeps within half the limit: there the second reads hit (InstanceNorm
+     * 4 x 32^3 x 256 f32 at 2 columns a lane, 25 MB a tile, moved 1.14x the ideal bytes, 68.2% of copy;
+     * at 1, 12.6 MB, 1.03x and 90.8%; model, H200) */
+    int32_t v = pp->vec;
+    while (v > 1 && (ec % (32 * v) != 0 || n * 32 * v > NJ_PIPE_BWD_BYTES / 2 / eb)) v /= 2;
+    int64_t tc = 32 * (int64_t)v;
+    if (n * tc > NJ_PIPE_BWD_BYTES / eb) return false;
+    int64_t xd = (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]) + (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_DY]);
+    int64_t s = nj_ceil_div64(n, nj_ceil_div64(NJ_COL_PIPE_PIECE, tc * xd));
+    if (s > 2 * NJ_COL_SPLIT_MAX) s = 2 * NJ_COL_SPLIT_MAX; /* the merge takes them in groups */
+    s = nj_ceil_div64(n, nj_ceil_div64(n, s)); /* pieces of ceil(n / s): none empty */
+    if (s < 2) return false;
+    int64_t ng = nj_ceil_div64(s, NJ_COL_PIPE_GROUP), tiles = c->kept_inner / ec * (ec / tc);
+    int64_t q = (c->flags & NJ_FLAG_CENTER) ? 4 * tc : 2 * tc; /* floats a piece (nj_plan_bwd_column) */
+    int64_t sums = fused ? 2 * (c->kept_inner / ec) * s * ec : 0;
+    pp->vec = v;
+    pp->tile = (int32_t)tc;
+    pp->split = (int32_t)s;
+    pp->pipe_group = NJ_COL_PIPE_GROUP;
+    pp->unroll = col_unroll(c, v, false);
+    pp->align_opds = v > 1 ? col_align_opds(c, NJ_PASS_BACKWARD) : 0;
+    nj_plan_pipe(dev, s, 4, "nj_bwd_column_zero", tiles * (ng + 1), "nj_bwd_column", tiles * s * 2, pp);
+    /* per batch row: the fused partial rows, [tile][piece][q] sums, [tile][q] means then [tile][group][q]
+     * group sums, [tile][group + 1] counters */
+    nj_plan_ws(pp, NJ_WS_PARTS, 0, sums);
+    nj_plan_ws(pp, NJ_WS_MEANS, 0, sums + tiles * s * q);
+    nj_plan_ws(pp, NJ_WS_FLAGS, 0, sums + tiles * (s + 1 + ng) * q);
+    pp->workspace_per_row = (uint64_t)(tiles * ((s + 1 + ng) * q + ng + 1)) * sizeof(float);
+    return true;
+}
+
 nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
@@ -376,6 +421,9 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
         nj_plan_add_launch(pp, "nj_bwd_column", pp->block, tiles, 1, 0);
         nj_plan_role(pp, NJ_ROLE_MAIN);
         col_stage_set(pp, staged);
+    } else if (col_bwd_pipe(c, dev, fused, pp)) {
+        tiles = c->kept_inner / ec * (ec / pp->tile);
+        s = (uint64_t)pp->split;
     } else {
         /* a piece's two sums per column, then a tile's two means: [tile][piece][2][tc], [tile][2][tc] over
          * the batch, after the fused partial rows (2 x ec a row, outer index and piece) when fused, and
@@ -421,6 +469,7 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
     int64_t after = (int64_t)(pp->workspace_fixed / sizeof(float)); /* the split's regions follow that one */
     pp->ws[NJ_WS_PARTS].fixed += after;
     pp->ws[NJ_WS_MEANS].fixed += after;
+    if (pp->ws_used & (1u << NJ_WS_FLAGS)) pp->ws[NJ_WS_FLAGS].fixed += after;
     for (int32_t i = 0; i < pp->nlaunch; i++) {
         if (pp->launch[i].lib != NJ_LIB_MERGE) continue;
         pp->launch[i].arg[NJ_MERGE_IN_BASE][0] += (int64_t)(pp->workspace_fixed / sizeof(float));

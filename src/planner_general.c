@@ -19,7 +19,6 @@
  * read of x and dy is that far back, plus the blocks in flight: InstanceNorm f32 (24 MB) past half the L2
  * of an H200, some of it misses. */
 #define NJ_PIPE_GENERAL_ITERS 4
-#define NJ_PIPE_BWD_BYTES (24 << 20)
 
 /* Whether the walks split: from NJ_SPLIT_MIN elements a statistic, or from NJ_GENERAL_SPLIT_FEW where the
  * statistics a batch row are fewer than the SMs (BatchNorm: a statistic a channel, N x H x W elements

@@ -42,6 +42,8 @@ NJ_HIDDEN void nj_plan_fwd_split(const nj_canon *c, const char *part, const char
  * from pp->workspace_per_row on: PARTS [statistic][piece][pq floats], MEANS [statistic][mq floats], FLAGS
  * [statistic] ints. NORMJIT_PLAN_NO_SPLIT_PIPE=1: the part and main launches. */
 #define NJ_PIPE_BYTES (16 << 20)
+/* ... and a backward's statistic: x, dy and dx (planner_general.c, planner_column.c) */
+#define NJ_PIPE_BWD_BYTES (24 << 20)
 NJ_HIDDEN void nj_plan_split_pipe(const nj_canon *c, const nj_device_props *dev, int64_t piece, int32_t pq, int32_t mq,
                                   const char *zero, const char *main_kernel, nj_plan_params *pp);
 /* The launches every pipelined pass has (nj_plan_split_pipe, the channels-last pipes): P.lag = `pieces` of a

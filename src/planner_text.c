@@ -54,6 +54,7 @@ char *nj_plan_text(const nj_plan_params *pp)
     if (pp->persist) nj_buf_printf(&b, "persist=%d ", pp->persist);
     if (pp->reverse) nj_buf_printf(&b, "reverse=%d ", pp->reverse);
     if (pp->lag) nj_buf_printf(&b, "lag=%d ", pp->lag);
+    if (pp->pipe_group) nj_buf_printf(&b, "group=%d ", pp->pipe_group);
     /* the named fields templates read (planner.h): in the signature like every other decision */
     if (pp->pgrad != NJ_PGRAD_NONE) nj_buf_printf(&b, "pgrad=%s:%d ", nj_pgrad_name(pp->pgrad), pp->pgrad_parts);
     nj_buf_append(&b, "roles=", 6);

@@ -43,6 +43,15 @@ if STAGE and P.split > 1 then error("bwd_column: a staged tile needs a whole wal
 local IT = P.reduce_size < 2147483647 and "unsigned" or "nj_i64"
 local SPLIT = P.split
 local FUSED = P.pgrad == "fused"
+-- PIPE (P.lag > 0; planner_column.c: col_bwd_pipe): one launch whose blocks alternate a piece's sums (the
+-- part kernel's) and, P.lag pieces behind, a piece's dx; the pieces' sums merge in two levels: the block
+-- that completes a group of GRP pieces adds the group's (nj_col_sum_rows), the one that completes the
+-- tile's NG groups adds theirs into the means, and the dx blocks wait for that
+local PIPE = P.lag > 0
+local GRP = P.pipe_group
+if PIPE and (SPLIT < 2 or GRP < 1 or not (FUSED or P.pgrad == "none")) then
+  error("bwd_column: a pipe needs split walks, merge groups and fused or no dgamma/dbeta") end
+local NG = PIPE and ceil_div(SPLIT, GRP) or 0
 -- dgamma/dbeta of the walk's rows (P.pgrad "rows": gamma's index is the walk index): the dx walk sums
 -- each row's dz*xhat and dz over the warp's lanes and lane 0 writes the tile's pair, [task][row][2] in
 -- the pgrad region; the whole warp takes part, so a lane past the tile's end walks a valid column of
@@ -58,6 +67,9 @@ local HI = SPLIT > 1 and "(" .. IT .. ")hi" or "(" .. IT .. ")NJ_N"
 -- and the merge takes IPT items a tile (planner_column.c); a column's place in its tile is tx * CPL + c
 local IPT = F.center and 2 * TC or TC
 local Q = 2 * IPT
+if PIPE and B % (Q // 4) ~= 0 then error("bwd_column: a piece's sums in whole 16-byte quads a block") end
+-- the dx kernel's read of its tile's means: another SM's block stored them in a pipelined launch (L2)
+local function MLD(i) return PIPE and ("nj_load_cg(M + " .. i .. ")") or ("M[" .. i .. "]") end
 -- the workspace regions (the planner's P.ws): with FUSED the partial rows (pgrad: [2][PROWS][EC]), and
 -- for split walks the pieces' sums (parts) and the tiles' means (means)
 local PROWS = "A.rows * " .. (KO * SPLIT) .. "LL" -- fused partial rows
@@ -191,6 +203,14 @@ end
 {% local PRE = F.center and (mode == "full" or (mode == "part" and P.act ~= "none")) %}
 {% local XU = (mode == "part" and PRE) and "(xh + dl)" or "xh" %}
 {% BWD_DL = (mode ~= "part" or PRE) and "dl" or nil %}
+{% if PIPE then %}
+/* block wi_'s piece (the pipelined kernel's order): its sums, or its dx */
+NJ_DEVICE void {{ name }}_body(const nj_kargs &A, float *nj_part, float *nj_m, float *nj_red, nj_i64 wi_)
+{
+    (void)nj_part;
+    (void)nj_m;
+    (void)nj_red;
+{% else %}
 NJ_KERNEL({{ name }}, {{ B }})
 {
     nj_grid_enter();
@@ -208,6 +228,7 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if mode == "full" or PRE then %}
     NJ_SHARED(float, nj_m, {{ 2 * TC }}); /* the tile's means of g and g*xhat ([column][lane]); first, its columns' dl */
 {% end %}
+{% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
 {{ bwd_pointers() }}
@@ -215,7 +236,13 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% param_table(PG, PB) %}
 {% end %}
 {% if SPLIT > 1 then %}
+{% if PIPE then %}
+    (void)ntask;
+    {
+        const nj_i64 wi = wi_;
+{% else %}
     {{ block_item("wi", "ntask * NJ_SPLIT", nil, nil, mode ~= "part" and P.reverse == 1) }}
+{% end %}
         const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
 {% else %}
@@ -256,6 +283,12 @@ NJ_KERNEL({{ name }}, {{ B }})
         }
 {% if mode == "dx" then %}
         const float *M = (const float *)A.workspace{{ ws_plus("means") }} + task * {{ Q }};
+{% if PIPE then %}
+        /* ... once the block that completes the tile's groups has added them */
+        if (threadIdx.x == 0)
+            nj_pipe_wait((const int *)((const float *)A.workspace{{ ws_plus("flags") }}) + task * {{ NG + 1 }} + {{ NG }}, {{ NG + 1 }});
+        __syncthreads();
+{% end %}
         float m1c[NJ_CPL], m2c[NJ_CPL]{{ F.center and ", dlc[NJ_CPL]" or "" }};
 #pragma unroll
         for (int c = 0; c < NJ_CPL; c++) {
@@ -263,8 +296,8 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if F.center then %}
             /* the pieces' mean of (x - mean) * rstd corrects xhat, and the mean of g * xhat by dl * mean(g)
                (exact without an activation, to first order in dl with one) */
-            const float m1 = M[pc], dl = M[NJ_TC + pc];
-            const float m2 = M[{{ IPT }} + pc] - dl * m1;
+            const float m1 = {{ MLD("pc") }}, dl = {{ MLD("NJ_TC + pc") }};
+            const float m2 = {{ MLD(IPT .. " + pc") }} - dl * m1;
             m1c[c] = m1;
             m2c[c] = m2;
             dlc[c] = dl;
@@ -277,7 +310,13 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% if FUSED then %}
                 /* this piece's partial row of dgamma: sum dz * (xhat - dl) (its dbeta row holds sum dz) */
                 float *PR = (float *)A.workspace{{ ws_plus("pgrad") }};
+{% if PIPE then %}
+                /* stored by the piece's sums block (another SM's) in this launch: from L2 */
+                const nj_i64 ia = (o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}, ib = ({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }};
+                PR[ia] = nj_load_cg(PR + ia) - dl * nj_load_cg(PR + ib);
+{% else %}
                 PR[(o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}] -= dl * PR[({{ PROWS }} + o * NJ_SPLIT + piece) * {{ EC }} + k{{ cax }}];
+{% end %}
 {% end %}
 {% if bwd_dl_store() then %}
                 if (piece == 0) {{ bwd_dl_base() }}[os] = dl; /* for the dgamma walks */
@@ -285,7 +324,7 @@ NJ_KERNEL({{ name }}, {{ B }})
             }
 {% else %}
             m1c[c] = 0.0f;
-            m2c[c] = M[{{ IPT }} + pc];
+            m2c[c] = {{ MLD(IPT .. " + pc") }};
 {% end %}
         }
 {% else %}
@@ -385,6 +424,29 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
             }
         }
+{% if PIPE then %}
+        /* warp 0 stored the piece's sums (and partial rows): a barrier before thread 0 publishes them
+           (cl_lib.cuh: cl_pipe_merge). The block that completes the piece's group adds the group's sums;
+           the one of those that completes the tile's groups adds theirs into the means (scaled) and adds
+           one more for the dx blocks. */
+        {
+            int *const FL = (int *)((float *)A.workspace{{ ws_plus("flags") }}) + task * {{ NG + 1 }};
+            float *const MB = (float *)A.workspace{{ ws_plus("means") }};
+            float *const GB = MB + A.rows * {{ NTASK * Q }}LL + task * {{ NG * Q }}; /* the tile's group sums */
+            const int grp = (int)(piece / {{ GRP }}), gn = min({{ GRP }}, NJ_SPLIT - grp * {{ GRP }});
+            __syncthreads();
+            if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FL + grp) == gn - 1)) {
+                nj_fence_gpu();
+                nj_col_sum_rows((const float *)A.workspace{{ ws_plus("parts") }} + (task * NJ_SPLIT + grp * {{ GRP }}) * {{ Q }},
+                                gn, GB + grp * {{ Q }}, 1.0f, nj_red);
+                if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FL + {{ NG }}) == {{ NG - 1 }})) {
+                    nj_fence_gpu();
+                    nj_col_sum_rows(GB, {{ NG }}, MB + task * {{ Q }}, 1.0f / (float)NJ_N, nj_red);
+                    if (threadIdx.x == 0) nj_pipe_arrive(FL + {{ NG }});
+                }
+            }
+        }
+{% end %}
     }
 }
 {% do return end %}
@@ -460,7 +522,62 @@ NJ_KERNEL({{ name }}, {{ B }})
     }
 }
 {% end %}
-{% if SPLIT > 1 then %}
+{% if PIPE then %}
+/* O[i] = scale * (the sum over n rows, Q floats apart, of W's float i) for i < Q, in row order: thread t
+   takes the 4 floats of quad t % NQ over the rows t / NQ, t / NQ + NPL, ... (16-byte L2 loads, 4 rows'
+   in flight), then a thread a float adds the threads' in order. W: stored by other SMs' blocks in this
+   launch. Ends with a barrier: the caller publishes O. */
+NJ_DEVICE void nj_col_sum_rows(const float *W, int n, float *O, float scale, float *red)
+{
+    constexpr int NQ = {{ Q // 4 }}, NPL = {{ B }} / NQ;
+    const int j = threadIdx.x % NQ, pl = threadIdx.x / NQ;
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+    for (int r0 = pl; r0 < n; r0 += 4 * NPL) {
+        float v[4][4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (r0 + u * NPL < n) nj_load_cg4(W + (r0 + u * NPL) * {{ Q }} + 4 * j, v[u]);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (r0 + u * NPL < n) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) a[k] += v[u][k];
+            }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) red[pl * {{ Q }} + 4 * j + k] = a[k];
+    __syncthreads();
+#pragma unroll 1
+    for (int i = threadIdx.x; i < {{ Q }}; i += {{ B }}) {
+        float s = 0.0f;
+#pragma unroll 1
+        for (int v = 0; v < NPL; v++) s += red[v * {{ Q }} + i];
+        O[i] = s * scale;
+    }
+    __syncthreads();
+}
+
+{% col_kernel(P.role.main.kernel .. "_part", "part") %}
+
+{% col_kernel(P.role.main.kernel .. "_dx", "dx") %}
+
+{{ pipe_zero_kernel("A.rows * " .. (NTASK * (NG + 1)) .. "LL", "(float *)A.workspace" .. ws_plus("flags") .. " + i") }}
+
+/* Pieces' sums and pieces' dx in pipe_item's order (lib_index.cuh) */
+NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
+{
+    nj_grid_enter();
+    NJ_SHARED(float, nj_part, {{ ((FUSED and 4 or 2) + (F.center and 1 or 0)) * B * CPL }});
+    NJ_SHARED(float, nj_m, {{ 2 * TC }});
+    NJ_SHARED(float, nj_red, {{ 4 * B }}); /* the merges' sums: [row lane][float] */
+    {{ pipe_item("A.rows * " .. NTASK .. "LL * NJ_SPLIT", "wi", "dx") }}
+    if (dx)
+        {{ P.role.main.kernel }}_dx_body(A, nj_part, nj_m, nj_red, wi);
+    else
+        {{ P.role.main.kernel }}_part_body(A, nj_part, nj_m, nj_red, wi);
+}
+{% elseif SPLIT > 1 then %}
 {% col_kernel(P.role.part.kernel, "part") %}
 
 {% col_kernel(P.role.main.kernel, "dx") %}

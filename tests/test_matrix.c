@@ -415,6 +415,19 @@ static void test_pipe(void **state)
     check_regime(m, "batchnorm f16 nhwc 4x32x32x64 flags=scale,bias,stats", &fwd, 171);
     fwd.offset = 1e2; /* 19 pieces of 244 walk rows, the last of 232: the merge's piece lengths */
     check_regime(m, "instancenorm f32 ndhwc 1x17x16x17x32 flags=scale,bias", &fwd, 172);
+    /* their backward (bwd_column.cu: two-level merges of the pieces' sums): the saved mean's correction
+       of the fused dgamma rows at an offset, an activation's exact correction, 313 pieces (a short last
+       group), no gamma/beta, 16-bit through the unaligned variant */
+    bwd.shift = 0;
+    bwd.offset = 3e4;
+    check_regime(m, "instancenorm f32 ndhwc 2x16x16x16x64 flags=scale,bias", &bwd, 173);
+    bwd.offset = 1e3;
+    check_regime(m, "instancenorm f32 ndhwc 2x16x16x16x64 flags=scale,bias,stats act=silu", &bwd, 174);
+    bwd.offset = 0.0;
+    check_regime(m, "instancenorm f32 ndhwc 1x40x40x25x32 flags=scale,bias", &bwd, 175);
+    check_regime(m, "rmsnorm bf16 2x8192x64 axes=1 flags=none", &bwd, 176);
+    bwd.shift = 2;
+    check_regime(m, "instancenorm f16 ndhwc 2x16x16x16x128 flags=scale,bias act=gelu_erf", &bwd, 177);
     assert_int_equal(m->failed - before, 0);
 }
 

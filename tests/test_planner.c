@@ -520,9 +520,14 @@ static void test_column_general(void **state)
     assert_int_equal(un.unroll, 1);
     assert_int_equal(un.nlaunch, 3);
     assert_int_equal(un.launch[0].row_mult, 2 * 256);
-    /* the backward: the same vectors over x, dy and dx (at most 4 columns a lane); the merge takes a
-     * tile's 2 x 64 items (centered: sum g, sum xhat | sum g * xhat), [tile][piece][256] in */
+    /* the backward: pipelined (test_column_pipe), its tile of 32 columns 19 MB of x, dy and dx */
     nj_plan_params bp;
+    assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
+    assert_true(bp.lag > 0);
+    assert_int_equal(bp.tile, 32);
+    /* without the pipe, the same vectors over x, dy and dx (at most 4 columns a lane); the merge takes a
+     * tile's 2 x 64 items (centered: sum g, sum xhat | sum g * xhat), [tile][piece][256] in */
+    setenv("NORMJIT_PLAN_NO_COL_PIPE", "1", 1);
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
     assert_int_equal(bp.family, NJ_FAMILY_COLUMN);
     assert_int_equal(bp.vec, 2);
@@ -543,6 +548,7 @@ static void test_column_general(void **state)
     assert_int_equal(la[NJ_MERGE_O_B], 128);
     assert_int_equal(la[NJ_MERGE_MODE], NJ_MERGE_SUMS);
     assert_int_equal(nj_plan_variant(&c, NJ_PASS_BACKWARD, NJ_VARIANT_UNALIGNED, &dev90, &un), NJ_OK);
+    unsetenv("NORMJIT_PLAN_NO_COL_PIPE");
     assert_int_equal(un.vec, 1);
     assert_int_equal(un.tile, 64);
     /* a walk too short to split: the widest width keeping 90% of the lanes busy a row a warp, 4 (8 would
@@ -1432,6 +1438,37 @@ static void test_column_pipe(void **state)
     assert_int_equal(pp.lag, 0);
     assert_int_equal(pp.nlaunch, 3);
     assert_string_equal(pp.launch[0].kernel, "nj_fwd_column_part");
+    /* the backward: tiles of 32 columns (a column a lane: 12.6 MB of x, dy and dx, where 2 made 25), 256
+     * pieces of 128 walk rows (32 KB of x and dy), their sums merged 16 at a time, then the tile's 16
+     * groups (a counter each and one for the tile: 17 a tile); the fused dgamma/dbeta rows' column sum
+     * after */
+    pp = plan_line("instancenorm f32 ndhwc 4x32x32x32x256 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.family, NJ_FAMILY_COLUMN);
+    assert_int_equal(pp.vec, 1);
+    assert_int_equal(pp.tile, 32);
+    assert_int_equal(pp.split, 256);
+    assert_int_equal(pp.pipe_group, 16);
+    assert_int_equal(pp.lag, 256 + 132 * 4 / 2);
+    assert_int_equal(pp.pgrad, NJ_PGRAD_FUSED);
+    assert_int_equal(pp.nlaunch, 3);
+    assert_string_equal(pp.launch[0].kernel, "nj_bwd_column_zero");
+    assert_int_equal(pp.launch[0].row_mult, 8 * 17);
+    assert_string_equal(pp.launch[1].kernel, "nj_bwd_column");
+    assert_int_equal(pp.launch[1].row_mult, 8 * 256 * 2);
+    assert_int_equal(pp.launch[2].lib, NJ_LIB_COLSUM);
+    /* per image: the fused rows (2 x 256 pieces x 256 columns), 8 tiles x 256 pieces x 128 sums, the
+     * means, 16 group sums a tile, 17 counters a tile */
+    assert_int_equal(pp.workspace_per_row, (2 * 256 * 256 + 8 * (256 + 1 + 16) * 128 + 8 * 17) * 4);
+    /* 40000 voxels: 313 pieces (more than the part launch's 256), 20 groups, the last of 9 */
+    pp = plan_line("instancenorm f32 ndhwc 1x40x40x25x32 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.split, 313);
+    assert_int_equal(pp.launch[0].row_mult, 1 * 21);
+    /* the separate dgamma walks (gamma down the walk) keep four launches */
+    pp = plan_line("rmsnorm bf16 2x8192x64 axes=1 flags=scale", NJ_PASS_BACKWARD, &dev90);
+    assert_int_equal(pp.lag, 0);
+    pp = plan_line("rmsnorm bf16 2x8192x64 axes=1 flags=none", NJ_PASS_BACKWARD, &dev90);
+    assert_true(pp.lag > 0);
+    assert_int_equal(pp.pgrad, NJ_PGRAD_NONE);
 }
 
 /* P.reverse: every plan whose part launch reads the items before its main launch reads them again walks
