@@ -415,6 +415,8 @@ static void test_pipe(void **state)
     check_regime(m, "batchnorm f16 nhwc 4x32x32x64 flags=scale,bias,stats", &fwd, 171);
     fwd.offset = 1e2; /* 19 pieces of 244 walk rows, the last of 232: the merge's piece lengths */
     check_regime(m, "instancenorm f32 ndhwc 1x17x16x17x32 flags=scale,bias", &fwd, 172);
+    /* 128 bf16 channels whose line's tile would be 18 MB: half-line tiles, 4 a walk row */
+    check_regime(m, "batchnorm bf16 nhwc 72x128x32x32 flags=scale,bias,stats act=relu", &fwd, 178);
     /* their backward (bwd_column.cu: two-level merges of the pieces' sums): the saved mean's correction
        of the fused dgamma rows at an offset, an activation's exact correction, 313 pieces (a short last
        group), no gamma/beta, 16-bit through the unaligned variant */

@@ -493,6 +493,10 @@ static void test_column_general(void **state)
     tc_axis(&c, 128, false, true);
     tc_finish(&c);
     pp = plan_fwd_any(&c);
+    assert_true(pp.lag > 0); /* pipelined, half a line a tile (test_column_pipe); without the pipe: */
+    assert_int_equal(pp.tile, 32);
+    setenv("NORMJIT_PLAN_NO_COL_PIPE", "1", 1);
+    pp = plan_fwd_any(&c);
     assert_int_equal(pp.vec, 8);
     assert_int_equal(pp.rows_per_block, 4);
     assert_int_equal(pp.tile, 64);
@@ -520,6 +524,7 @@ static void test_column_general(void **state)
     assert_int_equal(un.unroll, 1);
     assert_int_equal(un.nlaunch, 3);
     assert_int_equal(un.launch[0].row_mult, 2 * 256);
+    unsetenv("NORMJIT_PLAN_NO_COL_PIPE");
     /* the backward: pipelined (test_column_pipe), its tile of 32 columns 19 MB of x, dy and dx */
     nj_plan_params bp;
     assert_int_equal(nj_plan_pass(&c, NJ_PASS_BACKWARD, &dev90, &bp), NJ_OK);
@@ -1393,7 +1398,8 @@ static void test_general_few(void **state)
 /* A split column walk whose tile's x and y fit NJ_PIPE_BYTES is pipelined (planner_column.c: col_fwd_pipe):
  * channels-last InstanceNorm of 32^3 voxels and 256 f32 channels takes tiles of one 128-byte line (32
  * columns, 4 a lane, 8 lanes a sub-row), pieces of 256 walk rows (32 KB of x), a zero launch and one
- * launch of two blocks a piece; 32 f16 channels (BatchNorm NHWC) half a line. A tile of 64^3 voxels (32
+ * launch of two blocks a piece; 32 f16 channels (BatchNorm NHWC) half a line, and so do 128 whose line
+ * would be too big. A tile of 64^3 voxels (32
  * MB of x) keeps three launches, and so does NORMJIT_PLAN_NO_COL_PIPE=1; the unaligned variant keeps
  * the pipe, a column at a time. */
 static void test_column_pipe(void **state)
@@ -1429,6 +1435,10 @@ static void test_column_pipe(void **state)
     assert_int_equal(pp.tile, 32);
     assert_int_equal(pp.vec, 8);
     assert_int_equal(pp.rows_per_block, 8);
+    /* 128 f16 channels over 32 x 56 x 56: a line's tile is 25.7 MB of x and y, half a line's 12.8 */
+    pp = plan_line("batchnorm f16 nhwc 32x128x56x56 flags=scale,bias act=relu", NJ_PASS_FORWARD, &dev90);
+    assert_true(pp.lag > 0);
+    assert_int_equal(pp.tile, 32);
     pp = plan_line("instancenorm f32 ndhwc 2x64x64x64x64 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
     assert_int_equal(pp.lag, 0);
     assert_int_equal(pp.nlaunch, 3);
