@@ -19,6 +19,7 @@
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("bwd_lib.cuh") %}
+{% include("col_lib.cuh") %}
 {%
 local kept, red = kept_axes(), reduced_axes()
 local cax = P.rank
@@ -437,11 +438,11 @@ NJ_KERNEL({{ name }}, {{ B }})
             __syncthreads();
             if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FL + grp) == gn - 1)) {
                 nj_fence_gpu();
-                nj_col_sum_rows((const float *)A.workspace{{ ws_plus("parts") }} + (task * NJ_SPLIT + grp * {{ GRP }}) * {{ Q }},
-                                gn, GB + grp * {{ Q }}, 1.0f, nj_red);
+                nj_col_sum_rows<{{ Q }}>((const float *)A.workspace{{ ws_plus("parts") }} + (task * NJ_SPLIT + grp * {{ GRP }}) * {{ Q }},
+                                         gn, {{ Q }}, GB + grp * {{ Q }}, 1.0f, nj_red);
                 if (__syncthreads_or(threadIdx.x == 0 && nj_pipe_arrive(FL + {{ NG }}) == {{ NG - 1 }})) {
                     nj_fence_gpu();
-                    nj_col_sum_rows(GB, {{ NG }}, MB + task * {{ Q }}, 1.0f / (float)NJ_N, nj_red);
+                    nj_col_sum_rows<{{ Q }}>(GB, {{ NG }}, {{ Q }}, MB + task * {{ Q }}, 1.0f / (float)NJ_N, nj_red);
                     if (threadIdx.x == 0) nj_pipe_arrive(FL + {{ NG }});
                 }
             }
@@ -523,41 +524,6 @@ NJ_KERNEL({{ name }}, {{ B }})
 }
 {% end %}
 {% if PIPE then %}
-/* O[i] = scale * (the sum over n rows, Q floats apart, of W's float i) for i < Q, in row order: thread t
-   takes the 4 floats of quad t % NQ over the rows t / NQ, t / NQ + NPL, ... (16-byte L2 loads, 4 rows'
-   in flight), then a thread a float adds the threads' in order. W: stored by other SMs' blocks in this
-   launch. Ends with a barrier: the caller publishes O. */
-NJ_DEVICE void nj_col_sum_rows(const float *W, int n, float *O, float scale, float *red)
-{
-    constexpr int NQ = {{ Q // 4 }}, NPL = {{ B }} / NQ;
-    const int j = threadIdx.x % NQ, pl = threadIdx.x / NQ;
-    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 1
-    for (int r0 = pl; r0 < n; r0 += 4 * NPL) {
-        float v[4][4];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (r0 + u * NPL < n) nj_load_cg4(W + (r0 + u * NPL) * {{ Q }} + 4 * j, v[u]);
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (r0 + u * NPL < n) {
-#pragma unroll
-                for (int k = 0; k < 4; k++) a[k] += v[u][k];
-            }
-    }
-#pragma unroll
-    for (int k = 0; k < 4; k++) red[pl * {{ Q }} + 4 * j + k] = a[k];
-    __syncthreads();
-#pragma unroll 1
-    for (int i = threadIdx.x; i < {{ Q }}; i += {{ B }}) {
-        float s = 0.0f;
-#pragma unroll 1
-        for (int v = 0; v < NPL; v++) s += red[v * {{ Q }} + i];
-        O[i] = s * scale;
-    }
-    __syncthreads();
-}
-
 {% col_kernel(P.role.main.kernel .. "_part", "part") %}
 
 {% col_kernel(P.role.main.kernel .. "_dx", "dx") %}

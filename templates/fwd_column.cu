@@ -17,6 +17,7 @@
 {% include("prelude.cuh") %}
 {% include("lib_index.cuh") %}
 {% include("fwd_lib.cuh") %}
+{% include("col_lib.cuh") %}
 {%
 local kept, red = kept_axes(), reduced_axes()
 local cax = P.rank
@@ -483,46 +484,22 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
 {% if PIPE then %}
 /* A tile's pieces combined a column at a time into what the library's merge would store (lib_merge.cu:
-   the moments of the scaled shifted values, O[c] and O[NJ_TC + c]): thread t takes the 4 columns of quad
-   t % NQ over the pieces t / NQ, t / NQ + NPL, ... (16-byte L2 loads of a piece's sums, then of its
-   m2s, 4 pieces' in flight), adding them in piece order: the sums, combined over the threads in order
-   into each column's mean, then m2 = sum(m2_q + n_q * (mean_q - mean)^2) the same way (nothing
-   cancels; the library merge's formula). W: the tile's pieces' pairs, stored by other SMs' blocks in
-   this launch. Ends with a barrier: the caller publishes O. Plain adds and constant piece lengths keep
-   it cheap to compile (Chan's combination a piece and column, unrolled, cost NVRTC ~40 ms). */
+   the moments of the scaled shifted values, O[c] and O[NJ_TC + c]): the pieces' sums first, in piece
+   order, into each column's mean (O[c]), then m2 = sum(m2_q + n_q * (mean_q - mean)^2) the same way
+   (nothing cancels; the library merge's formula), thread t the 4 columns of quad t % NQ over the pieces
+   t / NQ, t / NQ + NPL, ... (16-byte L2 loads, 2 pieces' in flight). W: the tile's pieces' pairs,
+   stored by other SMs' blocks in this launch. Ends with a barrier: the caller publishes O. Plain adds
+   and constant piece lengths keep it cheap to compile (Chan's combination a piece and a column,
+   unrolled, cost NVRTC ~40 ms). */
 NJ_DEVICE void nj_col_merge(const float *W, float *O, float *red)
 {
+    nj_col_sum_rows<NJ_TC>(W, NJ_SPLIT, 2 * NJ_TC, O, 1.0f / (float)NJ_N, red);
+{% if F.center then %}
     constexpr int NQ = NJ_TC / 4, NPL = {{ B }} / NQ;
     const int j = threadIdx.x % NQ, pl = threadIdx.x / NQ;
-    const float inv_n = 1.0f / (float)NJ_N;
-    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 1
-    for (int q0 = pl; q0 < NJ_SPLIT; q0 += 4 * NPL) {
-        float v[4][4];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (q0 + u * NPL < NJ_SPLIT) nj_load_cg4(W + (q0 + u * NPL) * (2 * NJ_TC) + 4 * j, v[u]);
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (q0 + u * NPL < NJ_SPLIT) {
-#pragma unroll
-                for (int k = 0; k < 4; k++) a[k] += v[u][k];
-            }
-    }
-#pragma unroll
-    for (int k = 0; k < 4; k++) red[pl * NJ_TC + 4 * j + k] = a[k];
-    __syncthreads();
-    if (threadIdx.x < NJ_TC) {
-        float s = 0.0f;
-#pragma unroll 1
-        for (int v = 0; v < NPL; v++) s += red[v * NJ_TC + threadIdx.x];
-        red[NPL * NJ_TC + threadIdx.x] = s * inv_n;
-    }
-    __syncthreads();
-{% if F.center then %}
     float mean[4], m2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int k = 0; k < 4; k++) mean[k] = red[NPL * NJ_TC + 4 * j + k];
+    for (int k = 0; k < 4; k++) mean[k] = O[4 * j + k]; /* this block's stores, before the barrier */
     /* every piece counts NJ_PIECE walk rows but the last, which holds the rest */
     const float nf = (float)NJ_PIECE, nl = (float)(NJ_N - (NJ_SPLIT - 1) * NJ_PIECE);
 #pragma unroll 1
@@ -545,22 +522,22 @@ NJ_DEVICE void nj_col_merge(const float *W, float *O, float *red)
                 }
             }
     }
-    __syncthreads(); /* the sums' readers are done */
 #pragma unroll
     for (int k = 0; k < 4; k++) red[pl * NJ_TC + 4 * j + k] = m2[k];
     __syncthreads();
-    if (threadIdx.x < NJ_TC) {
+#pragma unroll 1
+    for (int c = threadIdx.x; c < NJ_TC; c += {{ B }}) {
         float s = 0.0f;
 #pragma unroll 1
-        for (int v = 0; v < NPL; v++) s += red[v * NJ_TC + threadIdx.x];
-        O[threadIdx.x] = red[NPL * NJ_TC + threadIdx.x];
-        O[NJ_TC + threadIdx.x] = s * inv_n;
+        for (int v = 0; v < NPL; v++) s += red[v * NJ_TC + c];
+        O[NJ_TC + c] = s * (1.0f / (float)NJ_N);
     }
 {% else %}
-    /* the pieces' sums of squares (their m2 slots hold 0): the mean of the squares */
-    if (threadIdx.x < NJ_TC) {
-        O[threadIdx.x] = 0.0f;
-        O[NJ_TC + threadIdx.x] = red[NPL * NJ_TC + threadIdx.x];
+    /* the pieces' sums of squares (their m2 slots hold 0): O[c] holds the mean of the squares */
+#pragma unroll 1
+    for (int c = threadIdx.x; c < NJ_TC; c += {{ B }}) {
+        O[NJ_TC + c] = O[c];
+        O[c] = 0.0f;
     }
 {% end %}
     __syncthreads();
@@ -578,7 +555,7 @@ NJ_KERNEL({{ P.role.main.kernel }}, {{ B }})
     nj_grid_enter();
     NJ_SHARED({{ F.center and "nj_welford" or "float" }}, nj_part, {{ B * CPL }}); /* [warp][column][lane] */
     NJ_SHARED(float, nj_first, {{ TC }});
-    NJ_SHARED(float, nj_red, {{ 4 * B + TC }}); /* the merge's sums: [piece lane][column], then the means */
+    NJ_SHARED(float, nj_red, {{ 4 * B }}); /* the merge's sums: [piece lane][column] */
     {{ pipe_item("A.rows * " .. NTASK .. "LL * NJ_SPLIT", "wi", "norm") }}
     if (norm)
         {{ P.role.main.kernel }}_norm_body(A, nj_part, nj_first, nj_red, wi);

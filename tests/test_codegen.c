@@ -616,6 +616,19 @@ static void test_forward_variants(void **state)
     assert_int_equal(families[NJ_FAMILY_CHANNELS_LAST], 5);
 }
 
+/* The source of a problem line's pass as planned for dev (the plan in *pp). */
+static char *render_line(const char *line, nj_pass pass, const nj_device_props *dev, nj_plan_params *pp)
+{
+    nj_problem_desc p;
+    nj_canon c;
+    char *src = NULL;
+    assert_int_equal(nj_problem_from_text(line, 4, &p), NJ_OK);
+    assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
+    assert_int_equal(nj_plan_pass(&c, pass, dev, pp), NJ_OK);
+    assert_int_equal(nj_codegen(&c, pp, &src), NJ_OK);
+    return src;
+}
+
 /* The general template is a correct fallback for ROW problems too. */
 static void test_general_renders_row(void **state)
 {
@@ -648,15 +661,9 @@ static void test_general_param_once(void **state)
     nj_device_props dev;
     nj_device_props_default(90, &dev);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        nj_problem_desc p;
-        nj_canon c;
         nj_plan_params pp;
-        char *src = NULL;
-        assert_int_equal(nj_problem_from_text(want[i].line, 4, &p), NJ_OK);
-        assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-        assert_int_equal(nj_plan_pass(&c, NJ_PASS_FORWARD, &dev, &pp), NJ_OK);
+        char *src = render_line(want[i].line, NJ_PASS_FORWARD, &dev, &pp);
         assert_string_equal(pp.template_name, "fwd_general.cu");
-        assert_int_equal(nj_codegen(&c, &pp, &src), NJ_OK);
         assert_int_equal(strstr(src, "const float g_set = nj_load_f32(GAMMA, op);") != NULL, want[i].once);
         assert_int_equal(strstr(src, "nj_load_f32(GAMMA, opi)") == NULL, want[i].once);
         free(src);
@@ -688,15 +695,9 @@ static void test_pipe_publish(void **state)
     nj_device_props dev;
     nj_device_props_default(80, &dev);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        nj_problem_desc p;
-        nj_canon c;
         nj_plan_params pp;
-        char *src = NULL;
-        assert_int_equal(nj_problem_from_text(want[i].line, 4, &p), NJ_OK);
-        assert_int_equal(nj_canonicalize(&p, &c), NJ_OK);
-        assert_int_equal(nj_plan_pass(&c, (nj_pass)want[i].pass, &dev, &pp), NJ_OK);
+        char *src = render_line(want[i].line, (nj_pass)want[i].pass, &dev, &pp);
         assert_true(pp.lag > 0);
-        assert_int_equal(nj_codegen(&c, &pp, &src), NJ_OK);
         if (!strstr(src, want[i].publish)) fail_msg("%s: no barrier before the publishing add", want[i].line);
         free(src);
     }
