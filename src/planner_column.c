@@ -347,16 +347,13 @@ static bool bwd_column_rows_fused(const nj_canon *c)
     return expect == c->param_size;
 }
 
-/* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_COLUMN_MIN neighbouring kept columns:
- * a block per tile of 32 x vec columns, 8 warps walking the reduction (coalesced), unroll loads deep. Long walks are split as the
- * forward's are (nj_plan_column_split): a piece's sums, a tile's means, a piece's dx. */
 /* The backward's split walk pipelined (col_fwd_pipe's scheme): a tile's x, dy and dx within
  * NJ_PIPE_BWD_BYTES, pieces of ~32 KB of x and dy (up to 512 of them: at 25 MB a tile, pieces of 64 KB
  * gave 68.2% of copy, of 32 KB 78.7; model, H200). A tile's pieces leave Q floats each (the sums of g, g * xhat
  * and xhat a column), too many for one block to add while the tile's dx blocks wait (256 pieces of 32
  * columns: 128 KB), so they merge in two levels: the block that
  * completes a group of NJ_COL_PIPE_GROUP pieces adds the group's, and the one that completes the tile's
- * groups adds theirs into the means (fwd: nj_col_merge; here bwd_column.cu's nj_col_sum_rows). Only where
+ * groups adds theirs into the means (col_lib.cuh: nj_col_sum_rows, which the forward's merge uses too). Only where
  * dgamma/dbeta are the fused partial rows or absent (the separate dgamma walks keep four launches). */
 #define NJ_COL_PIPE_GROUP 16
 static bool col_bwd_pipe(const nj_canon *c, const nj_device_props *dev, bool fused, nj_plan_params *pp)
@@ -395,6 +392,9 @@ static bool col_bwd_pipe(const nj_canon *c, const nj_device_props *dev, bool fus
     return true;
 }
 
+/* COLUMN family (bwd_column.cu): the COLUMN kind with at least NJ_COLUMN_MIN neighbouring kept columns:
+ * a block per tile of 32 x vec columns, 8 warps walking the reduction (coalesced), unroll loads deep. Long walks are split as the
+ * forward's are (nj_plan_column_split): a piece's sums, a tile's means, a piece's dx, or pipelined (col_bwd_pipe). */
 nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     int64_t ec = c->axes[c->rank - 1].extent;
