@@ -218,12 +218,12 @@ static bool col_fwd_pipe(const nj_canon *c, const nj_device_props *dev, nj_plan_
 {
     int64_t ec = c->axes[c->rank - 1].extent, n = c->reduce_size;
     int64_t ex = (int64_t)nj_dtype_size((nj_dtype)c->dtype[NJ_OPD_X]);
+    int64_t cols = NJ_PIPE_BYTES / nj_plan_elem_bytes(c, NJ_PASS_FORWARD); /* walk rows x columns a tile */
     int32_t tc = (int32_t)(NJ_COL_PIPE_LINE / ex), v = (int32_t)(16 / ex);
     /* half a line (4 lanes a sub-row) where the columns are fewer (BatchNorm NHWC of 32 f16 channels) or a
      * whole line's tile is too big */
-    if (ec % tc != 0 || n * tc > NJ_PIPE_BYTES / nj_plan_elem_bytes(c, NJ_PASS_FORWARD)) tc /= 2;
-    if (nj_plan_switched_off("COL_PIPE") || ec % tc != 0 || !col_vec_fits(c, NJ_PASS_FORWARD, v) ||
-        n * tc > NJ_PIPE_BYTES / nj_plan_elem_bytes(c, NJ_PASS_FORWARD))
+    if (ec % tc != 0 || n * tc > cols) tc /= 2;
+    if (nj_plan_switched_off("COL_PIPE") || ec % tc != 0 || !col_vec_fits(c, NJ_PASS_FORWARD, v) || n * tc > cols)
         return false;
     int64_t s = nj_ceil_div64(n, NJ_COL_PIPE_PIECE / NJ_COL_PIPE_LINE);
     if (s > NJ_COL_SPLIT_MAX) s = NJ_COL_SPLIT_MAX;

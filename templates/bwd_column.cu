@@ -231,14 +231,15 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+{% if not PIPE then %}
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
+{% end %}
 {{ bwd_pointers() }}
 {% if PTAB then %}
 {% param_table(PG, PB) %}
 {% end %}
 {% if SPLIT > 1 then %}
 {% if PIPE then %}
-    (void)ntask;
     {
         const nj_i64 wi = wi_;
 {% else %}

@@ -280,19 +280,20 @@ NJ_KERNEL({{ name }}, {{ B }})
 {% end %}
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const int lx = tx % NJ_LPR, sr = tx / NJ_LPR; /* lane of the sub-row, sub-row of the warp */
+{% if not PIPE then %}
     const nj_i64 ntask = A.rows * {{ NTASK }}LL;
+{% end %}
 {% fwd_pointers() %}
 {% if PTAB and mode ~= "part" then %}
 {% param_table(F.scale, F.bias) %}
 {% end %}
+{% if SPLIT > 1 then %}
 {% if PIPE then %}
-    (void)ntask;
     {
         const nj_i64 wi = wi_;
-        const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
-        const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
-{% elseif SPLIT > 1 then %}
+{% else %}
     {{ block_item("wi", "ntask * NJ_SPLIT", nil, nil, mode ~= "part" and P.reverse == 1) }}
+{% end %}
         const nj_i64 task = wi / NJ_SPLIT, piece = wi % NJ_SPLIT;
         const nj_i64 lo = piece * NJ_PIECE, hi = lo + NJ_PIECE < NJ_N ? lo + NJ_PIECE : NJ_N;
 {% else %}
