@@ -106,7 +106,10 @@ bool nj_cl_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
     for (size_t i = 0; i < n; i++)
         if (!cl_operand_dense(c, opds[i])) return false;
     if (params && (!cl_operand_dense(c, NJ_OPD_PARAM) || px->stride[NJ_OPD_PARAM])) return false;
-    return channels / cl_vec(c, pass, channels) <= NJ_CL_THREADS;
+    /* the backward's vectors are 8 bytes: 2560 channels of f16 (SDXL's concatenated skips) are 640 lanes,
+     * a block of 640 threads as the staged backward's (outside the family they went to the general
+     * walks: model, H200, *x2560x32x32 26.9% of copy) */
+    return channels / cl_vec(c, pass, channels) <= (pass == NJ_PASS_BACKWARD ? NJ_CL_STAGED_THREADS : NJ_CL_THREADS);
 }
 
 /* A small image is one tile (a block an image): small images come in large batches (820 8x8 UNet
@@ -165,16 +168,18 @@ static int64_t cl_cluster_tiles(const nj_canon *c, nj_pass pass, const nj_device
     return 0;
 }
 
-/* The tiling both passes share: vector width, pixel rows a block works on at once, tile, tiles. Returns
- * the cluster's tiles (cl_cluster_tiles at the rows chosen), 0 for no cluster plan. */
-static int64_t cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props *dev, nj_plan_params *pp)
+/* The tiling both passes share: vector width, pixel rows a block works on at once, tile (NJ_CL_TILE
+ * elements, or min_px pixels where more), tiles. Returns the cluster's tiles (cl_cluster_tiles at the
+ * rows chosen), 0 for no cluster plan. */
+static int64_t cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props *dev, int64_t min_px, nj_plan_params *pp)
 {
     int64_t hw = c->axes[1].extent, channels = c->axes[2].extent * c->axes[3].extent;
     int32_t v = cl_vec(c, pass, channels);
     int64_t lanes = channels / v;
-    int64_t rows = NJ_CL_THREADS / lanes;
+    int64_t rows = lanes < NJ_CL_THREADS ? NJ_CL_THREADS / lanes : 1;
     if (rows > hw) rows = hw;
-    int64_t tiles = cl_ceil_div(hw * channels, NJ_CL_TILE);
+    int64_t target = min_px * channels > NJ_CL_TILE ? min_px * channels : NJ_CL_TILE;
+    int64_t tiles = cl_ceil_div(hw * channels, target);
     if (tiles > NJ_CL_MAX_TILES) tiles = NJ_CL_MAX_TILES;
     if (tiles > cl_ceil_div(hw, rows)) tiles = cl_ceil_div(hw, rows);
     if (tiles < 1 || cl_small(c)) tiles = 1;
@@ -239,7 +244,7 @@ static bool cl_fwd_pipe(const nj_canon *c, const nj_device_props *dev, nj_plan_p
 nj_status nj_plan_fwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_FORWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
-    int64_t k = cl_tiling(c, NJ_PASS_FORWARD, dev, pp);
+    int64_t k = cl_tiling(c, NJ_PASS_FORWARD, dev, 0, pp);
     if (k > 0) {
         nj_plan_add_launch(pp, "nj_fwd_cl_cluster", pp->block, pp->split, 1, 0);
         nj_plan_role(pp, NJ_ROLE_MAIN);
@@ -326,10 +331,36 @@ static void cl_bwd_cluster(const nj_canon *c, int64_t k, nj_plan_params *pp)
  * anyway) with one launch and one merge fewer: UNet f16 64 x 64 x 1280 (31 MB an image; model, H200:
  * 48.9 -> 62.1% of copy, 1.38x the ideal bytes). */
 #define NJ_PIPE_CL_BWD_BYTES (32 << 20)
+
+/* A tile's dgamma/dbeta pair a channel (8 bytes) against its pixels' x, dy and dx: tiles of NJ_CL_TILE
+ * elements are 6-13 pixels of 1280-2560 channels, whose pairs were 10-19% of the bytes the pass moves
+ * (UNet f16 *x1280x32x32: 10.5 of 122.6 MB). Tiles of at least NJ_CL_PAIR_SHARE x 8 bytes of x, dy and
+ * dx a channel (24 pixels of f16) hold the pairs to 1/18 of them. Not for pipelined images past
+ * NJ_PIPE_CL_WIDE_BYTES: their second reads already reach past half the L2, and a wider tile's half wave
+ * of blocks reaches further (f16 *x1280x64x64, 31 MB an image: 62.1 -> 59.3% of copy). Model, H200, f16
+ * with SiLU, before -> after: *x1280x32x32 69.4 -> 71.6%, *x1920x32x32 66.5 -> 73.1, *x2560x32x32 63.1 ->
+ * 71.2, *x960x32x32 72.5 -> 74.4, *x2560x64x64 (four launches) 51.9 -> 55.0; 640 channels and fewer
+ * unchanged (their tiles were 26 pixels and more). NORMJIT_PLAN_NO_CL_WIDE_TILES=1: NJ_CL_TILE alone. */
+#define NJ_CL_PAIR_SHARE 18
+#define NJ_PIPE_CL_WIDE_BYTES (24 << 20)
+
+/* The backward's tiling: cl_tiling's, widened (NJ_CL_PAIR_SHARE) where the tiles leave dgamma/dbeta pairs
+ * and no cluster takes the image. Returns the cluster's tiles, as cl_tiling. */
+static int64_t cl_bwd_tiling(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
+{
+    int64_t k = cl_tiling(c, NJ_PASS_BACKWARD, dev, 0, pp);
+    int64_t eb = nj_plan_elem_bytes(c, NJ_PASS_BACKWARD), image = c->reduce_size * c->axes[2].extent * eb;
+    bool pipe = image <= NJ_PIPE_CL_BWD_BYTES; /* nj_plan_bwd_channels_last's test */
+    if (k > 0 || pp->split < 2 || !(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) ||
+        (pipe && image > NJ_PIPE_CL_WIDE_BYTES) || nj_plan_switched_off("CL_WIDE_TILES"))
+        return k;
+    return cl_tiling(c, NJ_PASS_BACKWARD, dev, nj_ceil_div64(NJ_CL_PAIR_SHARE * 8, eb), pp);
+}
+
 nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
     NJ_RETURN_IF(!nj_cl_applies(c, NJ_PASS_BACKWARD, dev), NJ_ERR_INTERNAL, "planner: not a channels-last group problem");
-    int64_t k = cl_tiling(c, NJ_PASS_BACKWARD, dev, pp);
+    int64_t k = cl_bwd_tiling(c, dev, pp);
     int64_t groups = c->axes[2].extent, channels = groups * c->axes[3].extent, tiles = pp->split;
     bool params = (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) != 0;
     /* per image (floats): each tile's pairs (sum g, sum g * xhat) per group, then (sum (x - mean) * rstd,

@@ -257,7 +257,7 @@ NJ_DEVICE_CALL void nj_cl_rows(const float *part, float *chan)
 {% DLK = P.act ~= "none" %}
 /* two resident blocks an SM on sm_90 and later with a cheap activation derivative: at one (ptxas took
    ~88 registers) the kernel was latency-bound; sm_80's ptxas, and sm_90's with gelu, spill at 64 */
-{% local TWO = P.act == "none" or P.act == "relu" or P.act == "silu" %}
+{% local TWO = (P.act == "none" or P.act == "relu" or P.act == "silu") and B <= 512 %}
 #if defined(NJ_EMU) || __CUDA_ARCH__ < 900 || !{{ TWO and 1 or 0 }}
 #define NJ_CL_PART_KERNEL(name, b) NJ_KERNEL_REGS(name, b)
 #else

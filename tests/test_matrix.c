@@ -398,6 +398,21 @@ static void test_pipe(void **state)
     check_regime(m, "groupnorm bf16 nhwc 2x640x32x32 groups=32 act=gelu_erf", &bwd, 165);
     bwd.shift = 2;
     check_regime(m, "groupnorm f16 nhwc 2x320x64x64 groups=32 act=silu flags=scale,bias", &bwd, 166);
+    /* 640 lanes a pixel row (2560 f16 channels, 1280 f32: blocks of 640 threads), tiles widened to 24
+       pixels (12 of f32) for their dgamma/dbeta pairs: the saved mean's correction at an offset, an
+       activation, the unaligned variant of the pipe and of a cluster of 8; 1280 f16 channels in tiles
+       of 24 pixels */
+    bwd.shift = 0;
+    bwd.offset = 1e2;
+    check_regime(m, "groupnorm f16 nhwc 2x2560x16x16 groups=32 act=silu flags=scale,bias", &bwd, 179);
+    bwd.offset = 3e4;
+    check_regime(m, "groupnorm f32 nhwc 2x1280x20x20 groups=32 act=gelu_tanh flags=scale,bias", &bwd, 180);
+    bwd.offset = 0.0;
+    bwd.shift = 2;
+    check_regime(m, "groupnorm bf16 nhwc 2x2560x16x16 groups=32 flags=scale,bias", &bwd, 181);
+    check_regime(m, "groupnorm bf16 nhwc 2x2560x12x12 groups=32 flags=scale,bias", &bwd, 183);
+    bwd.shift = 0;
+    check_regime(m, "groupnorm f16 nhwc 2x1280x24x24 groups=32 act=silu flags=scale,bias", &bwd, 182);
     /* BatchNorm of few channels, split below 2^18 (planner_general.c): forward part and main launches,
        the backward pipelined */
     check_line(m, "batchnorm f16 nchw 48x64x28x28 flags=scale,bias", 1e2, 167);

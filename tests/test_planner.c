@@ -1857,6 +1857,49 @@ static void test_image_plan(void **state)
  * wider than vec or past 16 bytes, or without a stage. The cluster adds its tiles' dgamma/dbeta pairs:
  * one pair a channel an image for the column sum (8 tiles of a 16 x 16 image of 1280 channels), and its
  * blocks take pixel rows to 512 threads and more. */
+/* The channels-last backward past 512 lanes (2560 f16 channels in 8-byte vectors: blocks of 640) and its
+ * tiles widened to 24 pixels (12 of f32) where they leave dgamma/dbeta pairs; not without gamma/beta, not
+ * for pipelined images past 24 MB, not under NORMJIT_PLAN_NO_CL_WIDE_TILES. */
+static void test_cl_bwd_wide(void **state)
+{
+    (void)state;
+    nj_canon v;
+    const char *sdxl = "groupnorm f16 nhwc *x2560x32x32 groups=32 act=silu flags=scale,bias";
+    nj_plan_params pp = plan_line_v(sdxl, NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_int_equal(pp.block, 640);
+    assert_int_equal(pp.rows_per_block, 1);
+    assert_int_equal(pp.vec, 4);
+    assert_true(pp.lag > 0);
+    assert_int_equal(pp.tile, 24);
+    assert_int_equal(pp.split, 43); /* 1024 pixels in tiles of 24 */
+    assert_int_equal(nj_plan_check(&v, &pp, &dev80), NJ_OK);
+    nj_plan_params uv;
+    nj_plan_unaligned(&pp, &uv);
+    assert_int_equal(uv.block, 640);
+    assert_int_equal(nj_plan_check(&v, &uv, &dev80), NJ_OK);
+    setenv("NORMJIT_PLAN_NO_CL_WIDE_TILES", "1", 1);
+    pp = plan_line_v(sdxl, NJ_PASS_BACKWARD, &dev80, &v);
+    unsetenv("NORMJIT_PLAN_NO_CL_WIDE_TILES");
+    assert_int_equal(pp.tile, 7); /* NJ_CL_TILE: 16384 elements */
+    pp = plan_line_v("groupnorm f16 nhwc *x2560x32x32 groups=32 act=silu flags=none", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.tile, 7); /* no pairs */
+    pp = plan_line_v("groupnorm f32 nhwc *x1280x32x32 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.block, 640);
+    assert_int_equal(pp.tile, 13); /* NJ_CL_TILE: 16384 elements are past 12 pixels of 1280 already */
+    pp = plan_line_v("groupnorm f16 nhwc *x1280x64x64 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_true(pp.lag > 0);
+    assert_int_equal(pp.tile, 16); /* a pipelined image of 31 MB keeps NJ_CL_TILE */
+    pp = plan_line_v("groupnorm f16 nhwc *x2560x64x64 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.lag, 0); /* 63 MB an image: four launches, widened */
+    assert_true(pp.tile >= 24);
+    /* the forward keeps its 16-byte vectors and 512 threads */
+    pp = plan_line_v(sdxl, NJ_PASS_FORWARD, &dev80, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_int_equal(pp.vec, 8);
+    assert_true(pp.block <= 512);
+}
+
 static void test_cl_bwd_cluster(void **state)
 {
     (void)state;
@@ -2279,7 +2322,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_row_backward_two_chunks), cmocka_unit_test(test_row_backward_groups_wide), cmocka_unit_test(test_reverse), cmocka_unit_test(test_general_few), cmocka_unit_test(test_column_pipe),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_cl_bwd_wide), cmocka_unit_test(test_row_backward_two_chunks), cmocka_unit_test(test_row_backward_groups_wide), cmocka_unit_test(test_reverse), cmocka_unit_test(test_general_few), cmocka_unit_test(test_column_pipe),
         cmocka_unit_test(test_cluster_plan),
         cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
         cmocka_unit_test(test_cluster_fwd_slots),
