@@ -89,6 +89,23 @@ static int32_t cl_vec(const nj_canon *c, nj_pass pass, int64_t channels)
     return 1;
 }
 
+/* Threads a block may take: the backward's up to 640 (its vectors are 8 bytes: 2560 channels of f16,
+ * SDXL's concatenated skips, are 640 lanes; outside the family they went to the general walks: model,
+ * H200, *x2560x32x32 26.9% of copy), as the staged backward's. */
+static int64_t cl_max_threads(nj_pass pass) { return pass == NJ_PASS_BACKWARD ? NJ_CL_STAGED_THREADS : NJ_CL_THREADS; }
+
+/* Channels a thread owns: a vector's, or in the backward two where a vector a lane would take more
+ * threads than a block has and two are no more channels than f16's 4 (f32 past 1280 channels: model,
+ * H200, *x1920x32x32 37.6 -> 68.8% of copy, *x2560x16x16 43.5 -> 68.3; f16 past 2560 spilled). Not the
+ * forward: f32 *x2560x16x16 took 8 channels a thread to 69.2% from the general family's 79.7. */
+static int32_t cl_chans(const nj_canon *c, nj_pass pass, int64_t channels)
+{
+    int32_t v = cl_vec(c, pass, channels);
+    if (pass == NJ_PASS_BACKWARD && channels / v > cl_max_threads(pass) && 2 * v <= 4 && channels % (2 * v) == 0)
+        return 2 * v;
+    return v;
+}
+
 bool nj_cl_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
 {
     (void)dev; /* the test does not depend on the device */
@@ -106,10 +123,7 @@ bool nj_cl_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
     for (size_t i = 0; i < n; i++)
         if (!cl_operand_dense(c, opds[i])) return false;
     if (params && (!cl_operand_dense(c, NJ_OPD_PARAM) || px->stride[NJ_OPD_PARAM])) return false;
-    /* the backward's vectors are 8 bytes: 2560 channels of f16 (SDXL's concatenated skips) are 640 lanes,
-     * a block of 640 threads as the staged backward's (outside the family they went to the general
-     * walks: model, H200, *x2560x32x32 26.9% of copy) */
-    return channels / cl_vec(c, pass, channels) <= (pass == NJ_PASS_BACKWARD ? NJ_CL_STAGED_THREADS : NJ_CL_THREADS);
+    return channels / cl_chans(c, pass, channels) <= cl_max_threads(pass);
 }
 
 /* A small image is one tile (a block an image): small images come in large batches (820 8x8 UNet
@@ -174,8 +188,8 @@ static int64_t cl_cluster_tiles(const nj_canon *c, nj_pass pass, const nj_device
 static int64_t cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props *dev, int64_t min_px, nj_plan_params *pp)
 {
     int64_t hw = c->axes[1].extent, channels = c->axes[2].extent * c->axes[3].extent;
-    int32_t v = cl_vec(c, pass, channels);
-    int64_t lanes = channels / v;
+    int32_t v = cl_vec(c, pass, channels), ch = cl_chans(c, pass, channels);
+    int64_t lanes = channels / ch;
     int64_t rows = lanes < NJ_CL_THREADS ? NJ_CL_THREADS / lanes : 1;
     if (rows > hw) rows = hw;
     int64_t target = min_px * channels > NJ_CL_TILE ? min_px * channels : NJ_CL_TILE;
@@ -200,7 +214,7 @@ static int64_t cl_tiling(const nj_canon *c, nj_pass pass, const nj_device_props 
     /* whole rounds of the block's pixel rows, then as few tiles as that allows */
     int64_t tile = cl_ceil_div(cl_ceil_div(hw, tiles), rows) * rows;
     pp->vec = v;
-    pp->chans = v;
+    pp->chans = ch;
     pp->tile = (int32_t)tile;
     pp->rows_per_block = (int32_t)rows;
     pp->split = (int32_t)cl_ceil_div(hw, tile);

@@ -411,6 +411,14 @@ static void test_pipe(void **state)
     bwd.shift = 2;
     check_regime(m, "groupnorm bf16 nhwc 2x2560x16x16 groups=32 flags=scale,bias", &bwd, 181);
     check_regime(m, "groupnorm bf16 nhwc 2x2560x12x12 groups=32 flags=scale,bias", &bwd, 183);
+    /* f32 past 1280 channels: two 8-byte vectors a thread (P.chans 4, P.vec 2), 640 lanes; unaligned: 4
+       channels one at a time */
+    bwd.shift = 4;
+    check_regime(m, "groupnorm f32 nhwc 2x2560x16x16 groups=32 act=gelu_erf flags=scale,bias", &bwd, 184);
+    bwd.shift = 0;
+    bwd.offset = 3e4;
+    check_regime(m, "groupnorm f32 nhwc 2x2560x16x16 groups=32 act=silu flags=scale,bias", &bwd, 185);
+    bwd.offset = 0.0;
     bwd.shift = 0;
     check_regime(m, "groupnorm f16 nhwc 2x1280x24x24 groups=32 act=silu flags=scale,bias", &bwd, 182);
     /* BatchNorm of few channels, split below 2^18 (planner_general.c): forward part and main launches,

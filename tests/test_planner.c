@@ -1893,6 +1893,18 @@ static void test_cl_bwd_wide(void **state)
     pp = plan_line_v("groupnorm f16 nhwc *x2560x64x64 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
     assert_int_equal(pp.lag, 0); /* 63 MB an image: four launches, widened */
     assert_true(pp.tile >= 24);
+    /* f32 past 1280 channels: two 8-byte vectors a thread (640 lanes of 2560); the forward keeps its 4 */
+    pp = plan_line_v("groupnorm f32 nhwc *x2560x16x16 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    assert_int_equal(pp.vec, 2);
+    assert_int_equal(pp.chans, 4);
+    assert_int_equal(pp.block, 640);
+    assert_int_equal(nj_plan_check(&v, &pp, &dev80), NJ_OK);
+    pp = plan_line_v("groupnorm f32 nhwc *x2560x16x16 groups=32 act=silu flags=scale,bias", NJ_PASS_FORWARD, &dev80, &v);
+    assert_int_not_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
+    /* nor f16 past 2560 (8 channels a thread spilled) */
+    pp = plan_line_v("groupnorm f16 nhwc *x4096x8x8 groups=32 flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_not_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
     /* the forward keeps its 16-byte vectors and 512 threads */
     pp = plan_line_v(sdxl, NJ_PASS_FORWARD, &dev80, &v);
     assert_int_equal(pp.family, NJ_FAMILY_CHANNELS_LAST);
