@@ -67,6 +67,20 @@ static bool cluster_contiguous(const nj_canon *c, int o)
     return true;
 }
 
+/* GroupNorm NCHW's backward: gamma/beta constant over runs of a row's elements (a channel's pixels),
+ * not over the row, runs of 64 elements and more. The general family took these rows whatever their
+ * length, and its separate dgamma walk re-read x and dy with scalar loads (model, H200, f16 *x320x64x64
+ * 26.7% of copy); the cluster backward (bwd_cluster.cu RUNS) takes them from any length, a pair a run.
+ * NORMJIT_PLAN_NO_CLUSTER_RUNS=1: the general family again. */
+#define NJ_CLUSTER_RUN_MIN 64
+#define NJ_CLUSTER_RUNS_SHORT (32 * 1024) /* bytes of x a row up to which a row's block is 256 threads */
+static bool cluster_runs_only(const nj_canon *c)
+{
+    int64_t run = nj_pgrad_chunk_run(c);
+    return (c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) && c->param_size > 0 && c->param_size != c->reduce_size &&
+           !nj_pgrad_sets_ok(c) && run >= NJ_CLUSTER_RUN_MIN && !nj_plan_switched_off("CLUSTER_RUNS");
+}
+
 /* Blocks a row's cluster: the fewest (a power of two, from `least`) whose pieces fit an SM's shared
  * memory; 0 where even NJ_CLUSTER_MAX do not. */
 static int32_t cluster_size(const nj_canon *c, const nj_device_props *dev, int32_t least)
@@ -109,6 +123,10 @@ static void cluster_shape(const nj_canon *c, const nj_device_props *dev, uint32_
                           int32_t k, int32_t grid_x, nj_plan_params *pp)
 {
     pp->block = NJ_CLUSTER_BLOCK;
+    /* a short row of runs (cluster_runs_only) a block of 256: at 1024 threads most of them waited on each
+     * run's sums (model, H200, GroupNorm NCHW f16 *x1280x8x8: 59.6 -> 76.0% of copy) */
+    if (k == 1 && cluster_runs_only(c) && c->reduce_size * cl_es(c, NJ_OPD_X) <= NJ_CLUSTER_RUNS_SHORT)
+        pp->block = NJ_CLUSTER_BLOCK / 4;
     pp->vec = cluster_vec(c, opds);
     pp->rows_per_block = 1;
     pp->split = k;
@@ -130,12 +148,15 @@ static void cluster_shape(const nj_canon *c, const nj_device_props *dev, uint32_
 }
 
 /* Whether gamma/beta are constant over each of the k pieces of a row (GroupNorm NCHW: a piece within
- * one channel), the pieces exactly n / k elements, whole vectors: their gradients a pair a piece
- * (P.pgrad "pieces", nj_plan_pgrad_pieces). */
+ * one channel), or the pieces are whole runs of one gamma element each, whole vectors (a piece of several
+ * channels: k = 1, a block a row, or 2 to 8 of 2k channels), the pieces exactly n / k elements, whole
+ * vectors: their gradients a pair a piece or a run (P.pgrad "pieces", nj_plan_pgrad_pieces). */
 static bool cluster_pieces_ok(const nj_canon *c, int32_t k, uint32_t opds)
 {
-    return k >= 2 && c->reduce_size % k == 0 && (c->reduce_size / k) % cluster_vec(c, opds) == 0 &&
-           nj_pgrad_pieces_run(c, k) > 0;
+    if (k < 1 || c->reduce_size % k != 0 || (c->reduce_size / k) % cluster_vec(c, opds) != 0) return false;
+    int64_t run = nj_pgrad_chunk_run(c), piece = c->reduce_size / k;
+    return run > 0 && ((k >= 2 && nj_pgrad_pieces_run(c, k) > 0) ||
+                       (piece % run == 0 && run % cluster_vec(c, opds) == 0 && cluster_runs_only(c)));
 }
 
 #define NJ_CLUSTER_BWD_OPDS ((1u << NJ_OPD_X) | (1u << NJ_OPD_DY) | (1u << NJ_OPD_DX))
@@ -173,18 +194,23 @@ static bool cluster_param_rows(const nj_canon *c)
 }
 
 /* Blocks a row the backward takes (1: a block a row, no cluster), 0 where it does not apply: rows of
- * 2^18 elements and more, or whose x and dy come to NJ_CLUSTER_BWD_MIN bytes, in clusters (sm_90) or
- * one block where x fits one SM. */
+ * 2^18 elements and more, or whose x and dy come to NJ_CLUSTER_BWD_MIN bytes, or rows of runs
+ * (cluster_runs_only) of any length, in clusters (sm_90) or one block where x fits one SM. Rows of runs
+ * take the fewest blocks, up to 8 and not only powers of two, whose pieces are whole runs (f32 GroupNorm
+ * NCHW *x960x64x64: 30 channels a row, 5 blocks of 6). */
 static int32_t cluster_bwd_size(const nj_canon *c, const nj_device_props *dev)
 {
     int64_t bytes = c->reduce_size * (cl_es(c, NJ_OPD_X) + cl_es(c, NJ_OPD_DY));
-    if ((c->reduce_size < NJ_SPLIT_MIN && bytes < NJ_CLUSTER_BWD_MIN) || c->reduce_size >= INT32_MAX ||
-        !cluster_bwd_rows(c))
+    if ((c->reduce_size < NJ_SPLIT_MIN && bytes < NJ_CLUSTER_BWD_MIN && !cluster_runs_only(c)) ||
+        c->reduce_size >= INT32_MAX || !cluster_bwd_rows(c))
         return 0;
     if (cluster_param_elems(c)) return cluster_slot_size(c, dev);
     int32_t k = cluster_size(c, dev, 1);
     if (k > 1 && dev->arch < 90) return 0;
-    return cluster_param_rows(c) || cluster_pieces_ok(c, k, NJ_CLUSTER_BWD_OPDS) ? k : 0;
+    if (cluster_param_rows(c) || cluster_pieces_ok(c, k, NJ_CLUSTER_BWD_OPDS)) return k;
+    for (int32_t j = k + 1; k > 0 && cluster_runs_only(c) && j <= (dev->arch >= 90 ? NJ_CLUSTER_MAX : 1); j++)
+        if (cluster_pieces_ok(c, j, NJ_CLUSTER_BWD_OPDS)) return j;
+    return 0;
 }
 
 bool nj_cluster_applies(const nj_canon *c, nj_pass pass, const nj_device_props *dev)
@@ -279,6 +305,6 @@ nj_status nj_plan_bwd_cluster(const nj_canon *c, const nj_device_props *dev, nj_
     cluster_shape(c, dev, NJ_CLUSTER_BWD_OPDS, "nj_bwd_cluster", k, 0, pp);
     if (!(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) || c->param_size == 0) return NJ_OK;
     if (nj_pgrad_sets_ok(c)) nj_plan_pgrad_sets(c, pp);
-    else nj_plan_pgrad_pieces(c, nj_pgrad_pieces_run(c, pp->split), pp); /* a pair a piece */
+    else nj_plan_pgrad_pieces(c, nj_pgrad_chunk_run(c), pp); /* a pair a piece, or a run */
     return NJ_OK;
 }

@@ -442,13 +442,14 @@ void nj_plan_pgrad_sets(const nj_canon *c, nj_plan_params *pp)
 }
 
 /* NJ_PGRAD_PIECES: a split walk (split pieces of each set) whose pieces each lie where gamma is
- * constant (GroupNorm of NCHW: a set of several channels, a piece within one channel). Axes, innermost
- * first: reduced non-feature axes (their product: the run of one gamma element), then reduced feature
- * axes, then kept feature axes, gamma row-major over the features; the batch axis no feature. Returns
- * the run when a piece divides it, else 0. */
-int64_t nj_pgrad_pieces_run(const nj_canon *c, int32_t split)
+ * constant (GroupNorm of NCHW: a set of several channels, a piece within one channel), or whose pieces
+ * are whole runs of it (the cluster backward's). Axes, innermost first: reduced non-feature axes (their
+ * product: the run of one gamma element), then reduced feature axes, then kept feature axes, gamma
+ * row-major over the features; the batch axis no feature. Returns the run, or 0 where gamma does not
+ * lie so. */
+int64_t nj_pgrad_chunk_run(const nj_canon *c)
 {
-    if (c->param_size <= 0 || c->axes[0].feature || split < 2 || c->reduce_size % split != 0) return 0;
+    if (c->param_size <= 0 || c->axes[0].feature) return 0;
     int64_t run = 1, expect = 1;
     int stage = 0; /* 0: reduced non-feature, 1: reduced feature, 2: kept feature */
     for (int a = c->rank - 1; a >= 1; a--) {
@@ -463,19 +464,28 @@ int64_t nj_pgrad_pieces_run(const nj_canon *c, int32_t split)
         if (ax->stride[NJ_OPD_PARAM] != expect) return 0;
         expect *= ax->extent;
     }
-    int64_t piece = c->reduce_size / split;
-    return expect == c->param_size && stage >= 1 && run % piece == 0 ? run : 0;
+    return expect == c->param_size && stage >= 1 ? run : 0;
 }
 
-/* dgamma/dbeta under NJ_PGRAD_PIECES: the dx launch leaves a (sum dz * xhat, sum dz) pair a piece, after
- * the workspace the plan has so far (its per-row part): statistic st's piece q at pair st * split + q.
- * Gamma element col = kept feature index * RF + the piece's reduced feature index (RF: their count), so
- * its pairs are those of pieces col * PPC + j (PPC = run / piece, j < PPC) of each batch row: the column
- * sum's parts, PPC inner ones a row. */
+/* The run when each of split pieces of a set lies within one (a piece divides it), else 0. */
+int64_t nj_pgrad_pieces_run(const nj_canon *c, int32_t split)
+{
+    if (split < 2 || c->reduce_size % split != 0) return 0;
+    int64_t run = nj_pgrad_chunk_run(c), piece = c->reduce_size / split;
+    return run > 0 && run % piece == 0 ? run : 0;
+}
+
+/* dgamma/dbeta under NJ_PGRAD_PIECES: the dx launch leaves a (sum dz * xhat, sum dz) pair a unit, the
+ * piece or, where pieces are whole runs, the run (U units a set), after the workspace the plan has so
+ * far (its per-row part): statistic st's unit q at pair st * U + q. Gamma element col = kept feature
+ * index * RF + the unit's reduced feature index (RF: their count), so its pairs are those of units
+ * col * PPC + j (PPC = run / unit, j < PPC) of each batch row: the column sum's parts, PPC inner ones a
+ * row. */
 void nj_plan_pgrad_pieces(const nj_canon *c, int64_t run, nj_plan_params *pp)
 {
-    int64_t ps = c->param_size, split = pp->split, ppc = run / (c->reduce_size / split);
-    int64_t base = (int64_t)(pp->workspace_per_row / sizeof(float)), row = c->kept_inner * split;
+    int64_t ps = c->param_size, piece = c->reduce_size / pp->split, unit = piece < run ? piece : run;
+    int64_t units = c->reduce_size / unit, ppc = run / unit;
+    int64_t base = (int64_t)(pp->workspace_per_row / sizeof(float)), row = c->kept_inner * units;
     nj_plan_ws(pp, NJ_WS_SETS, 0, base);
     const int64_t arg[NJ_LIB_NARGS][2] = {[NJ_COLSUM_NCOLS] = {ps, 0},       [NJ_COLSUM_NPARTS] = {0, ppc},
                                          [NJ_COLSUM_INNER] = {ppc, 0},      [NJ_COLSUM_S_OUTER] = {2 * row, 0},

@@ -91,6 +91,7 @@ NJ_HIDDEN void nj_plan_pgrad(const nj_canon *c, const nj_device_props *dev, nj_p
 NJ_HIDDEN void nj_plan_pgrad_dx(const nj_canon *c, nj_plan_params *pp);
 NJ_HIDDEN bool nj_pgrad_sets_ok(const nj_canon *c);
 NJ_HIDDEN void nj_plan_pgrad_sets(const nj_canon *c, nj_plan_params *pp);
+NJ_HIDDEN int64_t nj_pgrad_chunk_run(const nj_canon *c);
 NJ_HIDDEN int64_t nj_pgrad_pieces_run(const nj_canon *c, int32_t split);
 NJ_HIDDEN void nj_plan_pgrad_pieces(const nj_canon *c, int64_t run, nj_plan_params *pp);
 

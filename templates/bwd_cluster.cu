@@ -3,7 +3,8 @@
    rank) owns piece r, PC elements (the last piece what is left); K = 1: a block a row, no cluster (rows
    whose x fits one SM but whose x and dy its walks would read twice), any architecture. gamma/beta are
    constant over the row (P.pgrad "sets": InstanceNorm), over each piece (P.pgrad "pieces": GroupNorm
-   NCHW, a piece within one channel) or absent. Per element (bwd_lib.cuh): xhat = (x - mean) * rstd - dl,
+   NCHW, a piece within one channel; or a piece of whole channels, RUNS: a pair a channel, its sums
+   weighted by each channel's gamma) or absent. Per element (bwd_lib.cuh): xhat = (x - mean) * rstd - dl,
    dz = dy * act'(z), g = dz * gamma; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
    1. copy: the piece's x into dynamic shared memory, P.unroll vectors a thread in flight;
    2. the saved mean's correction dl = mean((x - mean) * rstd) (bwd_lib.cuh: taken where |mean| * rstd >
@@ -56,12 +57,23 @@ if GSTAGE then
     if P.axes[a].stride.param ~= 0 then error("bwd_cluster: staged gamma needs one gamma for all rows") end
   end
 end
-if PIECES and (K < 2 or PC * K ~= N) then error("bwd_cluster: pieces of " .. PC .. " for rows of " .. N) end
+-- RUNS: pieces of M whole runs of CL elements over which gamma is constant (the innermost reduced axes
+-- that gamma does not follow): a pair a run, NP a row, gamma and beta loaded a vector (a vector within a run)
+local CL = 1
+for i = #reduced_axes(), 1, -1 do
+  local a = reduced_axes()[i]
+  if P.axes[a].stride.param ~= 0 then break end
+  CL = CL * P.axes[a].extent
+end
+local RUNS = PIECES and PC > CL
+local M, NP = RUNS and PC // CL or 1, N // math.min(PC, CL)
+if PIECES and (K < 1 or PC * K ~= N or (not RUNS and K < 2) or (RUNS and (PC % CL ~= 0 or CL % VW ~= 0))) then
+  error("bwd_cluster: pieces of " .. PC .. " for rows of " .. N .. " in runs of " .. CL) end
 -- the sums: of dz (gamma constant over the row or the piece: it scales the means or the pieces' sums)
 -- or of g
 local SG = (SETS or PIECES) and "dz" or "g"
 local GS = (SETS and F.scale) and "gs_ * " or ""
-local GW = (PIECES and F.scale) and "gs_ * " or ""
+local GW = (PIECES and F.scale and not RUNS) and "gs_ * " or ""
 local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 %}
 {{ bwd_typedefs() }}
@@ -82,6 +94,12 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 {% local function load_xdy() %}
 {% staged_vec("xv", "nj_sx", "e0") %}
             nj_load_vec<NJ_VW>(DY, ody + lo + e0, dv);
+{% if RUNS and F.scale then %}
+            const float gs_ = nj_load_f32(GAMMA, op + {{ row_offset("param", "(lo + e0)") }}); /* the vector's run's */
+{% end %}
+{% if RUNS and F.bias and P.act ~= "none" then %}
+            const float bs_ = nj_load_f32(BETA, op + {{ row_offset("param", "(lo + e0)") }});
+{% end %}
 {% if GSTAGE then %}
 {% for _, gs in ipairs(GSTAGED) do %}
 {%   if gs[1] then %}
@@ -161,10 +179,10 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
 {% end %}
         {{ piece_range() }}
 {% local pq = PIECES and ("op + " .. row_offset("param", "lo")) or "op" %}
-{% if PARAM and F.scale then %}
+{% if PARAM and F.scale and not RUNS then %}
         const float gs_ = nj_load_f32(GAMMA, {{ pq }}); /* the row's (the piece's) one gamma, and beta */
 {% end %}
-{% if PARAM and F.bias and P.act ~= "none" then %}
+{% if PARAM and F.bias and P.act ~= "none" and not RUNS then %}
         const float bs_ = nj_load_f32(BETA, {{ pq }});
 {% end %}
         /* 1. copy */
@@ -192,6 +210,39 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
         (void)dl;
         /* 3. the sums of g and g * xhat */
         float s1 = 0.0f, s2 = 0.0f;
+{% if RUNS then %}
+        /* a run at a time: its (sum dz * xhat, sum dz) pair, then weighted by its gamma into the piece's */
+#pragma unroll 1
+        for (unsigned run = 0; run < {{ M }}u; run++) {
+            float r1 = 0.0f, r2 = 0.0f;
+#pragma unroll 1
+            for (unsigned e0 = run * {{ CL }}u + t * NJ_VW; e0 < (run + 1u) * {{ CL }}u; e0 += {{ B * VW }}u) {
+                float xv[NJ_VW], dv[NJ_VW];
+{% load_xdy() %}
+#pragma unroll
+                for (int q = 0; q < NJ_VW; q++) {
+{{ bwd_element("xv[q]", "dv[q]", PV, "                    ") }}
+                    r1 += dz;
+                    r2 += dz * xh;
+                }
+            }
+            nj_block_sum2<{{ NW }}>(r1, r2, nj_scratch);
+            if (t == 0) {
+                const nj_i64 u = row * {{ NP }} + lo / {{ CL }}u + run; /* the run's pair */
+                NJ_WS_SETS[u * 2] = r2;
+                NJ_WS_SETS[u * 2 + 1] = r1;
+{% if F.scale then %}
+                const float gr = nj_load_f32(GAMMA, op + {{ row_offset("param", "(lo + run * " .. CL .. "u)") }});
+                s1 += gr * r1;
+                s2 += gr * r2;
+{% else %}
+                s1 += r1;
+                s2 += r2;
+{% end %}
+            }
+        }
+        if (t == 0) {
+{% else %}
 #pragma unroll 1
         for (unsigned e0 = t * NJ_VW; e0 < np; e0 += {{ B * VW }}u) {
             float xv[NJ_VW], dv[NJ_VW];
@@ -205,9 +256,10 @@ local PV = SLOTS and {g = "gv[q]", b = "bv[q]"} or {g = "gs_", b = "bs_"}
         }
         nj_block_sum2<{{ NW }}>(s1, s2, nj_scratch);
         if (t == 0) {
+{% end %}
             nj_pair[1] = {{ GW }}s1;
             nj_pair[2] = {{ GW }}s2;
-{% if PIECES then %}
+{% if PIECES and not RUNS then %}
             NJ_WS_SETS[(row * {{ K }} + rank) * 2] = s2; /* the piece's (sum dz * xhat, sum dz) */
             NJ_WS_SETS[(row * {{ K }} + rank) * 2 + 1] = s1;
 {% end %}

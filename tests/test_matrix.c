@@ -411,6 +411,21 @@ static void test_pipe(void **state)
     bwd.shift = 2;
     check_regime(m, "groupnorm bf16 nhwc 2x2560x16x16 groups=32 flags=scale,bias", &bwd, 181);
     check_regime(m, "groupnorm bf16 nhwc 2x2560x12x12 groups=32 flags=scale,bias", &bwd, 183);
+    /* GroupNorm NCHW's rows of runs (bwd_cluster.cu RUNS: a pair a channel, sums weighted by each
+       channel's gamma): a block a row (1024 threads; 256 for short rows), an activation, the saved mean's
+       correction at an offset, beta alone under an activation, the unaligned variant, a cluster of 5 (f32,
+       30 channels a row: 6 a block) */
+    bwd.shift = 0;
+    bwd.offset = 1e2;
+    check_regime(m, "groupnorm f16 nchw 2x320x64x64 groups=32 act=silu flags=scale,bias", &bwd, 186);
+    bwd.offset = 3e4;
+    check_regime(m, "groupnorm f32 nchw 2x128x16x16 groups=32 act=gelu_erf flags=scale,bias", &bwd, 187);
+    bwd.offset = 0.0;
+    check_regime(m, "groupnorm f16 nchw 3x1280x8x8 groups=32 flags=bias act=sigmoid", &bwd, 188);
+    bwd.shift = 2;
+    check_regime(m, "groupnorm bf16 nchw 2x320x16x16 groups=32 act=silu flags=scale,bias", &bwd, 189);
+    bwd.shift = 0;
+    check_regime(m, "groupnorm f32 nchw 1x960x64x64 groups=32 act=silu flags=scale,bias", &bwd, 190);
     /* f32 past 1280 channels: two 8-byte vectors a thread (P.chans 4, P.vec 2), 640 lanes; unaligned: 4
        channels one at a time */
     bwd.shift = 4;

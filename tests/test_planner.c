@@ -1651,10 +1651,11 @@ static void test_cluster_bwd_block(void **state)
         {"instancenorm f32 nchw 2x4x256x256 flags=scale,bias", 0, 2, 131072},
         {"instancenorm f32 nchw 2x4x64x64 flags=scale,bias", 0, 0, 0}, /* 32 KB: the second reads hit L2 */
         {"layernorm f32 3x10000 flags=scale,bias", 0, 0, 0}, /* gamma by element: the row family's slots */
-        /* GroupNorm NCHW: gamma constant over each piece (a pair a piece), not over a one-block row */
+        /* GroupNorm NCHW: gamma constant over each piece (a pair a piece), or pieces of whole channels (a
+           pair a channel: a one-block row, or a cluster of 2 channels a block) */
         {"groupnorm bf16 nchw 2x8x256x256 groups=4 flags=scale,bias", 0, 2, 131072},
-        {"groupnorm f32 nchw 2x8x64x64 groups=4 flags=scale,bias", 0, 0, 0},
-        {"groupnorm f32 nchw 2x16x128x128 groups=4 flags=scale,bias", 0, 0, 0}, /* pieces straddle channels */
+        {"groupnorm f32 nchw 2x8x64x64 groups=4 flags=scale,bias", 1, 1, 32768},
+        {"groupnorm f32 nchw 2x16x128x128 groups=4 flags=scale,bias", 0, 2, 131072},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         for (int a = 0; a < 2; a++) {
@@ -1662,7 +1663,7 @@ static void test_cluster_bwd_block(void **state)
             nj_plan_params pp = cluster_bwd_on(want[i].line, a, k);
             if (!k) continue;
             assert_int_equal(pp.launch[0].shmem, want[i].shmem);
-            assert_int_equal(pp.block, 1024);
+            assert_int_equal(pp.block, want[i].shmem <= 32768 && strstr(want[i].line, "groupnorm") ? 256 : 1024);
             assert_int_equal(pp.stage, 1);
             if (strstr(want[i].line, "groupnorm")) assert_int_equal(pp.pgrad, NJ_PGRAD_PIECES);
         }
@@ -1860,6 +1861,49 @@ static void test_image_plan(void **state)
 /* The channels-last backward past 512 lanes (2560 f16 channels in 8-byte vectors: blocks of 640) and its
  * tiles widened to 24 pixels (12 of f32) where they leave dgamma/dbeta pairs; not without gamma/beta, not
  * for pipelined images past 24 MB, not under NORMJIT_PLAN_NO_CL_WIDE_TILES. */
+/* GroupNorm NCHW's backward rows of runs (a channel's pixels, gamma constant over each): the cluster
+ * family's, a block a row (256 threads where x is 32 KB and less), a cluster of any count to 8 whose
+ * pieces are whole runs (sm_90), a pair a run for the column sum; NORMJIT_PLAN_NO_CLUSTER_RUNS=1 and runs
+ * under 64 elements: the general family. */
+static void test_cluster_bwd_runs(void **state)
+{
+    (void)state;
+    nj_canon v;
+    nj_plan_params pp = plan_line_v("groupnorm f16 nchw *x320x64x64 groups=32 act=silu flags=scale,bias",
+                                    NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_CLUSTER);
+    assert_int_equal(pp.split, 1);
+    assert_int_equal(pp.block, 1024);
+    assert_int_equal(pp.pgrad, NJ_PGRAD_PIECES);
+    /* a pair a channel a row: 32 rows (groups) of 10 a batch row, the column sum over the batch */
+    assert_int_equal(pp.workspace_per_row, 320 * 2 * sizeof(float));
+    const nj_launch *cs = &pp.launch[pp.nlaunch - 1];
+    assert_int_equal(cs->lib, NJ_LIB_COLSUM);
+    assert_int_equal(cs->arg[NJ_COLSUM_NCOLS][0], 320);
+    assert_int_equal(cs->arg[NJ_COLSUM_INNER][0], 1);
+    assert_int_equal(cs->arg[NJ_COLSUM_S_OUTER][0], 640);
+    assert_int_equal(nj_plan_check(&v, &pp, &dev80), NJ_OK);
+    pp = plan_line_v("groupnorm f16 nchw *x1280x8x8 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_CLUSTER);
+    assert_int_equal(pp.block, 256);
+    pp = plan_line_v("groupnorm f32 nchw *x960x64x64 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev90, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_CLUSTER);
+    assert_int_equal(pp.split, 5);
+    assert_int_equal(pp.launch[0].cluster, 5);
+    assert_int_equal(nj_plan_check(&v, &pp, &dev90), NJ_OK);
+    pp = plan_line_v("groupnorm f32 nchw *x960x64x64 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL); /* 480 KB a row: no cluster on sm_80 */
+    pp = plan_line_v("groupnorm f16 nchw *x60x6x6 groups=6 flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL); /* runs of 36 */
+    setenv("NORMJIT_PLAN_NO_CLUSTER_RUNS", "1", 1);
+    pp = plan_line_v("groupnorm f16 nchw *x320x64x64 groups=32 act=silu flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    unsetenv("NORMJIT_PLAN_NO_CLUSTER_RUNS");
+    assert_int_equal(pp.family, NJ_FAMILY_GENERAL);
+    /* InstanceNorm's rows (gamma a row's) keep their 64 KB threshold */
+    pp = plan_line_v("instancenorm f32 nchw *x64x32x32 flags=scale,bias", NJ_PASS_BACKWARD, &dev80, &v);
+    assert_int_not_equal(pp.family, NJ_FAMILY_CLUSTER);
+}
+
 static void test_cl_bwd_wide(void **state)
 {
     (void)state;
@@ -2334,7 +2378,7 @@ int main(void)
         cmocka_unit_test(test_device_props),      cmocka_unit_test(test_row_short),
         cmocka_unit_test(test_row_vec_width), cmocka_unit_test(test_unaligned_variant),     cmocka_unit_test(test_row_long),
         cmocka_unit_test(test_column_general),    cmocka_unit_test(test_plan_fail),
-        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_cl_bwd_wide), cmocka_unit_test(test_row_backward_two_chunks), cmocka_unit_test(test_row_backward_groups_wide), cmocka_unit_test(test_reverse), cmocka_unit_test(test_general_few), cmocka_unit_test(test_column_pipe),
+        cmocka_unit_test(test_plan_text),         cmocka_unit_test(test_launch_grid), cmocka_unit_test(test_row_persist), cmocka_unit_test(test_image_plan), cmocka_unit_test(test_image_parts), cmocka_unit_test(test_cl_bwd_cluster), cmocka_unit_test(test_cl_bwd_wide), cmocka_unit_test(test_cluster_bwd_runs), cmocka_unit_test(test_row_backward_two_chunks), cmocka_unit_test(test_row_backward_groups_wide), cmocka_unit_test(test_reverse), cmocka_unit_test(test_general_few), cmocka_unit_test(test_column_pipe),
         cmocka_unit_test(test_cluster_plan),
         cmocka_unit_test(test_cluster_bwd_block), cmocka_unit_test(test_cluster_bwd_slots),
         cmocka_unit_test(test_cluster_fwd_slots),
