@@ -426,6 +426,20 @@ static void test_pipe(void **state)
     check_regime(m, "groupnorm bf16 nchw 2x320x16x16 groups=32 act=silu flags=scale,bias", &bwd, 189);
     bwd.shift = 0;
     check_regime(m, "groupnorm f32 nchw 1x960x64x64 groups=32 act=silu flags=scale,bias", &bwd, 190);
+    /* BatchNorm NCHW whose channels outgrow the L2 a resident block each (general_split): pipelined
+       forward and backward, an activation, the saved statistics at an offset, the unaligned variant */
+    fwd.shift = 0;
+    fwd.offset = 1e2;
+    check_regime(m, "batchnorm f32 nchw 32x4x28x28 flags=scale,bias,stats act=relu", &fwd, 191);
+    fwd.offset = 0.0;
+    fwd.shift = 2;
+    check_regime(m, "batchnorm bf16 nchw 64x3x28x28 flags=scale,bias act=silu", &fwd, 192);
+    fwd.shift = 0;
+    bwd.shift = 0;
+    bwd.offset = 3e4;
+    check_regime(m, "batchnorm f32 nchw 32x4x28x28 flags=scale,bias", &bwd, 193);
+    bwd.offset = 0.0;
+    check_regime(m, "batchnorm f16 nchw 64x4x28x28 flags=scale,bias act=relu", &bwd, 194);
     /* f32 past 1280 channels: two 8-byte vectors a thread (P.chans 4, P.vec 2), 640 lanes; unaligned: 4
        channels one at a time */
     bwd.shift = 4;

@@ -1378,10 +1378,20 @@ static void test_general_few(void **state)
     assert_int_equal(pp.nlaunch, 2);
     pp = plan_line("batchnorm f16 nchw 128x128x28x28 flags=scale,bias", NJ_PASS_BACKWARD, &dev90);
     assert_true(pp.split > 1 && pp.lag > pp.split);
+    /* past the few channels: split where the resident blocks' channels (x) outgrow the L2, 196 KB x 528
+       blocks (and 127 KB, under the few channels' 2^16 elements), not 49 KB */
+    pp = plan_line("batchnorm f16 nchw 128x256x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    assert_true(pp.split > 1 && pp.lag > 0);
+    pp = plan_line("batchnorm f16 nchw 83x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90); /* 65072 */
+    assert_true(pp.split > 1);
+    pp = plan_line("batchnorm f16 nchw 32x512x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
+    assert_int_equal(pp.split, 1);
+    setenv("NORMJIT_PLAN_NO_GENERAL_L2", "1", 1);
     pp = plan_line("batchnorm f16 nchw 128x256x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
     assert_int_equal(pp.split, 1);
-    pp = plan_line("batchnorm f16 nchw 83x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90); /* 65072 */
+    pp = plan_line("batchnorm f16 nchw 83x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
     assert_int_equal(pp.split, 1);
+    unsetenv("NORMJIT_PLAN_NO_GENERAL_L2");
     /* 84 images (65856): pieces of 2^15 without the pipe (3), never one piece in a part launch */
     setenv("NORMJIT_PLAN_NO_SPLIT_PIPE", "1", 1);
     pp = plan_line("batchnorm f16 nchw 84x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
@@ -1390,8 +1400,10 @@ static void test_general_few(void **state)
     assert_int_equal(pp.split, 3);
     unsetenv("NORMJIT_PLAN_NO_SPLIT_PIPE");
     setenv("NORMJIT_PLAN_NO_GENERAL_FEW", "1", 1);
+    setenv("NORMJIT_PLAN_NO_GENERAL_L2", "1", 1);
     pp = plan_line("batchnorm f16 nchw 128x128x28x28 flags=scale,bias", NJ_PASS_FORWARD, &dev90);
     unsetenv("NORMJIT_PLAN_NO_GENERAL_FEW");
+    unsetenv("NORMJIT_PLAN_NO_GENERAL_L2");
     assert_int_equal(pp.split, 1);
 }
 
