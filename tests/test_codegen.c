@@ -703,6 +703,24 @@ static void test_pipe_publish(void **state)
     }
 }
 
+/* The cluster backward's slots store their partial rows a float a lane in turn, elements other threads
+ * accumulated: a barrier comes first (the emulator's blocks cannot show the race: its threads reach the
+ * stores in an order that hides it). */
+static void test_slot_rows_barrier(void **state)
+{
+    (void)state;
+    nj_device_props dev;
+    nj_device_props_default(90, &dev);
+    nj_plan_params pp;
+    char *src = render_line("rmsnorm bf16 2x32768 flags=scale", NJ_PASS_BACKWARD, &dev, &pp);
+    assert_int_equal(pp.pgrad, NJ_PGRAD_SLOTS);
+    const char *store = strstr(src, "PG[slot * NJ_N + lo + e] = nj_ag[e];");
+    assert_non_null(store);
+    const char *bar = strstr(src, "    __syncthreads();\n    {\n        float *const PG =");
+    if (!bar || bar > store) fail_msg("no barrier before the slots' partial rows");
+    free(src);
+}
+
 static void test_codegen_fail(void **state)
 {
     (void)state;
@@ -1190,7 +1208,7 @@ int main(void)
     const struct CMUnitTest kernels[] = {
         cmocka_unit_test(test_forward_variants),
         cmocka_unit_test(test_general_renders_row), cmocka_unit_test(test_general_param_once),
-        cmocka_unit_test(test_pipe_publish),
+        cmocka_unit_test(test_pipe_publish), cmocka_unit_test(test_slot_rows_barrier),
         cmocka_unit_test(test_codegen_fail),
         cmocka_unit_test(test_library_render),
         cmocka_unit_test(test_template_contract),
