@@ -704,8 +704,8 @@ static void test_pipe_publish(void **state)
 }
 
 /* The cluster backward's slots store their partial rows a float a lane in turn, elements other threads
- * accumulated: a barrier comes first (the emulator's blocks cannot show the race: its threads reach the
- * stores in an order that hides it). */
+ * accumulated: a barrier comes first (the matrix's sm_90 slots lines fail without it; this names the
+ * cause). */
 static void test_slot_rows_barrier(void **state)
 {
     (void)state;
