@@ -358,17 +358,21 @@ static void cl_bwd_cluster(const nj_canon *c, int64_t k, nj_plan_params *pp)
 #define NJ_CL_PAIR_SHARE 18
 #define NJ_PIPE_CL_WIDE_BYTES (24 << 20)
 
+/* An image's x, dy and dx bytes (the backward's pipe and wide-tile tests) */
+static int64_t cl_bwd_image_bytes(const nj_canon *c)
+{
+    return c->reduce_size * c->axes[2].extent * nj_plan_elem_bytes(c, NJ_PASS_BACKWARD);
+}
+
 /* The backward's tiling: cl_tiling's, widened (NJ_CL_PAIR_SHARE) where the tiles leave dgamma/dbeta pairs
  * and no cluster takes the image. Returns the cluster's tiles, as cl_tiling. */
 static int64_t cl_bwd_tiling(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
 {
-    int64_t k = cl_tiling(c, NJ_PASS_BACKWARD, dev, 0, pp);
-    int64_t eb = nj_plan_elem_bytes(c, NJ_PASS_BACKWARD), image = c->reduce_size * c->axes[2].extent * eb;
-    bool pipe = image <= NJ_PIPE_CL_BWD_BYTES; /* nj_plan_bwd_channels_last's test */
+    int64_t k = cl_tiling(c, NJ_PASS_BACKWARD, dev, 0, pp), image = cl_bwd_image_bytes(c);
     if (k > 0 || pp->split < 2 || !(c->flags & (NJ_FLAG_SCALE | NJ_FLAG_BIAS)) ||
-        (pipe && image > NJ_PIPE_CL_WIDE_BYTES) || nj_plan_switched_off("CL_WIDE_TILES"))
+        (image <= NJ_PIPE_CL_BWD_BYTES && image > NJ_PIPE_CL_WIDE_BYTES) || nj_plan_switched_off("CL_WIDE_TILES"))
         return k;
-    return cl_tiling(c, NJ_PASS_BACKWARD, dev, nj_ceil_div64(NJ_CL_PAIR_SHARE * 8, eb), pp);
+    return cl_tiling(c, NJ_PASS_BACKWARD, dev, nj_ceil_div64(NJ_CL_PAIR_SHARE * 8, nj_plan_elem_bytes(c, NJ_PASS_BACKWARD)), pp);
 }
 
 nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *dev, nj_plan_params *pp)
@@ -383,8 +387,7 @@ nj_status nj_plan_bwd_channels_last(const nj_canon *c, const nj_device_props *de
      * (from `chans` on). The merge takes 2 * groups items an image. */
     int64_t means = tiles * groups * 4, chans = means + groups * 4, image = chans + (params ? tiles * channels * 2 : 0);
     int64_t parts = tiles;
-    if (k == 0 && tiles > 1 && c->reduce_size * groups <= NJ_PIPE_CL_BWD_BYTES / nj_plan_elem_bytes(c, NJ_PASS_BACKWARD) &&
-        !nj_plan_switched_off("CL_PIPE")) {
+    if (k == 0 && tiles > 1 && cl_bwd_image_bytes(c) <= NJ_PIPE_CL_BWD_BYTES && !nj_plan_switched_off("CL_PIPE")) {
         /* pipelined (cl_fwd_pipe's scheme): the dx blocks wait for the image's merged means; its counter
            after the partials (two floats' room). The lag an image's tiles and half a wave: one block an
            SM past ~340 threads (the dx kernel's ~90-100 registers), two under it (88 at 320) */

@@ -155,7 +155,7 @@ static bool cluster_pieces_ok(const nj_canon *c, int32_t k, uint32_t opds)
 {
     if (k < 1 || c->reduce_size % k != 0 || (c->reduce_size / k) % cluster_vec(c, opds) != 0) return false;
     int64_t run = nj_pgrad_chunk_run(c), piece = c->reduce_size / k;
-    return run > 0 && ((k >= 2 && nj_pgrad_pieces_run(c, k) > 0) ||
+    return run > 0 && ((k >= 2 && run % piece == 0) ||
                        (piece % run == 0 && run % cluster_vec(c, opds) == 0 && cluster_runs_only(c)));
 }
 

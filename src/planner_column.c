@@ -347,6 +347,17 @@ static bool bwd_column_rows_fused(const nj_canon *c)
     return expect == c->param_size;
 }
 
+/* The split backward's layout, both ways (pipelined or not): floats a piece leaves a tile of tc columns
+ * (a sum of g and of g * xhat a column; centered, of xhat too, beside an unused one: the merge's
+ * [a | b] items), and the fused dgamma/dbeta partial rows before them (2 x ec a row, outer index and
+ * piece; none unfused). */
+static int64_t col_bwd_piece_floats(const nj_canon *c, int64_t tc) { return (c->flags & NJ_FLAG_CENTER) ? 4 * tc : 2 * tc; }
+static int64_t col_bwd_fused_sums(const nj_canon *c, int64_t s, bool fused)
+{
+    int64_t ec = c->axes[c->rank - 1].extent;
+    return fused ? 2 * (c->kept_inner / ec) * s * ec : 0;
+}
+
 /* The backward's split walk pipelined (col_fwd_pipe's scheme): a tile's x, dy and dx within
  * NJ_PIPE_BWD_BYTES, pieces of ~32 KB of x and dy (up to 512 of them: at 25 MB a tile, pieces of 64 KB
  * gave 68.2% of copy, of 32 KB 78.7; model, H200). A tile's pieces leave Q floats each (the sums of g, g * xhat
@@ -374,8 +385,7 @@ static bool col_bwd_pipe(const nj_canon *c, const nj_device_props *dev, bool fus
     s = nj_ceil_div64(n, nj_ceil_div64(n, s)); /* pieces of ceil(n / s): none empty */
     if (s < 2) return false;
     int64_t ng = nj_ceil_div64(s, NJ_COL_PIPE_GROUP), tiles = c->kept_inner / ec * (ec / tc);
-    int64_t q = (c->flags & NJ_FLAG_CENTER) ? 4 * tc : 2 * tc; /* floats a piece (nj_plan_bwd_column) */
-    int64_t sums = fused ? 2 * (c->kept_inner / ec) * s * ec : 0;
+    int64_t q = col_bwd_piece_floats(c, tc), sums = col_bwd_fused_sums(c, s, fused);
     pp->vec = v;
     pp->tile = (int32_t)tc;
     pp->split = (int32_t)s;
@@ -432,8 +442,8 @@ nj_status nj_plan_bwd_column(const nj_canon *c, const nj_device_props *dev, nj_p
          * after the fixed region of the dgamma/dbeta launches (added below, once those are planned).
          * Centered, a piece also sums (x - mean) * rstd (the saved mean's correction, bwd_lib.cuh): the
          * merge then takes 2 tc items a tile, [a: sum g | sum xhat][b: sum g * xhat | unused] a piece. */
-        int64_t ipt = (c->flags & NJ_FLAG_CENTER) ? 2 * tc : tc, q = 2 * ipt; /* items a tile, floats a piece */
-        int64_t si = (int64_t)s, n = c->reduce_size, sums = fused ? 2 * (c->kept_inner / ec) * si * ec : 0;
+        int64_t q = col_bwd_piece_floats(c, tc), ipt = q / 2; /* floats a piece, items a tile */
+        int64_t si = (int64_t)s, n = c->reduce_size, sums = col_bwd_fused_sums(c, si, fused);
         nj_plan_add_launch(pp, "nj_bwd_column_part", pp->block, tiles * pp->split, 1, 0);
         nj_plan_role(pp, NJ_ROLE_PART);
         const int64_t arg[NJ_LIB_NARGS][2] = {

@@ -59,11 +59,10 @@ if GSTAGE then
 end
 -- RUNS: pieces of M whole runs of CL elements over which gamma is constant (the innermost reduced axes
 -- that gamma does not follow): a pair a run, NP a row, gamma and beta loaded a vector (a vector within a run)
-local CL = 1
-for i = #reduced_axes(), 1, -1 do
-  local a = reduced_axes()[i]
-  if P.axes[a].stride.param ~= 0 then break end
-  CL = CL * P.axes[a].extent
+local CL, red = 1, reduced_axes()
+for i = #red, 1, -1 do
+  if P.axes[red[i]].stride.param ~= 0 then break end
+  CL = CL * P.axes[red[i]].extent
 end
 local RUNS = PIECES and PC > CL
 local M, NP = RUNS and PC // CL or 1, N // math.min(PC, CL)
